@@ -1,0 +1,139 @@
+//! Command-line arguments: names follow mount-s3 and s3fs where they overlap.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "bucketfs", version, about = "Mount S3-compatible object storage as a directory")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Mount one or several buckets (or prefixes) on a directory.
+    Mount(MountArgs),
+    /// Unmount a bucketfs mount point.
+    Unmount {
+        /// The mount point to unmount.
+        mountpoint: PathBuf,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MountArgs {
+    /// `s3://BUCKET[/PREFIX]` to mount at the root, or several `s3://BUCKET[/PREFIX]=DIR`
+    /// each shown as directory DIR; the last argument is the mount point.
+    #[arg(required = true, num_args = 2.., value_name = "SOURCE... MOUNTPOINT")]
+    pub sources_and_mountpoint: Vec<String>,
+
+    /// S3 endpoint URL (e.g. http://127.0.0.1:9000 for MinIO). Default: AWS, or AWS_ENDPOINT_URL.
+    #[arg(long, value_name = "URL")]
+    pub endpoint_url: Option<String>,
+    /// Region of the buckets. Default: from the AWS config chain, else us-east-1.
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Named profile from the AWS shared config/credentials files.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Address buckets as http://endpoint/bucket instead of http://bucket.endpoint (MinIO, Ceph).
+    #[arg(long)]
+    pub force_path_style: bool,
+
+    /// Stay in the foreground instead of returning once the mount is ready.
+    #[arg(short, long)]
+    pub foreground: bool,
+    /// Allow other users (and root) to access the mount (needs user_allow_other in /etc/fuse.conf).
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Owner of every file and directory. Default: the user running bucketfs.
+    #[arg(long)]
+    pub uid: Option<u32>,
+    /// Group of every file and directory. Default: the group running bucketfs.
+    #[arg(long)]
+    pub gid: Option<u32>,
+    /// Permission bits of files, in octal.
+    #[arg(long, default_value = "0644", value_parser = parse_mode)]
+    pub file_mode: u16,
+    /// Permission bits of directories, in octal.
+    #[arg(long, default_value = "0755", value_parser = parse_mode)]
+    pub dir_mode: u16,
+    /// Mount read-only. bucketfs is read-only for now, so this is always on.
+    #[arg(long)]
+    pub read_only: bool,
+
+    /// How long metadata (listings, sizes, ETags, missing names) is trusted before asking
+    /// S3 again, in seconds (fractions allowed).
+    #[arg(long, default_value = "5", value_parser = parse_seconds, value_name = "SECONDS")]
+    pub metadata_ttl: Duration,
+    /// Largest ranged GET used when reading ahead (e.g. 8MiB).
+    #[arg(long, default_value = "8MiB", value_parser = parse_size, value_name = "BYTES")]
+    pub part_size: u64,
+    /// Most S3 requests in flight at once, per source.
+    #[arg(long, default_value_t = 16)]
+    pub max_concurrent_requests: usize,
+    /// Memory the daemon may use for buffered data (e.g. 2GiB). Default: 1/8 of RAM, at most 4 GiB.
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    pub memory_limit: Option<u64>,
+
+    /// Log level: error, warn, info, debug, trace (or a tracing filter such as bucketfs=debug).
+    #[arg(long, default_value = "warn")]
+    pub log_level: String,
+    /// Write logs to this file instead of standard error.
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
+}
+
+fn parse_mode(text: &str) -> Result<u16, String> {
+    u16::from_str_radix(text.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|mode| *mode <= 0o7777)
+        .ok_or_else(|| format!("'{text}' is not an octal mode such as 0644"))
+}
+
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .trim_end_matches('s')
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("'{text}' is not a valid duration"))
+}
+
+/// Parses sizes such as `1048576`, `512KiB`, `8MiB`, `8M`, `2G`, `1.5GiB` (binary units).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().map_err(|_| format!("'{text}' is not a size such as 8MiB"))?;
+    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return Err(format!("unknown unit in '{text}' (use KiB, MiB, GiB)")),
+    };
+    Ok((number * multiplier as f64) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_modes_parse() {
+        assert_eq!(parse_size("8MiB"), Ok(8 << 20));
+        assert_eq!(parse_size("8M"), Ok(8 << 20));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("8 parsecs").is_err());
+        assert_eq!(parse_mode("0644"), Ok(0o644));
+        assert_eq!(parse_mode("755"), Ok(0o755));
+        assert!(parse_mode("0999").is_err());
+        assert_eq!(parse_seconds("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_seconds("5s"), Ok(Duration::from_secs(5)));
+    }
+}

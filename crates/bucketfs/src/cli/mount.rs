@@ -1,0 +1,303 @@
+//! `bucketfs mount` and `bucketfs unmount`.
+//!
+//! Without `--foreground`, `mount` re-runs itself as a detached daemon and waits until
+//! the daemon reports that the mount answers (or prints the daemon's error and fails):
+//! a script can use the mount as soon as the command returns. The re-exec, rather than
+//! `fork()`, keeps the tokio runtime and the AWS SDK out of a forked child.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use fuser::{Config, MountOption, SessionACL};
+
+use super::args::MountArgs;
+use super::source::{check_layout, SourceSpec};
+use crate::fs::{Fs, Presentation};
+use crate::fuse::FuseAdapter;
+use crate::memory::MemoryLimiter;
+use crate::namespace::{Namespace, Source};
+use crate::read::ReadConfig;
+use crate::store::s3::{S3Store, StoreConfig};
+use crate::store::{ObjectStore, StoreError};
+
+/// Set in the environment of the daemon child: write "ready" to stdout once mounted.
+const READY_ENV: &str = "BUCKETFS_NOTIFY_READY";
+const FUSE_THREADS: usize = 4;
+
+pub fn run(args: MountArgs) -> Result<()> {
+    let (mountpoint, sources) = split_arguments(&args.sources_and_mountpoint)?;
+    let mountpoint = check_mountpoint(Path::new(mountpoint))?;
+    if !args.foreground {
+        return spawn_daemon();
+    }
+    init_logging(&args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("bucketfs-io")
+        .build()
+        .context("starting the I/O runtime")?;
+
+    let namespace_sources = runtime.block_on(connect_sources(&args, &sources))?;
+    let memory_limit = args.memory_limit.unwrap_or_else(default_memory_limit);
+    let read_config = ReadConfig {
+        part_size: args.part_size.max(64 * 1024),
+        initial_window: 1024 * 1024,
+        max_window: (args.part_size * args.max_concurrent_requests.clamp(1, 8) as u64)
+            .min(memory_limit / 4)
+            .max(1024 * 1024),
+    };
+    let presentation = Presentation {
+        uid: args.uid.unwrap_or_else(|| nix::unistd::getuid().as_raw()),
+        gid: args.gid.unwrap_or_else(|| nix::unistd::getgid().as_raw()),
+        file_mode: args.file_mode,
+        dir_mode: args.dir_mode,
+    };
+    let fs = Fs::new(
+        Namespace::new(namespace_sources, args.metadata_ttl),
+        presentation,
+        read_config,
+        MemoryLimiter::new(memory_limit),
+    );
+    let adapter = FuseAdapter::new(Arc::new(fs), runtime.handle().clone());
+
+    let fsname = sources.iter().map(SourceSpec::describe).collect::<Vec<_>>().join(",");
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName(fsname),
+        MountOption::Subtype("bucketfs".into()),
+        MountOption::RO,
+        MountOption::NoAtime,
+        MountOption::NoDev,
+        MountOption::NoSuid,
+        MountOption::DefaultPermissions,
+    ];
+    config.acl = if args.allow_other { SessionACL::All } else { SessionACL::Owner };
+    config.n_threads = Some(FUSE_THREADS);
+    config.clone_fd = true;
+    let mut session = fuser::Session::new(adapter, &mountpoint, &config)
+        .with_context(|| format!("cannot mount on {}", mountpoint.display()))?;
+
+    let mut unmounter = session.unmount_callable();
+    let signal_mountpoint = mountpoint.clone();
+    runtime.spawn(async move {
+        wait_for_termination().await;
+        tracing::info!("signal received, unmounting");
+        if let Err(error) = unmounter.unmount() {
+            tracing::warn!("unmount failed ({error}); detaching the mount instead");
+            let _ = Command::new("fusermount3").arg("-uz").arg(&signal_mountpoint).status();
+        }
+    });
+    notify_ready()?;
+    tracing::info!(mountpoint = %mountpoint.display(), "mounted");
+    session.run().context("serving the mount")?;
+    tracing::info!("unmounted");
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    Ok(())
+}
+
+pub fn unmount(mountpoint: &Path) -> Result<()> {
+    let output = Command::new("fusermount3")
+        .arg("-u")
+        .arg(mountpoint)
+        .output()
+        .context("running fusermount3 (is fuse3 installed?)")?;
+    if !output.status.success() {
+        let reason = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+        bail!("cannot unmount {}: {reason}", mountpoint.display());
+    }
+    Ok(())
+}
+
+fn split_arguments(all: &[String]) -> Result<(&str, Vec<SourceSpec>)> {
+    let Some((mountpoint, sources)) = all.split_last() else {
+        bail!("usage: bucketfs mount SOURCE... MOUNTPOINT");
+    };
+    if sources.is_empty() {
+        bail!("usage: bucketfs mount SOURCE... MOUNTPOINT (no source given)");
+    }
+    let specs = sources.iter().map(|s| SourceSpec::parse(s)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+    check_layout(&specs).map_err(anyhow::Error::msg)?;
+    Ok((mountpoint, specs))
+}
+
+/// The mount point must be an existing, empty directory that is not already mounted.
+/// Returns its canonical path.
+fn check_mountpoint(path: &Path) -> Result<PathBuf> {
+    let shown = path.display();
+    let metadata = match std::fs::metadata(path) {
+        Ok(metadata) => metadata,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!("mount point {shown} does not exist"),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            bail!("mount point {shown} is already mounted (by a filesystem that stopped; run `bucketfs unmount {shown}`)")
+        }
+        Err(e) => bail!("mount point {shown}: {e}"),
+    };
+    if !metadata.is_dir() {
+        bail!("mount point {shown} is not a directory");
+    }
+    let canonical = path.canonicalize().with_context(|| format!("mount point {shown}"))?;
+    if is_mount_point(&canonical)? {
+        bail!("mount point {shown} is already mounted");
+    }
+    if std::fs::read_dir(&canonical)?.next().is_some() {
+        bail!("mount point {shown} is not empty");
+    }
+    Ok(canonical)
+}
+
+fn is_mount_point(path: &Path) -> Result<bool> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
+    let wanted = path.to_string_lossy();
+    Ok(mountinfo.lines().filter_map(|line| line.split(' ').nth(4)).any(|field| unescape_mountinfo(field) == wanted))
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo` octal escapes.
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 3 < bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
+            let value = bytes[i + 1..i + 4].iter().fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0'));
+            out.push(value as u8);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Builds one store client per source and checks, with one LIST each, that the bucket
+/// exists and can be read with these credentials.
+async fn connect_sources(args: &MountArgs, specs: &[SourceSpec]) -> Result<Vec<Source>> {
+    let checks = specs.iter().map(|spec| async move {
+        let store = S3Store::new(&StoreConfig {
+            bucket: spec.bucket.clone(),
+            endpoint_url: args.endpoint_url.clone(),
+            region: args.region.clone(),
+            profile: args.profile.clone(),
+            force_path_style: args.force_path_style,
+            max_concurrent_requests: args.max_concurrent_requests,
+        })
+        .await;
+        match store.list(&spec.prefix, None, Some(1)).await {
+            Ok(_) => Ok(Source { mount_name: spec.mount_name.clone(), store: store as Arc<dyn ObjectStore>, prefix: spec.prefix.clone() }),
+            Err(error) => Err(explain(spec, error)),
+        }
+    });
+    futures::future::join_all(checks).await.into_iter().collect()
+}
+
+fn explain(spec: &SourceSpec, error: StoreError) -> anyhow::Error {
+    let source = spec.describe();
+    match error {
+        StoreError::NoSuchBucket(bucket) => anyhow::anyhow!("bucket \"{bucket}\" does not exist ({source})"),
+        StoreError::AccessDenied(_) => anyhow::anyhow!("access denied listing {source}: check the credentials' permissions"),
+        StoreError::BadCredentials(code) => anyhow::anyhow!(
+            "credentials rejected by the server for {source} ({code}): check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or --profile"
+        ),
+        StoreError::Unreachable { endpoint, detail } => anyhow::anyhow!("cannot reach {endpoint} ({detail})"),
+        other => anyhow::anyhow!("cannot list {source}: {other}"),
+    }
+}
+
+fn default_memory_limit() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let line = info.lines().find(|l| l.starts_with("MemTotal:"))?.to_owned();
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map(|kib| kib * 1024)
+        .unwrap_or(8 << 30);
+    (total / 8).clamp(256 << 20, 4 << 30)
+}
+
+fn init_logging(args: &MountArgs) -> Result<()> {
+    // fuser logs every unimplemented request and a harmless unmount race at warn level.
+    let mut directives = args.log_level.clone();
+    if !directives.contains("fuser") {
+        directives.push_str(",fuser=error");
+    }
+    let filter = tracing_subscriber::EnvFilter::try_new(&directives)
+        .with_context(|| format!("--log-level {}", args.log_level))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    match &args.log_file {
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("opening log file {}", path.display()))?;
+            builder.with_ansi(false).with_writer(std::sync::Mutex::new(file)).init();
+        }
+        None => builder.with_writer(std::io::stderr).init(),
+    }
+    Ok(())
+}
+
+async fn wait_for_termination() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::warn!("cannot listen for signals");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// Re-runs this command as a detached daemon and waits for it to be mounted.
+fn spawn_daemon() -> Result<()> {
+    let exe = std::env::current_exe().context("finding the bucketfs executable")?;
+    let mut arguments: Vec<_> = std::env::args_os().skip(1).collect();
+    let position = arguments.iter().position(|a| a == "mount").map_or(0, |p| p + 1);
+    arguments.insert(position, "--foreground".into());
+    let mut child = Command::new(exe);
+    child
+        .args(arguments)
+        .env(READY_ENV, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setsid() is async-signal-safe; the child leaves our session and terminal.
+    unsafe {
+        child.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from));
+    }
+    let mut child = child.spawn().context("starting the bucketfs daemon")?;
+    let stdout = child.stdout.take().context("daemon stdout")?;
+    let mut stderr = child.stderr.take().context("daemon stderr")?;
+    let mut line = String::new();
+    let _ = BufReader::new(stdout).read_line(&mut line);
+    if line.trim() == "ready" {
+        return Ok(());
+    }
+    let mut message = String::new();
+    let _ = stderr.read_to_string(&mut message);
+    let status = child.wait().context("waiting for the bucketfs daemon")?;
+    // The daemon already wrote a complete "bucketfs: error: ..." line.
+    eprint!("{message}");
+    std::process::exit(status.code().unwrap_or(1).max(1));
+}
+
+/// In a daemon started by [`spawn_daemon`]: detach standard output and error (logs go
+/// to --log-file), then tell the waiting parent that the mount is up.
+fn notify_ready() -> Result<()> {
+    if std::env::var_os(READY_ENV).is_none() {
+        return Ok(());
+    }
+    let parent = nix::unistd::dup(std::io::stdout()).context("keeping the pipe to the parent")?;
+    let null = File::options().read(true).write(true).open("/dev/null").context("opening /dev/null")?;
+    nix::unistd::dup2_stdout(&null).context("detaching standard output")?;
+    nix::unistd::dup2_stderr(&null).context("detaching standard error")?;
+    File::from(parent).write_all(b"ready\n").context("notifying the parent")?;
+    Ok(())
+}

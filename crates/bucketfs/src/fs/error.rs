@@ -1,0 +1,48 @@
+//! The filesystem's error type and the one mapping from errors to errno.
+//!
+//! Every errno a program can see from bucketfs comes out of [`FsError::errno`]; the
+//! table in `docs/SEMANTICS.md` lists them.
+
+use fuser::Errno;
+
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("read-only file system")]
+    ReadOnly,
+    #[error("stale file handle")]
+    BadHandle,
+    #[error("name too long")]
+    NameTooLong,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl FsError {
+    pub fn errno(&self) -> Errno {
+        match self {
+            FsError::NotFound => Errno::ENOENT,
+            FsError::NotDir => Errno::ENOTDIR,
+            FsError::IsDir => Errno::EISDIR,
+            FsError::ReadOnly => Errno::EROFS,
+            FsError::BadHandle => Errno::EBADF,
+            FsError::NameTooLong => Errno::ENAMETOOLONG,
+            FsError::Store(store) => match store {
+                StoreError::NotFound | StoreError::NoSuchBucket(_) => Errno::ENOENT,
+                StoreError::AccessDenied(_) | StoreError::BadCredentials(_) => Errno::EACCES,
+                StoreError::Timeout(_) => Errno::ETIMEDOUT,
+                // The object changed under an open handle: the read fails rather than mix
+                // two versions of the object.
+                StoreError::Changed => Errno::EIO,
+                StoreError::Unreachable { .. } | StoreError::Other { .. } => Errno::EIO,
+            },
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! The thin adapter from kernel requests to [`Fs`].
+//!
+//! Each request is decoded, handed to the tokio runtime, and answered from there, so a
+//! FUSE worker thread never waits on the network. No state lives here.
+
+use std::ffi::OsStr;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+
+use fuser::{
+    Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use tokio::runtime::Handle;
+
+use crate::fs::error::FsError;
+use crate::fs::Fs;
+
+/// Largest read or write request the kernel may send us.
+const MAX_REQUEST: u32 = 1024 * 1024;
+
+pub struct FuseAdapter {
+    fs: Arc<Fs>,
+    runtime: Handle,
+}
+
+impl FuseAdapter {
+    pub fn new(fs: Arc<Fs>, runtime: Handle) -> Self {
+        Self { fs, runtime }
+    }
+
+    /// Runs `work` on the runtime with its own handle on the filesystem.
+    fn spawn<F, Fut>(&self, work: F)
+    where
+        F: FnOnce(Arc<Fs>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.runtime.spawn(work(self.fs.clone()));
+    }
+}
+
+fn utf8(name: &OsStr) -> Result<String, FsError> {
+    // Every S3 key is UTF-8, so a name that is not cannot exist in the bucket.
+    name.to_str().map(str::to_owned).ok_or(FsError::NotFound)
+}
+
+fn log_error(op: &str, error: &FsError) -> Errno {
+    match error {
+        FsError::Store(store) => tracing::warn!("{op}: {store}"),
+        other => tracing::debug!("{op}: {other}"),
+    }
+    error.errno()
+}
+
+impl Filesystem for FuseAdapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Each setting is a request the kernel may lower; take what it grants.
+        let _ = config.set_max_readahead(MAX_REQUEST).or_else(|max| config.set_max_readahead(max));
+        let _ = config.set_max_write(MAX_REQUEST).or_else(|max| config.set_max_write(max));
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        for wanted in [
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_ASYNC_READ,
+        ] {
+            if config.add_capabilities(wanted).is_err() {
+                tracing::debug!("kernel does not offer {wanted:?}");
+            }
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = name.to_owned();
+        self.spawn(move |fs| async move {
+            let result = match utf8(&name) {
+                Ok(name) => fs.lookup(parent.0, &name).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(attr) => reply.entry(&fs.ttl(), &attr, Generation(0)),
+                Err(e) => reply.error(log_error("lookup", &e)),
+            }
+        });
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.spawn(move |fs| async move {
+            match fs.getattr(ino.0).await {
+                Ok(attr) => reply.attr(&fs.ttl(), &attr),
+                Err(e) => reply.error(log_error("getattr", &e)),
+            }
+        });
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.spawn(move |fs| async move {
+            match fs.open(ino.0, flags.0).await {
+                Ok(opened) => {
+                    let mut fopen = FopenFlags::empty();
+                    if opened.keep_cache {
+                        fopen |= FopenFlags::FOPEN_KEEP_CACHE;
+                    }
+                    reply.opened(FileHandle(opened.handle), fopen)
+                }
+                Err(e) => reply.error(log_error("open", &e)),
+            }
+        });
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.spawn(move |fs| async move {
+            match fs.read(fh.0, offset, size).await {
+                Ok(bytes) => reply.data(&bytes),
+                Err(e) => reply.error(log_error("read", &e)),
+            }
+        });
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.release(fh.0);
+        reply.ok();
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.opendir(ino.0) {
+            Ok(handle) => reply.opened(FileHandle(handle), FopenFlags::empty()),
+            Err(e) => reply.error(log_error("opendir", &e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        self.spawn(move |fs| async move {
+            match fs.readdir(fh.0, offset).await {
+                Ok(entries) => {
+                    for entry in entries {
+                        if reply.add(entry.attr.ino, entry.offset, entry.attr.kind, &entry.name) {
+                            break;
+                        }
+                    }
+                    reply.ok()
+                }
+                Err(e) => reply.error(log_error("readdir", &e)),
+            }
+        });
+    }
+
+    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        self.spawn(move |fs| async move {
+            match fs.readdir(fh.0, offset).await {
+                Ok(entries) => {
+                    let ttl = fs.ttl();
+                    for entry in entries {
+                        if reply.add(entry.attr.ino, entry.offset, &entry.name, &ttl, &entry.attr, Generation(0)) {
+                            break;
+                        }
+                    }
+                    reply.ok()
+                }
+                Err(e) => reply.error(log_error("readdirplus", &e)),
+            }
+        });
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.fs.releasedir(fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        // S3 has no capacity; report a large, constant one so that tools checking free
+        // space (cp, rsync, installers) proceed.
+        const BLOCK: u32 = 4096;
+        const BLOCKS: u64 = 1 << 40;
+        const FILES: u64 = 1 << 32;
+        reply.statfs(BLOCKS, BLOCKS, BLOCKS, FILES, FILES, BLOCK, 255, BLOCK);
+    }
+
+    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENODATA); // no extended attributes yet
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if size == 0 {
+            reply.size(0)
+        } else {
+            reply.data(&[])
+        }
+    }
+
+    // Writes: refused. The mount is read-only, so the kernel normally answers these
+    // itself; these replies make sure nothing else gets through.
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        _size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<std::time::SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<std::time::SystemTime>,
+        _chgtime: Option<std::time::SystemTime>,
+        _bkuptime: Option<std::time::SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn mknod(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _r: u32, reply: ReplyEntry) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn mkdir(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, reply: ReplyEntry) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn unlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn rmdir(&self, _req: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _t: &Path, reply: ReplyEntry) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        _p: INodeNo,
+        _n: &OsStr,
+        _np: INodeNo,
+        _nn: &OsStr,
+        _f: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn create(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _f: i32, reply: ReplyCreate) {
+        reply.error(Errno::EROFS);
+    }
+}

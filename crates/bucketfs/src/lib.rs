@@ -1,0 +1,14 @@
+//! bucketfs: mount S3-compatible object storage as a directory.
+//!
+//! Requests flow one way: [`fuse`] (kernel adapter) → [`fs`] (operations, handles,
+//! errno) → [`namespace`] (inodes, listings, metadata cache) and [`read`] (prefetch) →
+//! [`store`] (S3). [`memory`] is the one budget for buffered data; [`cli`] parses the
+//! command line and runs the mount. See docs/ARCHITECTURE.md.
+
+pub mod cli;
+pub mod fs;
+pub mod fuse;
+pub mod memory;
+pub mod namespace;
+pub mod read;
+pub mod store;

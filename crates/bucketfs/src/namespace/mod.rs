@@ -1,0 +1,394 @@
+//! The directory tree: inode numbers ⇄ S3 keys, lookups, directory listings, the
+//! metadata cache, and multiplexing of several sources under one mount.
+//!
+//! - **Sources.** A mount has one source at the root (`s3://bucket/prefix`) or several,
+//!   each shown as a top-level directory (`s3://bucket/prefix=name`); then the root is a
+//!   fixed directory holding one entry per source. Each source has its own store client.
+//! - **Directories** are key prefixes: implicit (some key lies below `dir/`) or explicit
+//!   (a `dir/` marker object). A name that is both an object and a prefix is a directory.
+//! - **Inodes** are handed out on first sight of a (parent, name) and never reused while
+//!   mounted, so an inode number names one path for the life of the mount. An entry whose
+//!   type changes (file ⇄ directory) gets a new number.
+//! - **Metadata cache.** Attributes from LIST (readdir) and HEAD (lookup) are trusted for
+//!   `metadata_ttl`; missing names are remembered as missing for the same time. So `ls -l`
+//!   or `find` right after a listing costs no request per entry.
+
+pub mod listing;
+pub mod names;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::fs::error::FsError;
+use crate::store::{ObjectInfo, ObjectStore};
+use listing::{Entry, EntryKind, ListingMerger};
+
+pub type Ino = u64;
+pub const ROOT_INO: Ino = 1;
+
+/// One `s3://bucket/prefix` and where it appears in the mount.
+pub struct Source {
+    /// Top-level directory name when multiplexing; `None` for a source at the root.
+    pub mount_name: Option<String>,
+    pub store: Arc<dyn ObjectStore>,
+    /// Key prefix, empty or ending in `/`.
+    pub prefix: String,
+}
+
+/// What an inode stands for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    /// The root of a multiplexed mount: a fixed directory of sources.
+    SourceList,
+    /// A directory: all keys of `source` starting with `prefix` (empty or ending in `/`).
+    Dir { source: usize, prefix: String },
+    /// One object.
+    File { source: usize, key: String },
+}
+
+impl Location {
+    pub fn is_dir(&self) -> bool {
+        !matches!(self, Location::File { .. })
+    }
+}
+
+/// An inode as the layers above see it: a snapshot, cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub ino: Ino,
+    pub location: Location,
+    /// Object size, mtime and ETag for files; mtime only for directories.
+    pub size: u64,
+    pub mtime: SystemTime,
+    pub etag: Option<String>,
+    parent: Ino,
+    name: String,
+    /// Until when the attributes may be used without asking the store again.
+    valid_until: Option<Instant>,
+}
+
+#[derive(Default)]
+struct InodeTable {
+    nodes: HashMap<Ino, Node>,
+    children: HashMap<(Ino, String), Ino>,
+    next_ino: Ino,
+}
+
+impl InodeTable {
+    /// Records what (parent, name) is now; keeps its inode number unless its type changed.
+    fn upsert(&mut self, parent: Ino, name: &str, location: Location, info: Attributes) -> Node {
+        let existing = self.children.get(&(parent, name.to_owned())).copied();
+        let ino = match existing {
+            Some(ino) if self.nodes.get(&ino).map(|n| n.location.is_dir()) == Some(location.is_dir()) => ino,
+            _ => {
+                self.next_ino += 1;
+                self.children.insert((parent, name.to_owned()), self.next_ino);
+                self.next_ino
+            }
+        };
+        let node = Node {
+            ino,
+            location,
+            size: info.size,
+            mtime: info.mtime,
+            etag: info.etag,
+            parent,
+            name: name.to_owned(),
+            valid_until: info.valid_until,
+        };
+        self.nodes.insert(ino, node.clone());
+        node
+    }
+}
+
+struct Attributes {
+    size: u64,
+    mtime: SystemTime,
+    etag: Option<String>,
+    valid_until: Option<Instant>,
+}
+
+pub struct Namespace {
+    sources: Vec<Source>,
+    table: RwLock<InodeTable>,
+    /// (parent, name) known to be missing, until the instant given.
+    missing: Mutex<HashMap<(Ino, String), Instant>>,
+    ttl: Duration,
+    mounted_at: SystemTime,
+}
+
+/// One entry of a directory listing, already entered in the inode table.
+#[derive(Clone, Debug)]
+pub struct Listed {
+    pub name: String,
+    pub node: Node,
+}
+
+impl Namespace {
+    pub fn new(sources: Vec<Source>, ttl: Duration) -> Self {
+        let mounted_at = SystemTime::now();
+        let mut table = InodeTable { next_ino: ROOT_INO, ..Default::default() };
+        let root_location = match sources.as_slice() {
+            [single] if single.mount_name.is_none() => {
+                Location::Dir { source: 0, prefix: single.prefix.clone() }
+            }
+            _ => Location::SourceList,
+        };
+        let fixed = |size| Attributes { size, mtime: mounted_at, etag: None, valid_until: None };
+        let root = Node {
+            ino: ROOT_INO,
+            location: root_location.clone(),
+            size: 0,
+            mtime: mounted_at,
+            etag: None,
+            parent: ROOT_INO,
+            name: String::new(),
+            valid_until: None,
+        };
+        table.nodes.insert(ROOT_INO, root);
+        if root_location == Location::SourceList {
+            for (index, source) in sources.iter().enumerate() {
+                let name = source.mount_name.clone().unwrap_or_default();
+                let location = Location::Dir { source: index, prefix: source.prefix.clone() };
+                table.upsert(ROOT_INO, &name, location, fixed(0));
+            }
+        }
+        Self { sources, table: RwLock::new(table), missing: Mutex::new(HashMap::new()), ttl, mounted_at }
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    pub fn store(&self, source: usize) -> &Arc<dyn ObjectStore> {
+        &self.sources[source].store
+    }
+
+    pub fn node(&self, ino: Ino) -> Result<Node, FsError> {
+        self.table.read().nodes.get(&ino).cloned().ok_or(FsError::NotFound)
+    }
+
+    /// Finds `name` in directory `parent`, from the cache when fresh, else from the store.
+    pub async fn lookup(&self, parent: Ino, name: &str) -> Result<Node, FsError> {
+        let parent_node = self.node(parent)?;
+        let (source, prefix) = match &parent_node.location {
+            Location::File { .. } => return Err(FsError::NotDir),
+            Location::SourceList => {
+                let table = self.table.read();
+                let ino = table.children.get(&(ROOT_INO, name.to_owned())).ok_or(FsError::NotFound)?;
+                return table.nodes.get(ino).cloned().ok_or(FsError::NotFound);
+            }
+            Location::Dir { source, prefix } => (*source, prefix.clone()),
+        };
+        if names::check_component(name).is_err() {
+            return Err(if name.len() > names::NAME_MAX { FsError::NameTooLong } else { FsError::NotFound });
+        }
+        let now = Instant::now();
+        if let Some(node) = self.cached_child(parent, name, now) {
+            return Ok(node);
+        }
+        let missing_key = (parent, name.to_owned());
+        if self.missing.lock().get(&missing_key).is_some_and(|until| *until > now) {
+            return Err(FsError::NotFound);
+        }
+
+        let store = self.store(source);
+        let key = format!("{prefix}{name}");
+        let dir_prefix = format!("{key}/");
+        // Both questions at once: is there an object `key`, and is there anything below `key/`?
+        let (head, children) = tokio::join!(store.head(&key), store.list(&dir_prefix, None, Some(1)));
+        let children = children?;
+        let valid_until = Some(Instant::now() + self.ttl);
+        if !children.objects.is_empty() || !children.prefixes.is_empty() {
+            if head.is_ok() {
+                tracing::warn!(key, "object not shown: a directory of the same name exists");
+            }
+            let attributes = Attributes { size: 0, mtime: self.mounted_at, etag: None, valid_until };
+            return Ok(self.table.write().upsert(
+                parent,
+                name,
+                Location::Dir { source, prefix: dir_prefix },
+                attributes,
+            ));
+        }
+        match head {
+            Ok(info) => Ok(self.enter_file(parent, name, source, info, valid_until)),
+            Err(crate::store::StoreError::NotFound) => {
+                self.missing.lock().insert(missing_key, now + self.ttl);
+                Err(FsError::NotFound)
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// The attributes of `ino`, refreshed from the store when older than the TTL.
+    pub async fn getattr(&self, ino: Ino) -> Result<Node, FsError> {
+        let node = self.node(ino)?;
+        if node.valid_until.is_none_or(|until| until > Instant::now()) {
+            return Ok(node);
+        }
+        self.forget_cached(node.parent, &node.name);
+        let fresh = self.lookup(node.parent, &node.name).await?;
+        if fresh.ino != ino {
+            return Err(FsError::NotFound); // the path now names something else
+        }
+        Ok(fresh)
+    }
+
+    /// Lists directory `dir`, one store page at a time.
+    pub fn list(&self, dir: Ino) -> Result<DirStream, FsError> {
+        let node = self.node(dir)?;
+        let inner = match node.location {
+            Location::File { .. } => return Err(FsError::NotDir),
+            Location::SourceList => None,
+            Location::Dir { source, prefix } => Some((source, prefix)),
+        };
+        Ok(DirStream { dir, parent: node.parent, inner, merger: None, token: None, done: false })
+    }
+
+    fn cached_child(&self, parent: Ino, name: &str, now: Instant) -> Option<Node> {
+        let table = self.table.read();
+        let ino = table.children.get(&(parent, name.to_owned()))?;
+        let node = table.nodes.get(ino)?;
+        node.valid_until.is_none_or(|until| until > now).then(|| node.clone())
+    }
+
+    fn forget_cached(&self, parent: Ino, name: &str) {
+        let mut table = self.table.write();
+        if let Some(ino) = table.children.get(&(parent, name.to_owned())).copied() {
+            if let Some(node) = table.nodes.get_mut(&ino) {
+                if node.valid_until.is_some() {
+                    node.valid_until = Some(Instant::now());
+                }
+            }
+        }
+    }
+
+    fn enter_file(&self, parent: Ino, name: &str, source: usize, info: ObjectInfo, valid_until: Option<Instant>) -> Node {
+        self.missing.lock().remove(&(parent, name.to_owned()));
+        let attributes = Attributes { size: info.size, mtime: info.mtime, etag: info.etag, valid_until };
+        self.table.write().upsert(parent, name, Location::File { source, key: info.key }, attributes)
+    }
+
+    fn enter_listed(&self, dir: Ino, source: usize, prefix: &str, entries: Vec<Entry>) -> Vec<Listed> {
+        let valid_until = Some(Instant::now() + self.ttl);
+        let mut missing = self.missing.lock();
+        let mut table = self.table.write();
+        entries
+            .into_iter()
+            .map(|entry| {
+                missing.remove(&(dir, entry.name.clone()));
+                let (location, attributes) = match entry.kind {
+                    EntryKind::Dir => (
+                        Location::Dir { source, prefix: format!("{prefix}{}/", entry.name) },
+                        Attributes { size: 0, mtime: self.mounted_at, etag: None, valid_until },
+                    ),
+                    EntryKind::File(info) => (
+                        Location::File { source, key: info.key },
+                        Attributes { size: info.size, mtime: info.mtime, etag: info.etag, valid_until },
+                    ),
+                };
+                let node = table.upsert(dir, &entry.name, location, attributes);
+                Listed { name: entry.name, node }
+            })
+            .collect()
+    }
+}
+
+/// A directory being listed: yields entries page by page, so a directory of any size is
+/// listed in memory proportional to one page.
+pub struct DirStream {
+    pub dir: Ino,
+    pub parent: Ino,
+    inner: Option<(usize, String)>,
+    merger: Option<ListingMerger>,
+    token: Option<String>,
+    done: bool,
+}
+
+impl DirStream {
+    /// The next batch of entries; empty once the listing is complete.
+    pub async fn next_batch(&mut self, namespace: &Namespace) -> Result<Vec<Listed>, FsError> {
+        if self.done {
+            return Ok(Vec::new());
+        }
+        let Some((source, prefix)) = self.inner.clone() else {
+            self.done = true;
+            let table = namespace.table.read();
+            let mut sources: Vec<Listed> = table
+                .children
+                .iter()
+                .filter(|((parent, _), _)| *parent == ROOT_INO)
+                .filter_map(|((_, name), ino)| {
+                    Some(Listed { name: name.clone(), node: table.nodes.get(ino)?.clone() })
+                })
+                .collect();
+            sources.sort_by(|a, b| a.name.cmp(&b.name));
+            return Ok(sources);
+        };
+        loop {
+            let merger = self.merger.get_or_insert_with(|| ListingMerger::new(prefix.clone()));
+            let page = namespace.store(source).list(&prefix, self.token.take(), None).await?;
+            self.token = page.next_token.clone();
+            self.done = self.token.is_none();
+            let entries = merger.push_page(page);
+            if !entries.is_empty() || self.done {
+                return Ok(namespace.enter_listed(self.dir, source, &prefix, entries));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+
+    fn namespace(keys: &[&str]) -> Namespace {
+        let store = Arc::new(MemoryStore::with_keys(keys.iter().map(|k| (k.to_string(), b"x".to_vec()))));
+        Namespace::new(vec![Source { mount_name: None, store, prefix: String::new() }], Duration::from_secs(60))
+    }
+
+    #[tokio::test]
+    async fn lookup_agrees_with_listing_on_file_versus_directory() {
+        let ns = namespace(&["both", "both/inner", "plain", "marker/"]);
+        assert!(ns.lookup(ROOT_INO, "both").await.expect("both").location.is_dir());
+        assert!(!ns.lookup(ROOT_INO, "plain").await.expect("plain").location.is_dir());
+        assert!(ns.lookup(ROOT_INO, "marker").await.expect("marker").location.is_dir());
+        assert!(matches!(ns.lookup(ROOT_INO, "nothing").await, Err(FsError::NotFound)));
+        assert!(matches!(ns.lookup(ROOT_INO, "..").await, Err(FsError::NotFound)));
+    }
+
+    #[tokio::test]
+    async fn inode_numbers_are_stable_between_listing_and_lookup() {
+        let ns = namespace(&["d/a", "d/b", "f"]);
+        let d = ns.lookup(ROOT_INO, "d").await.expect("d");
+        let mut stream = ns.list(d.ino).expect("list");
+        let listed = stream.next_batch(&ns).await.expect("page");
+        let a = ns.lookup(d.ino, "a").await.expect("a");
+        assert_eq!(listed.iter().find(|l| l.name == "a").map(|l| l.node.ino), Some(a.ino));
+        assert_eq!(ns.lookup(ROOT_INO, "d").await.expect("d").ino, d.ino);
+    }
+
+    #[tokio::test]
+    async fn multiplexed_root_lists_sources() {
+        let one = Arc::new(MemoryStore::with_keys([("x".to_owned(), vec![1])]));
+        let two = Arc::new(MemoryStore::with_keys([("pre/y".to_owned(), vec![2])]));
+        let ns = Namespace::new(
+            vec![
+                Source { mount_name: Some("one".into()), store: one, prefix: String::new() },
+                Source { mount_name: Some("two".into()), store: two, prefix: "pre/".into() },
+            ],
+            Duration::from_secs(1),
+        );
+        let mut root = ns.list(ROOT_INO).expect("root");
+        let names: Vec<_> = root.next_batch(&ns).await.expect("root").into_iter().map(|l| l.name).collect();
+        assert_eq!(names, ["one", "two"]);
+        let two = ns.lookup(ROOT_INO, "two").await.expect("two");
+        let y = ns.lookup(two.ino, "y").await.expect("y");
+        assert_eq!(y.location, Location::File { source: 1, key: "pre/y".into() });
+    }
+}

@@ -1,0 +1,72 @@
+//! Which S3 key components can be shown as file names, and why the others cannot.
+//!
+//! S3 keys are arbitrary UTF-8 strings; a POSIX file name is a non-empty byte string of at
+//! most 255 bytes without `/`, and `.`/`..` are taken. A key whose components break
+//! these rules is hidden (and logged once per listing), never mangled: showing `a//b` as
+//! `a/b` would make two keys collide, and a mangled name could not be mapped back.
+
+/// Longest file name Linux accepts (`NAME_MAX`).
+pub const NAME_MAX: usize = 255;
+
+/// Why a key component is not shown as a directory entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hidden {
+    /// From `a//b` (or a key starting with `/`): no name to show.
+    Empty,
+    /// `.` or `..`: the kernel reserves them.
+    Dot,
+    /// Longer than `NAME_MAX` bytes: the kernel would refuse it.
+    TooLong,
+    /// Contains NUL, which no file name can hold.
+    Nul,
+}
+
+impl std::fmt::Display for Hidden {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Hidden::Empty => "it has an empty path component (\"//\")",
+            Hidden::Dot => "it has a \".\" or \"..\" path component",
+            Hidden::TooLong => "a path component is longer than 255 bytes",
+            Hidden::Nul => "it contains a NUL byte",
+        })
+    }
+}
+
+/// Checks one path component (the text between two `/` of a key).
+pub fn check_component(name: &str) -> Result<(), Hidden> {
+    if name.is_empty() {
+        Err(Hidden::Empty)
+    } else if name == "." || name == ".." {
+        Err(Hidden::Dot)
+    } else if name.len() > NAME_MAX {
+        Err(Hidden::TooLong)
+    } else if name.contains('\0') {
+        Err(Hidden::Nul)
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordinary_odd_names_are_shown() {
+        for name in ["a b", "100%", "a+b", "é", "日本", "#?&", " ", "...", ".hidden"] {
+            assert_eq!(check_component(name), Ok(()), "{name}");
+        }
+    }
+
+    #[test]
+    fn names_the_kernel_cannot_take_are_hidden() {
+        assert_eq!(check_component(""), Err(Hidden::Empty));
+        assert_eq!(check_component("."), Err(Hidden::Dot));
+        assert_eq!(check_component(".."), Err(Hidden::Dot));
+        assert_eq!(check_component(&"x".repeat(256)), Err(Hidden::TooLong));
+        assert_eq!(check_component(&"x".repeat(255)), Ok(()));
+        // 255 bytes is the limit, not 255 characters.
+        assert_eq!(check_component(&"é".repeat(128)), Err(Hidden::TooLong));
+        assert_eq!(check_component("a\0b"), Err(Hidden::Nul));
+    }
+}

@@ -1,0 +1,405 @@
+//! Reads of one open file: range GETs, sequential detection and prefetch.
+//!
+//! A [`ReadHandle`] keeps a set of **segments**, byte ranges of the object that are fetched
+//! or being fetched (each a spawned GET whose result several reads can await). A read
+//! takes the bytes from the segments that cover it and fetches only the gaps, so no byte
+//! is fetched twice while it is still held, whatever order the kernel's parallel
+//! read-ahead requests arrive in.
+//!
+//! - **Random reads** (far from the previous one) fetch exactly the bytes asked for: a
+//!   4 KiB read in an 8 GiB object is one 4 KiB ranged GET.
+//! - **Sequential reads** (within the current window of the furthest byte read so far,
+//!   or a first read at offset 0) grow a **window**, doubling from `initial_window` up to
+//!   `max_window`, and the bytes of the window ahead of the reader are fetched in
+//!   parallel pieces that grow with it, up to `part_size`. Small first pieces keep the
+//!   first byte fast; big later pieces keep the request count low.
+//! - **Seeks keep data**: a segment is dropped only once it is well behind the reader
+//!   (more than `part_size`) or when the handle holds more than twice its window; so a
+//!   short backward seek is served from memory.
+//! - **Versions never mix**: every GET carries `If-Match` with the ETag seen at open; if
+//!   the object changed, the read fails (EIO) instead of returning new bytes.
+//! - **Memory**: read-ahead reserves from the [`MemoryLimiter`] and stops when the budget
+//!   is spent; bytes a reader waits on are always fetched.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use futures::future::{BoxFuture, FutureExt, Shared};
+use parking_lot::Mutex;
+
+use crate::fs::error::FsError;
+use crate::memory::{MemoryLimiter, Reservation};
+use crate::store::{ObjectStore, StoreError};
+
+/// Tuning of the read path; see the module doc.
+#[derive(Clone, Debug)]
+pub struct ReadConfig {
+    pub part_size: u64,
+    pub initial_window: u64,
+    pub max_window: u64,
+}
+
+/// Smallest piece a sequential window is fetched in.
+const MIN_PIECE: u64 = 256 * 1024;
+
+type Fetch = Shared<BoxFuture<'static, Result<Bytes, StoreError>>>;
+
+struct Segment {
+    range: Range<u64>,
+    data: Fetch,
+    abort: tokio::task::AbortHandle,
+    _memory: Reservation,
+}
+
+struct State {
+    /// Keyed by start offset; segments never overlap.
+    segments: BTreeMap<u64, Segment>,
+    /// End of the furthest byte read so far (of the current sequential run).
+    frontier: u64,
+    window: u64,
+    reads: u64,
+}
+
+pub struct ReadHandle {
+    store: Arc<dyn ObjectStore>,
+    key: Arc<str>,
+    etag: Option<Arc<str>>,
+    size: u64,
+    config: ReadConfig,
+    memory: Arc<MemoryLimiter>,
+    state: Mutex<State>,
+}
+
+impl ReadHandle {
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        key: &str,
+        etag: Option<&str>,
+        size: u64,
+        config: ReadConfig,
+        memory: Arc<MemoryLimiter>,
+    ) -> Self {
+        let window = config.initial_window;
+        Self {
+            store,
+            key: key.into(),
+            etag: etag.map(Into::into),
+            size,
+            config,
+            memory,
+            state: Mutex::new(State { segments: BTreeMap::new(), frontier: 0, window, reads: 0 }),
+        }
+    }
+
+    /// Reads up to `len` bytes at `offset` (fewer only at the end of the object).
+    pub async fn read(&self, offset: u64, len: u64) -> Result<Bytes, FsError> {
+        let end = offset.saturating_add(len).min(self.size);
+        if offset >= end {
+            return Ok(Bytes::new());
+        }
+        let parts = self.plan(offset..end);
+        let mut pieces = Vec::with_capacity(parts.len());
+        for (range, fetch) in parts {
+            match fetch.await {
+                Ok(bytes) => {
+                    let from = (offset.max(range.start) - range.start) as usize;
+                    let to = (end.min(range.end) - range.start) as usize;
+                    pieces.push(bytes.slice(from..to));
+                }
+                Err(error) => {
+                    self.forget_failed(range.start);
+                    if matches!(error, StoreError::Changed) {
+                        tracing::warn!(key = %self.key, "object changed while open; failing the read");
+                    }
+                    return Err(error.into());
+                }
+            }
+        }
+        Ok(concat(pieces))
+    }
+
+    /// Decides what to fetch for a read of `wanted`, starts those GETs, and returns the
+    /// segments that cover `wanted`, in order.
+    fn plan(&self, wanted: Range<u64>) -> Vec<(Range<u64>, Fetch)> {
+        let mut state = self.state.lock();
+        let sequential = self.is_sequential(&state, &wanted);
+        if sequential {
+            if state.reads > 0 {
+                state.window = (state.window * 2).min(self.config.max_window);
+            }
+            state.frontier = state.frontier.max(wanted.end);
+        } else {
+            state.window = self.config.initial_window;
+            state.frontier = wanted.end;
+        }
+        state.reads += 1;
+
+        let piece = if sequential {
+            (state.window / 4).clamp(MIN_PIECE, self.config.part_size.max(MIN_PIECE))
+        } else {
+            u64::MAX // a random read is fetched as one exact range
+        };
+        for gap in gaps(&state.segments, wanted.clone()) {
+            for range in split(gap, piece) {
+                let memory = self.memory.reserve(range.end - range.start);
+                self.start_fetch(&mut state, range, memory);
+            }
+        }
+        if sequential {
+            let ahead = wanted.end..(wanted.end + state.window).min(self.size);
+            'prefetch: for gap in gaps(&state.segments, ahead.clone()) {
+                // The window slides a little with every read; fetching just that sliver
+                // would mean many tiny GETs, so the trailing gap is fetched in whole pieces.
+                let gap = if gap.end == ahead.end {
+                    let next_segment = state.segments.range(gap.end..).next().map_or(self.size, |(&s, _)| s);
+                    let whole = gap.start.saturating_add((gap.end - gap.start).div_ceil(piece) * piece);
+                    gap.start..whole.min(next_segment).min(self.size)
+                } else {
+                    gap
+                };
+                for range in split(gap, piece) {
+                    let Some(memory) = self.memory.try_reserve(range.end - range.start) else {
+                        break 'prefetch;
+                    };
+                    self.start_fetch(&mut state, range, memory);
+                }
+            }
+        }
+        self.evict(&mut state, &wanted);
+
+        state
+            .segments
+            .range(..wanted.end)
+            .rev()
+            .take_while(|(_, s)| s.range.end > wanted.start)
+            .map(|(_, s)| (s.range.clone(), s.data.clone()))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect()
+    }
+
+    fn is_sequential(&self, state: &State, wanted: &Range<u64>) -> bool {
+        if state.reads == 0 {
+            return wanted.start == 0;
+        }
+        let slack = state.window.max(self.config.initial_window);
+        wanted.start + slack >= state.frontier && wanted.start <= state.frontier + slack
+    }
+
+    fn start_fetch(&self, state: &mut State, range: Range<u64>, memory: Reservation) {
+        let store = self.store.clone();
+        let key = self.key.clone();
+        let etag = self.etag.clone();
+        let task_range = range.clone();
+        let task = tokio::spawn(async move { store.get_range(&key, task_range, etag.as_deref()).await });
+        let abort = task.abort_handle();
+        let data = async move {
+            task.await.unwrap_or_else(|join| {
+                Err(StoreError::Other { message: format!("read task ended: {join}"), request_id: None })
+            })
+        }
+        .boxed()
+        .shared();
+        state.segments.insert(range.start, Segment { range, data, abort, _memory: memory });
+    }
+
+    /// Drops what is well behind the reader, then, while the handle holds more than twice
+    /// its maximum window, whatever is farthest from the current read.
+    fn evict(&self, state: &mut State, wanted: &Range<u64>) {
+        let behind = wanted.start.saturating_sub(self.config.part_size);
+        state.segments.retain(|_, s| s.range.end > behind);
+        let budget = 2 * self.config.max_window;
+        let mut held: u64 = state.segments.values().map(|s| s.range.end - s.range.start).sum();
+        while held > budget {
+            let distance = |s: &Segment| {
+                if s.range.end <= wanted.start {
+                    wanted.start - s.range.end
+                } else {
+                    s.range.start.saturating_sub(wanted.end)
+                }
+            };
+            let Some((&start, farthest)) = state.segments.iter().max_by_key(|(_, s)| distance(s)) else {
+                break;
+            };
+            if distance(farthest) == 0 {
+                break; // everything left is needed by this read
+            }
+            held -= farthest.range.end - farthest.range.start;
+            state.segments.remove(&start);
+        }
+    }
+
+    fn forget_failed(&self, start: u64) {
+        let mut state = self.state.lock();
+        let failed = state
+            .segments
+            .get(&start)
+            .and_then(|s| s.data.peek().map(|result| result.is_err()))
+            .unwrap_or(false);
+        if failed {
+            state.segments.remove(&start);
+        }
+    }
+}
+
+impl Drop for ReadHandle {
+    fn drop(&mut self) {
+        // A closed file needs no more read-ahead: stop the GETs still running.
+        for segment in self.state.get_mut().segments.values() {
+            segment.abort.abort();
+        }
+    }
+}
+
+/// The sub-ranges of `wanted` that no segment covers.
+fn gaps(segments: &BTreeMap<u64, Segment>, wanted: Range<u64>) -> Vec<Range<u64>> {
+    let mut gaps = Vec::new();
+    let mut cursor = wanted.start;
+    // The segment starting before `wanted` may reach into it.
+    let first = segments.range(..=wanted.start).next_back().map(|(&k, _)| k).unwrap_or(wanted.start);
+    for segment in segments.range(first..wanted.end).map(|(_, s)| s) {
+        if segment.range.end <= cursor {
+            continue;
+        }
+        if segment.range.start > cursor {
+            gaps.push(cursor..segment.range.start);
+        }
+        cursor = cursor.max(segment.range.end);
+        if cursor >= wanted.end {
+            break;
+        }
+    }
+    if cursor < wanted.end {
+        gaps.push(cursor..wanted.end);
+    }
+    gaps
+}
+
+fn split(range: Range<u64>, piece: u64) -> impl Iterator<Item = Range<u64>> {
+    let end = range.end;
+    (range.start..end).step_by(piece.min(usize::MAX as u64) as usize).map(move |s| s..(s.saturating_add(piece)).min(end))
+}
+
+fn concat(pieces: Vec<Bytes>) -> Bytes {
+    match pieces.len() {
+        0 => Bytes::new(),
+        1 => pieces.into_iter().next().unwrap_or_default(),
+        _ => {
+            let mut out = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+            for piece in pieces {
+                out.extend_from_slice(&piece);
+            }
+            out.freeze()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::store::memory::MemoryStore;
+
+    const KIB: u64 = 1024;
+    const MIB: u64 = 1024 * KIB;
+
+    fn data(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 31 % 251) as u8).collect()
+    }
+
+    fn handle(store: &Arc<MemoryStore>, size: u64, config: ReadConfig, memory: u64) -> ReadHandle {
+        let etag = futures::executor::block_on(store.head("k")).ok().and_then(|i| i.etag);
+        ReadHandle::new(store.clone(), "k", etag.as_deref(), size, config, MemoryLimiter::new(memory))
+    }
+
+    fn config() -> ReadConfig {
+        ReadConfig { part_size: 2 * MIB, initial_window: 256 * KIB, max_window: 8 * MIB }
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+    }
+
+    #[test]
+    fn small_random_read_in_big_object_is_one_small_get() {
+        let rt = runtime();
+        let size = 64 * MIB;
+        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), data(size as usize))]));
+        let reader = handle(&store, size, config(), 64 * MIB);
+        let got = rt.block_on(reader.read(40 * MIB + 7, 4096)).expect("read");
+        assert_eq!(&got[..], &data(size as usize)[(40 * MIB + 7) as usize..][..4096]);
+        assert_eq!(*store.gets.lock(), vec![(40 * MIB + 7)..(40 * MIB + 7 + 4096)]);
+    }
+
+    #[test]
+    fn sequential_reads_fetch_every_byte_once_and_prefetch_ahead() {
+        let rt = runtime();
+        let size = 20 * MIB + 123;
+        let bytes = data(size as usize);
+        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), bytes.clone())]));
+        let reader = handle(&store, size, config(), 64 * MIB);
+        let mut out = Vec::new();
+        let mut offset = 0;
+        while offset < size {
+            let chunk = rt.block_on(reader.read(offset, 128 * KIB)).expect("read");
+            offset += chunk.len() as u64;
+            out.extend_from_slice(&chunk);
+        }
+        assert_eq!(out, bytes);
+        let mut gets = store.gets.lock().clone();
+        gets.sort_by_key(|r| r.start);
+        let fetched: u64 = gets.iter().map(|r| r.end - r.start).sum();
+        assert_eq!(fetched, size, "each byte fetched exactly once");
+        assert!(gets.iter().any(|r| r.end - r.start == 2 * MIB), "pieces grow to the part size: {gets:?}");
+        assert!(gets.len() < 40, "few requests for a sequential read: {}", gets.len());
+    }
+
+    #[test]
+    fn changed_object_fails_instead_of_mixing_versions() {
+        let rt = runtime();
+        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), data(4 * MIB as usize))]));
+        let reader = handle(&store, 4 * MIB, config(), 64 * MIB);
+        rt.block_on(reader.read(3 * MIB, 10)).expect("first read");
+        store.put("k", vec![7; 4 * MIB as usize]);
+        let error = rt.block_on(reader.read(0, 10)).expect_err("must fail");
+        assert_eq!(error.errno(), fuser::Errno::EIO);
+    }
+
+    #[test]
+    fn prefetch_stops_at_the_memory_limit() {
+        let rt = runtime();
+        let size = 64 * MIB;
+        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), data(size as usize))]));
+        let reader = handle(&store, size, config(), MIB);
+        for i in 0..8 {
+            rt.block_on(reader.read(i * 128 * KIB, 128 * KIB)).expect("read");
+        }
+        assert!(reader.memory.used() <= MIB + 128 * KIB, "used {}", reader.memory.used());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Whatever the order and size of reads, the bytes are the object's bytes.
+        #[test]
+        fn any_read_pattern_returns_the_right_bytes(
+            reads in prop::collection::vec((0u64..3 * MIB, 1u64..600 * KIB), 1..30),
+        ) {
+            let rt = runtime();
+            let size = 3 * MIB - 17;
+            let bytes = data(size as usize);
+            let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), bytes.clone())]));
+            let small = ReadConfig { part_size: 512 * KIB, initial_window: 64 * KIB, max_window: MIB };
+            let reader = handle(&store, size, small, 4 * MIB);
+            for (offset, len) in reads {
+                let got = rt.block_on(reader.read(offset, len)).expect("read");
+                let start = offset.min(size) as usize;
+                let end = (offset + len).min(size) as usize;
+                prop_assert_eq!(&got[..], &bytes[start..end]);
+            }
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! `store` is the only code that speaks S3.
+//!
+//! It exposes one trait, [`ObjectStore`], with the handful of calls the filesystem needs
+//! (list one directory level, head, ranged get), and one implementation on top of
+//! aws-sdk-s3 ([`s3::S3Store`]). Everything the SDK can fail with is folded here into
+//! [`StoreError`], a small enum the upper layers can reason about (not found, changed
+//! under us, denied, unreachable…); `fs::error` turns it into an errno in one place.
+//!
+//! The store knows nothing about inodes or file names: keys in, bytes and listings out.
+
+#[cfg(test)]
+pub mod memory;
+pub mod s3;
+
+use std::ops::Range;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+/// Metadata of one object, as returned by LIST or HEAD.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub key: String,
+    pub size: u64,
+    pub mtime: SystemTime,
+    /// Entity tag, quotes included, exactly as the server sent it.
+    pub etag: Option<String>,
+}
+
+/// One page of a delimited listing (`delimiter = "/"`).
+#[derive(Clone, Debug, Default)]
+pub struct ListPage {
+    /// Objects directly under the prefix, in key order.
+    pub objects: Vec<ObjectInfo>,
+    /// Common prefixes ("sub-directories"), each ending in `/`, in key order.
+    pub prefixes: Vec<String>,
+    /// Continuation token for the next page; `None` on the last page.
+    pub next_token: Option<String>,
+}
+
+/// Why a store call failed, in the terms the filesystem cares about.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no such key")]
+    NotFound,
+    #[error("bucket \"{0}\" does not exist")]
+    NoSuchBucket(String),
+    #[error("access denied{}", request_suffix(.0))]
+    AccessDenied(Option<String>),
+    #[error("credentials rejected by the server ({0})")]
+    BadCredentials(String),
+    /// The object no longer has the ETag we pinned at open (If-Match failed).
+    #[error("object changed since it was opened")]
+    Changed,
+    #[error("cannot reach {endpoint}: {detail}")]
+    Unreachable { endpoint: String, detail: String },
+    #[error("request timed out: {0}")]
+    Timeout(String),
+    #[error("S3 error: {message}{}", request_suffix(.request_id))]
+    Other { message: String, request_id: Option<String> },
+}
+
+fn request_suffix(request_id: &Option<String>) -> String {
+    match request_id {
+        Some(id) => format!(" (request id {id})"),
+        None => String::new(),
+    }
+}
+
+/// The calls the filesystem makes against one bucket.
+///
+/// Keys are full keys inside the bucket; a source's prefix is applied by the caller.
+#[async_trait]
+pub trait ObjectStore: Send + Sync + 'static {
+    /// One page of `ListObjectsV2(prefix, delimiter="/")`.
+    async fn list(
+        &self,
+        prefix: &str,
+        continuation: Option<String>,
+        max_keys: Option<i32>,
+    ) -> Result<ListPage, StoreError>;
+
+    /// `HeadObject(key)`; `Err(NotFound)` when there is no such object.
+    async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError>;
+
+    /// The bytes `range` of `key`. With `if_match`, fails with `Changed` instead of
+    /// returning bytes of another version of the object.
+    async fn get_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        if_match: Option<&str>,
+    ) -> Result<Bytes, StoreError>;
+
+    /// `s3://bucket`, for messages.
+    fn describe(&self) -> String;
+}

@@ -1,0 +1,281 @@
+//! [`ObjectStore`] on aws-sdk-s3: client construction (credential chain, endpoint,
+//! timeouts, retries), the calls themselves, and the one mapping from SDK errors to
+//! [`StoreError`].
+
+use std::error::Error as _;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use aws_config::meta::region::RegionProviderChain;
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::BehaviorVersion;
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::operation::RequestId;
+use aws_sdk_s3::types::EncodingType;
+use aws_sdk_s3::Client;
+use bytes::Bytes;
+use percent_encoding::percent_decode_str;
+use tokio::sync::Semaphore;
+
+use super::{ListPage, ObjectInfo, ObjectStore, StoreError};
+
+/// How to reach one bucket. Each source of a mount has its own.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    pub bucket: String,
+    pub endpoint_url: Option<String>,
+    pub region: Option<String>,
+    pub profile: Option<String>,
+    pub force_path_style: bool,
+    pub max_concurrent_requests: usize,
+}
+
+/// Timeouts are what keeps a dead server from hanging a program on the mount: a
+/// connection must open within `CONNECT`, bytes must keep flowing (`READ`), and one
+/// attempt may not take longer than `ATTEMPT`. With three attempts, no call outlives
+/// about two minutes, and a refused connection fails within seconds.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const READ_TIMEOUT: Duration = Duration::from_secs(20);
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(40);
+const MAX_ATTEMPTS: u32 = 3;
+
+pub struct S3Store {
+    client: Client,
+    bucket: String,
+    endpoint: String,
+    /// Caps requests in flight to this bucket, whoever issues them.
+    requests: Semaphore,
+}
+
+impl S3Store {
+    pub async fn new(config: &StoreConfig) -> Arc<Self> {
+        let region = RegionProviderChain::first_try(config.region.clone().map(aws_config::Region::new))
+            .or_default_provider()
+            .or_else(aws_config::Region::new("us-east-1"));
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .region(region)
+            .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS))
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .read_timeout(READ_TIMEOUT)
+                    .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+                    .build(),
+            );
+        if let Some(profile) = &config.profile {
+            loader = loader.profile_name(profile);
+        }
+        if let Some(endpoint) = &config.endpoint_url {
+            loader = loader.endpoint_url(endpoint);
+        }
+        let shared = loader.load().await;
+        let endpoint = shared
+            .endpoint_url()
+            .map(str::to_owned)
+            .unwrap_or_else(|| "the AWS S3 endpoint".to_owned());
+        let s3_config = aws_sdk_s3::config::Builder::from(&shared)
+            .force_path_style(config.force_path_style)
+            .build();
+        Arc::new(Self {
+            client: Client::from_conf(s3_config),
+            bucket: config.bucket.clone(),
+            endpoint,
+            requests: Semaphore::new(config.max_concurrent_requests.max(1)),
+        })
+    }
+
+    /// Turns any SDK failure into a [`StoreError`]. The only place that reads S3 error codes.
+    fn map_error<E>(&self, err: SdkError<E, aws_sdk_s3::config::http::HttpResponse>) -> StoreError
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        let status = err.raw_response().map(|r| r.status().as_u16());
+        match &err {
+            SdkError::DispatchFailure(failure) => {
+                let detail = failure
+                    .as_connector_error()
+                    .and_then(|c| c.source())
+                    .map(|s| innermost_message(s))
+                    .unwrap_or_else(|| format!("{err}"));
+                if failure.is_timeout() {
+                    return StoreError::Timeout(format!("{} ({detail})", self.endpoint));
+                }
+                return StoreError::Unreachable { endpoint: self.endpoint.clone(), detail };
+            }
+            SdkError::TimeoutError(_) => return StoreError::Timeout(self.endpoint.clone()),
+            _ => {}
+        }
+        let request_id = err.request_id().map(str::to_owned);
+        let code = err.code().map(str::to_owned);
+        match (code.as_deref(), status) {
+            (Some("NoSuchBucket"), _) => StoreError::NoSuchBucket(self.bucket.clone()),
+            (Some("NoSuchKey" | "NotFound"), _) | (None, Some(404)) => StoreError::NotFound,
+            (Some("InvalidAccessKeyId" | "SignatureDoesNotMatch" | "InvalidToken" | "ExpiredToken"), _) => {
+                StoreError::BadCredentials(code.unwrap_or_default())
+            }
+            (Some("AccessDenied" | "AllAccessDisabled"), _) | (None, Some(403)) => {
+                StoreError::AccessDenied(request_id)
+            }
+            (Some("PreconditionFailed"), _) | (_, Some(412)) => StoreError::Changed,
+            _ => StoreError::Other {
+                message: match (code, err.message(), status) {
+                    (Some(code), Some(msg), _) => format!("{code}: {msg}"),
+                    (Some(code), None, _) => code,
+                    (None, _, Some(status)) => format!("HTTP {status}"),
+                    _ => innermost_message(&err),
+                },
+                request_id,
+            },
+        }
+    }
+}
+
+fn innermost_message(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut current = err;
+    while let Some(next) = current.source() {
+        current = next;
+    }
+    current.to_string()
+}
+
+/// Listing keys come back URL-encoded (we ask for `encoding-type=url` so that keys with
+/// characters XML cannot carry still list). Servers encode as HTML forms do: a space is
+/// `+` and a literal `+` is `%2B`. A key that does not decode to UTF-8 is kept raw rather
+/// than dropped, so the caller can warn about it.
+fn decode_key(encoded: &str) -> String {
+    let spaces = encoded.replace('+', " ");
+    percent_decode_str(&spaces)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .unwrap_or_else(|_| encoded.to_owned())
+}
+
+fn to_system_time(t: Option<&aws_sdk_s3::primitives::DateTime>) -> SystemTime {
+    t.and_then(|t| SystemTime::try_from(*t).ok()).unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+#[async_trait]
+impl ObjectStore for S3Store {
+    async fn list(
+        &self,
+        prefix: &str,
+        continuation: Option<String>,
+        max_keys: Option<i32>,
+    ) -> Result<ListPage, StoreError> {
+        let _permit = self.requests.acquire().await;
+        let response = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .delimiter("/")
+            .encoding_type(EncodingType::Url)
+            .set_continuation_token(continuation)
+            .set_max_keys(max_keys)
+            .send()
+            .await
+            .map_err(|e| self.map_error(e))?;
+        let objects = response
+            .contents()
+            .iter()
+            .filter_map(|object| {
+                Some(ObjectInfo {
+                    key: decode_key(object.key()?),
+                    size: object.size().unwrap_or(0).max(0) as u64,
+                    mtime: to_system_time(object.last_modified()),
+                    etag: object.e_tag().map(str::to_owned),
+                })
+            })
+            .collect();
+        let prefixes = response
+            .common_prefixes()
+            .iter()
+            .filter_map(|p| p.prefix().map(decode_key))
+            .collect();
+        let next_token = if response.is_truncated().unwrap_or(false) {
+            response.next_continuation_token().map(str::to_owned)
+        } else {
+            None
+        };
+        Ok(ListPage { objects, prefixes, next_token })
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError> {
+        let _permit = self.requests.acquire().await;
+        let response = self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| self.map_error(e))?;
+        Ok(ObjectInfo {
+            key: key.to_owned(),
+            size: response.content_length().unwrap_or(0).max(0) as u64,
+            mtime: to_system_time(response.last_modified()),
+            etag: response.e_tag().map(str::to_owned),
+        })
+    }
+
+    async fn get_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        if_match: Option<&str>,
+    ) -> Result<Bytes, StoreError> {
+        if range.is_empty() {
+            return Ok(Bytes::new());
+        }
+        let _permit = self.requests.acquire().await;
+        let response = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .range(format!("bytes={}-{}", range.start, range.end - 1))
+            .set_if_match(if_match.map(str::to_owned))
+            .send()
+            .await
+            .map_err(|e| self.map_error(e))?;
+        let expected = (range.end - range.start) as usize;
+        let mut buffer = Vec::with_capacity(expected);
+        let mut body = response.body;
+        while let Some(chunk) = body.try_next().await.map_err(|e| StoreError::Other {
+            message: format!("reading body of {key}: {}", innermost_message(&e)),
+            request_id: None,
+        })? {
+            buffer.extend_from_slice(&chunk);
+        }
+        if buffer.len() != expected {
+            return Err(StoreError::Other {
+                message: format!(
+                    "short read of {key} bytes {}..{}: got {} bytes",
+                    range.start,
+                    range.end,
+                    buffer.len()
+                ),
+                request_id: None,
+            });
+        }
+        Ok(Bytes::from(buffer))
+    }
+
+    fn describe(&self) -> String {
+        format!("s3://{}", self.bucket)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_key;
+
+    #[test]
+    fn listing_keys_decode_like_forms() {
+        assert_eq!(decode_key("sp+ace%2Bplus%25"), "sp ace+plus%");
+        assert_eq!(decode_key("%C3%A9%E6%97%A5"), "é日");
+    }
+}
