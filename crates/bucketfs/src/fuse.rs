@@ -83,6 +83,9 @@ impl Filesystem for FuseAdapter {
             };
             match result {
                 Ok(attr) => reply.entry(&fs.ttl(), &attr, Generation(0)),
+                // Inode 0 is a negative entry the kernel caches for the TTL, so programs
+                // probing for files that are not there (shells, importers) cost one request.
+                Err(FsError::NotFound) => reply.entry(&fs.ttl(), &fs.missing_attr(), Generation(0)),
                 Err(e) => reply.error(log_error("lookup", &e)),
             }
         });

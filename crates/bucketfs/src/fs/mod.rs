@@ -11,7 +11,7 @@ pub mod error;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use fuser::{FileAttr, FileType, INodeNo};
@@ -179,22 +179,31 @@ impl Fs {
         self.dirs.lock().remove(&handle);
     }
 
+    /// The attributes of a negative entry (inode 0): "no such name", cacheable.
+    pub fn missing_attr(&self) -> FileAttr {
+        FileAttr { ino: INodeNo(0), size: 0, blocks: 0, nlink: 0, ..self.attr_of(0, 0, SystemTime::UNIX_EPOCH, false) }
+    }
+
     fn attr(&self, node: &Node) -> FileAttr {
+        self.attr_of(node.ino, node.size, node.mtime, node.location.is_dir())
+    }
+
+    fn attr_of(&self, ino: Ino, size: u64, mtime: SystemTime, is_dir: bool) -> FileAttr {
         let p = &self.presentation;
-        let (kind, perm, nlink) = if node.location.is_dir() {
+        let (kind, perm, nlink) = if is_dir {
             // nlink 1 tells find(1) not to count subdirectories from the link count.
             (FileType::Directory, p.dir_mode, 1)
         } else {
             (FileType::RegularFile, p.file_mode, 1)
         };
         FileAttr {
-            ino: INodeNo(node.ino),
-            size: node.size,
-            blocks: node.size.div_ceil(512),
-            atime: node.mtime,
-            mtime: node.mtime,
-            ctime: node.mtime,
-            crtime: node.mtime,
+            ino: INodeNo(ino),
+            size,
+            blocks: size.div_ceil(512),
+            atime: mtime,
+            mtime,
+            ctime: mtime,
+            crtime: mtime,
             kind,
             perm,
             nlink,

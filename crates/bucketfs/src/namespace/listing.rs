@@ -133,15 +133,13 @@ mod tests {
         for key in keys {
             let Some(rest) = key.strip_prefix(prefix) else { continue };
             match rest.split_once('/') {
-                Some((dir, _)) => {
-                    if check_component(dir).is_ok() {
-                        entries.insert(dir.to_owned(), true);
-                    }
+                Some((dir, _)) if check_component(dir).is_ok() => {
+                    entries.insert(dir.to_owned(), true);
                 }
                 None if !rest.is_empty() && check_component(rest).is_ok() => {
                     entries.entry(rest.to_owned()).or_insert(false);
                 }
-                None => {}
+                _ => {}
             }
         }
         entries

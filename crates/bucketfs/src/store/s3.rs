@@ -98,7 +98,7 @@ impl S3Store {
                 let detail = failure
                     .as_connector_error()
                     .and_then(|c| c.source())
-                    .map(|s| innermost_message(s))
+                    .map(innermost_message)
                     .unwrap_or_else(|| format!("{err}"));
                 if failure.is_timeout() {
                     return StoreError::Timeout(format!("{} ({detail})", self.endpoint));
@@ -166,6 +166,7 @@ impl ObjectStore for S3Store {
         max_keys: Option<i32>,
     ) -> Result<ListPage, StoreError> {
         let _permit = self.requests.acquire().await;
+        tracing::debug!(bucket = %self.bucket, prefix, "s3 LIST");
         let response = self
             .client
             .list_objects_v2()
@@ -205,6 +206,7 @@ impl ObjectStore for S3Store {
 
     async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError> {
         let _permit = self.requests.acquire().await;
+        tracing::debug!(bucket = %self.bucket, key, "s3 HEAD");
         let response = self
             .client
             .head_object()
@@ -231,6 +233,7 @@ impl ObjectStore for S3Store {
             return Ok(Bytes::new());
         }
         let _permit = self.requests.acquire().await;
+        tracing::debug!(bucket = %self.bucket, key, start = range.start, len = range.end - range.start, "s3 GET");
         let response = self
             .client
             .get_object()
