@@ -363,6 +363,22 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn keys_that_cannot_be_names_are_hidden_and_siblings_stay() {
+        let long = "l".repeat(256);
+        let long_key = format!("x/{long}");
+        let ns = namespace(&["x//y", "x/sib", "p/./q", "p/../q", "p/sib2", &long_key, "/lead", "top"]);
+        let names = |listed: Vec<Listed>| listed.into_iter().map(|l| l.name).collect::<Vec<_>>();
+        let mut root = ns.list(ROOT_INO).expect("root");
+        assert_eq!(names(root.next_batch(&ns).await.expect("root")), ["p", "top", "x"]);
+        let x = ns.lookup(ROOT_INO, "x").await.expect("x");
+        assert_eq!(names(ns.list(x.ino).expect("x").next_batch(&ns).await.expect("x")), ["sib"]);
+        let p = ns.lookup(ROOT_INO, "p").await.expect("p");
+        assert_eq!(names(ns.list(p.ino).expect("p").next_batch(&ns).await.expect("p")), ["sib2"]);
+        assert!(matches!(ns.lookup(x.ino, &long).await, Err(FsError::NameTooLong)));
+        assert!(matches!(ns.lookup(x.ino, "").await, Err(FsError::NotFound)));
+    }
+
+    #[tokio::test]
     async fn inode_numbers_are_stable_between_listing_and_lookup() {
         let ns = namespace(&["d/a", "d/b", "f"]);
         let d = ns.lookup(ROOT_INO, "d").await.expect("d");

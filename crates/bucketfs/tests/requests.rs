@@ -1,0 +1,105 @@
+//! The S3 requests behind file operations, observed through bucketfs's own request log
+//! against MinIO (docs/SEMANTICS.md: listings carry attributes, random reads fetch what they ask for,
+//! sequential reads fetch every byte about once).
+
+mod common;
+
+use std::fs::File;
+
+use common::*;
+
+fn get_bytes_for(m: &Mount, key: &str) -> (usize, u64) {
+    let gets: Vec<_> = m
+        .s3_requests()
+        .into_iter()
+        .filter(|r| r.op == "GET" && r.key == key)
+        .collect();
+    (gets.len(), gets.iter().map(|r| r.range.map_or(0, |(_, len)| len)).sum())
+}
+
+/// After a directory listing, `stat` of every entry is answered without asking S3 again.
+#[test]
+fn stat_after_listing_sends_no_requests() {
+    let bucket = create_bucket("rq");
+    let mut objects: Vec<_> = (0..50).map(|i| (format!("d/f{i:02}"), vec![b'x'; i])).collect();
+    objects.push(("d/sub/inner".to_owned(), b"i".to_vec()));
+    put_many(&bucket, objects, 16);
+    let m = MountBuilder::new().bucket(&bucket).request_log().mount();
+
+    let names = ls(&m.join("d"));
+    assert_eq!(names.len(), 51);
+    let before = m.s3_requests().len();
+    for n in &names {
+        let md = std::fs::metadata(m.join("d").join(n)).unwrap();
+        if n != "sub" {
+            let i: usize = n[1..].parse().unwrap();
+            assert_eq!(md.len(), i as u64, "size of d/{n}");
+        }
+    }
+    let after = m.s3_requests();
+    assert_eq!(
+        after.len(),
+        before,
+        "stat after a listing sent S3 requests:\n{}",
+        after[before..]
+            .iter()
+            .map(|r| format!("{r:?}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// A small read in the middle of a big object is a small ranged GET, not a part or the whole
+/// object.
+#[test]
+fn small_random_read_fetches_little() {
+    let bucket = create_bucket("rq");
+    let size = 32 * MIB;
+    let data = gen_data(42, size);
+    put(&bucket, "big", data.clone());
+    let m = MountBuilder::new().bucket(&bucket).request_log().mount();
+
+    let f = File::open(m.join("big")).unwrap();
+    let off = 20 * MIB + 12_345;
+    let got = read_at(&f, off as u64, 100).unwrap();
+    assert_same_bytes(&got, &data[off..off + 100], "100 bytes at 20 MiB");
+    std::thread::sleep(std::time::Duration::from_millis(300)); // let any read-ahead show up
+    let (n, bytes) = get_bytes_for(&m, "big");
+    assert!(
+        n >= 1 && bytes <= MIB as u64,
+        "a 100-byte read fetched {bytes} bytes in {n} GETs:\n{}",
+        m.diagnostics()
+    );
+}
+
+/// Reading a file from start to end fetches every byte about once (read-ahead must not
+/// re-download ranges).
+#[test]
+fn sequential_read_fetches_each_byte_about_once() {
+    let bucket = create_bucket("rq");
+    let size = 24 * MIB + 5;
+    let data = gen_data(43, size);
+    put(&bucket, "seq", data.clone());
+    put(&bucket, "seq4k", data[..8 * MIB].to_vec());
+    let m = MountBuilder::new()
+        .bucket(&bucket)
+        .args(["--part-size", "1MiB"])
+        .request_log()
+        .mount();
+
+    assert_file_content(&m.join("seq"), MIB, &data);
+    let (n, bytes) = get_bytes_for(&m, "seq");
+    assert!(
+        bytes >= size as u64 && bytes <= (size + MIB) as u64,
+        "reading {size} bytes sequentially fetched {bytes} bytes in {n} GETs:\n{}",
+        m.diagnostics()
+    );
+
+    assert_file_content(&m.join("seq4k"), 4 * KIB, &data[..8 * MIB]);
+    let (n, bytes) = get_bytes_for(&m, "seq4k");
+    assert!(
+        bytes >= (8 * MIB) as u64 && bytes <= (9 * MIB) as u64,
+        "reading 8 MiB with 4 KiB reads fetched {bytes} bytes in {n} GETs:\n{}",
+        m.diagnostics()
+    );
+}
