@@ -66,6 +66,8 @@ impl Filesystem for FuseAdapter {
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_ASYNC_READ,
+            // open(O_TRUNC) arrives as one open with O_TRUNC, not a truncate then an open.
+            InitFlags::FUSE_ATOMIC_O_TRUNC,
         ] {
             if config.add_capabilities(wanted).is_err() {
                 tracing::debug!("kernel does not offer {wanted:?}");
@@ -100,9 +102,10 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let opener = req.pid();
         self.spawn(move |fs| async move {
-            match fs.open(ino.0, flags.0).await {
+            match fs.open(ino.0, flags.0, opener).await {
                 Ok(opened) => {
                     let mut fopen = FopenFlags::empty();
                     if opened.keep_cache {
@@ -144,12 +147,10 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.fs.release(fh.0);
-        reply.ok();
-    }
-
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        reply.ok();
+        self.spawn(move |fs| async move {
+            fs.release(fh.0).await;
+            reply.ok();
+        });
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -218,19 +219,116 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    // Writes: refused. The mount is read-only, so the kernel normally answers these
-    // itself; these replies make sure nothing else gets through.
+    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
+        let name = name.to_owned();
+        let opener = req.pid();
+        self.spawn(move |fs| async move {
+            let result = match utf8(&name) {
+                Ok(name) => fs.create(parent.0, &name, opener).await,
+                Err(_) => Err(FsError::Invalid("file names must be UTF-8")),
+            };
+            match result {
+                Ok((attr, opened)) => {
+                    reply.created(&fs.ttl(), &attr, Generation(0), FileHandle(opened.handle), FopenFlags::empty())
+                }
+                Err(e) => reply.error(log_error("create", &e)),
+            }
+        });
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        // The kernel's buffer is only lent for this call: copy before going async.
+        let data = data.to_vec();
+        self.spawn(move |fs| async move {
+            match fs.write(fh.0, offset, &data).await {
+                Ok(written) => reply.written(written),
+                Err(e) => reply.error(log_error("write", &e)),
+            }
+        });
+    }
+
+    fn flush(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        let closer = req.pid();
+        self.spawn(move |fs| async move {
+            match fs.flush(fh.0, closer).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(log_error("close", &e)),
+            }
+        });
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.spawn(move |fs| async move {
+            match fs.commit(fh.0).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(log_error("fsync", &e)),
+            }
+        });
+    }
+
+    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
+        let name = name.to_owned();
+        self.spawn(move |fs| async move {
+            let result = match utf8(&name) {
+                Ok(name) => fs.mkdir(parent.0, &name).await,
+                Err(_) => Err(FsError::Invalid("file names must be UTF-8")),
+            };
+            match result {
+                Ok(attr) => reply.entry(&fs.ttl(), &attr, Generation(0)),
+                Err(e) => reply.error(log_error("mkdir", &e)),
+            }
+        });
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.to_owned();
+        self.spawn(move |fs| async move {
+            let result = match utf8(&name) {
+                Ok(name) => fs.unlink(parent.0, &name).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(log_error("unlink", &e)),
+            }
+        });
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.to_owned();
+        self.spawn(move |fs| async move {
+            let result = match utf8(&name) {
+                Ok(name) => fs.rmdir(parent.0, &name).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(log_error("rmdir", &e)),
+            }
+        });
+    }
 
     fn setattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
-        _size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
         _ctime: Option<std::time::SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<std::time::SystemTime>,
@@ -239,58 +337,46 @@ impl Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn mknod(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _r: u32, reply: ReplyEntry) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn mkdir(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, reply: ReplyEntry) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn unlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn rmdir(&self, _req: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _t: &Path, reply: ReplyEntry) {
-        reply.error(Errno::EROFS);
+        // Modes, owners and explicit times are not stored in S3 yet: refuse rather than
+        // pretend. "Now" (touch) is what the object's time is anyway.
+        let explicit_time = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::SpecificTime(_)));
+        if mode.is_some() || uid.is_some() || gid.is_some() || explicit_time(&atime) || explicit_time(&mtime) {
+            reply.error(if self.fs.read_only() { Errno::EROFS } else { Errno::EPERM });
+            return;
+        }
+        self.spawn(move |fs| async move {
+            let result = match size {
+                Some(size) => fs.truncate(ino.0, size).await,
+                None => fs.getattr(ino.0).await,
+            };
+            match result {
+                Ok(attr) => reply.attr(&fs.ttl(), &attr),
+                Err(e) => reply.error(log_error("setattr", &e)),
+            }
+        });
     }
 
     fn rename(
         &self,
         _req: &Request,
-        _p: INodeNo,
-        _n: &OsStr,
-        _np: INodeNo,
-        _nn: &OsStr,
-        _f: RenameFlags,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        _flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::EROFS);
+        // Not yet: EXDEV makes mv(1) fall back to copy and delete, which works.
+        reply.error(if self.fs.read_only() { Errno::EROFS } else { Errno::EXDEV });
     }
 
-    fn write(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _offset: u64,
-        _data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        reply.error(Errno::EROFS);
+    // Special files cannot be stored in S3.
+
+    fn mknod(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _r: u32, reply: ReplyEntry) {
+        reply.error(if self.fs.read_only() { Errno::EROFS } else { Errno::EPERM });
     }
 
-    fn create(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _f: i32, reply: ReplyCreate) {
-        reply.error(Errno::EROFS);
+    fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _t: &Path, reply: ReplyEntry) {
+        reply.error(if self.fs.read_only() { Errno::EROFS } else { Errno::EPERM });
     }
 }

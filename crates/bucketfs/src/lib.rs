@@ -12,3 +12,4 @@ pub mod memory;
 pub mod namespace;
 pub mod read;
 pub mod store;
+pub mod write;

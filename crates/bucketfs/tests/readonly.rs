@@ -1,4 +1,4 @@
-//! The mount is read-only: every mutation fails with EROFS and the bucket does not change.
+//! With `--read-only`, every mutation fails with EROFS and the bucket does not change.
 
 mod common;
 
@@ -30,7 +30,7 @@ fn mutations_fail_with_erofs() {
     put(&b, "dir/inner.txt", b"inner".to_vec());
     put(&b, "emptydir/", Vec::new());
     let before = bucket_snapshot(&b);
-    let m = MountBuilder::new().bucket(&b).mount();
+    let m = MountBuilder::new().bucket(&b).arg("--read-only").mount();
     let p = |r: &str| m.join(r);
 
     type Op<'a> = (&'a str, Box<dyn Fn() -> io::Result<()> + 'a>);

@@ -61,7 +61,7 @@ pub struct MountArgs {
     /// Permission bits of directories, in octal.
     #[arg(long, default_value = "0755", value_parser = parse_mode)]
     pub dir_mode: u16,
-    /// Mount read-only. bucketfs is read-only for now, so this is always on.
+    /// Mount read-only: every change is refused with EROFS.
     #[arg(long)]
     pub read_only: bool,
 
@@ -69,7 +69,8 @@ pub struct MountArgs {
     /// S3 again, in seconds (fractions allowed).
     #[arg(long, default_value = "5", value_parser = parse_seconds, value_name = "SECONDS")]
     pub metadata_ttl: Duration,
-    /// Largest ranged GET used when reading ahead (e.g. 8MiB).
+    /// Largest ranged GET used when reading ahead, and the first part size of uploads
+    /// (at least 5MiB; parts grow so that 10,000 of them hold 5 TiB).
     #[arg(long, default_value = "8MiB", value_parser = parse_size, value_name = "BYTES")]
     pub part_size: u64,
     /// Most S3 requests in flight at once, per source.

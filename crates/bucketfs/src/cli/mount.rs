@@ -17,7 +17,7 @@ use fuser::{Config, MountOption, SessionACL};
 
 use super::args::MountArgs;
 use super::source::{check_layout, SourceSpec};
-use crate::fs::{Fs, Presentation};
+use crate::fs::{Fs, Presentation, WriteConfig};
 use crate::fuse::FuseAdapter;
 use crate::memory::MemoryLimiter;
 use crate::namespace::{Namespace, Source};
@@ -57,10 +57,12 @@ pub fn run(args: MountArgs) -> Result<()> {
         file_mode: args.file_mode,
         dir_mode: args.dir_mode,
     };
+    let write_config = WriteConfig { read_only: args.read_only, part_size: args.part_size };
     let fs = Fs::new(
         Namespace::new(namespace_sources, args.metadata_ttl),
         presentation,
         read_config,
+        write_config,
         MemoryLimiter::new(memory_limit),
     );
     let adapter = FuseAdapter::new(Arc::new(fs), runtime.handle().clone());
@@ -70,7 +72,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     config.mount_options = vec![
         MountOption::FSName(fsname),
         MountOption::Subtype("bucketfs".into()),
-        MountOption::RO,
+        if args.read_only { MountOption::RO } else { MountOption::RW },
         MountOption::NoAtime,
         MountOption::NoDev,
         MountOption::NoSuid,

@@ -21,6 +21,14 @@ pub enum FsError {
     BadHandle,
     #[error("name too long")]
     NameTooLong,
+    #[error("file exists")]
+    Exists,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    #[error("not supported yet: {0}")]
+    Unsupported(&'static str),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -34,6 +42,10 @@ impl FsError {
             FsError::ReadOnly => Errno::EROFS,
             FsError::BadHandle => Errno::EBADF,
             FsError::NameTooLong => Errno::ENAMETOOLONG,
+            FsError::Exists => Errno::EEXIST,
+            FsError::NotEmpty => Errno::ENOTEMPTY,
+            FsError::Invalid(_) => Errno::EINVAL,
+            FsError::Unsupported(_) => Errno::EOPNOTSUPP,
             FsError::Store(store) => match store {
                 StoreError::NotFound | StoreError::NoSuchBucket(_) => Errno::ENOENT,
                 StoreError::AccessDenied(_) | StoreError::BadCredentials(_) => Errno::EACCES,
@@ -41,6 +53,7 @@ impl FsError {
                 // The object changed under an open handle: the read fails rather than mix
                 // two versions of the object.
                 StoreError::Changed => Errno::EIO,
+                StoreError::AlreadyExists => Errno::EEXIST,
                 StoreError::Unreachable { .. } | StoreError::Other { .. } => Errno::EIO,
             },
         }

@@ -2,9 +2,9 @@
 //!
 //! [`Fs`] owns the namespace and the open handles, turns namespace nodes into file
 //! attributes (modes and owners come from the mount options), and decides what an
-//! operation may do. It is read-only for now: every write is refused with EROFS here,
-//! and the mount is also made read-only, so the kernel refuses most writes before
-//! they reach us.
+//! operation may do. Files open for reading get a [`ReadHandle`], files open for writing
+//! an [`Upload`] committed at `flush`/`fsync`. With `--read-only` every change is refused
+//! with EROFS (and the kernel, seeing a read-only mount, refuses most before they reach us).
 
 pub mod error;
 
@@ -20,6 +20,7 @@ use parking_lot::Mutex;
 use crate::memory::MemoryLimiter;
 use crate::namespace::{DirStream, Ino, Listed, Location, Namespace, Node};
 use crate::read::{ReadConfig, ReadHandle};
+use crate::write::Upload;
 use error::FsError;
 
 /// Ownership and permission bits shown for every entry (S3 has none of its own).
@@ -31,10 +32,29 @@ pub struct Presentation {
     pub dir_mode: u16,
 }
 
+/// What may be changed, and how uploads are cut.
+#[derive(Clone, Debug)]
+pub struct WriteConfig {
+    pub read_only: bool,
+    pub part_size: u64,
+}
+
+/// A file open for writing.
+struct Writer {
+    /// The thread that opened the file; see [`Fs::flush`].
+    opener: u32,
+    ino: Ino,
+    parent: Ino,
+    name: String,
+    upload: Upload,
+}
+
 pub struct Fs {
     namespace: Namespace,
     presentation: Presentation,
     read_config: ReadConfig,
+    write_config: WriteConfig,
+    writers: Mutex<HashMap<u64, Arc<Writer>>>,
     memory: Arc<MemoryLimiter>,
     files: Mutex<HashMap<u64, Arc<ReadHandle>>>,
     dirs: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<DirCursor>>>>,
@@ -68,17 +88,29 @@ struct DirCursor {
 }
 
 impl Fs {
-    pub fn new(namespace: Namespace, presentation: Presentation, read_config: ReadConfig, memory: Arc<MemoryLimiter>) -> Self {
+    pub fn new(
+        namespace: Namespace,
+        presentation: Presentation,
+        read_config: ReadConfig,
+        write_config: WriteConfig,
+        memory: Arc<MemoryLimiter>,
+    ) -> Self {
         Self {
             namespace,
             presentation,
             read_config,
+            write_config,
+            writers: Mutex::new(HashMap::new()),
             memory,
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             opened_etags: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
         }
+    }
+
+    pub fn read_only(&self) -> bool {
+        self.write_config.read_only
     }
 
     /// How long the kernel may trust entries and attributes we return.
@@ -96,9 +128,9 @@ impl Fs {
         Ok(self.attr(&node))
     }
 
-    pub async fn open(&self, ino: Ino, flags: i32) -> Result<Opened, FsError> {
+    pub async fn open(&self, ino: Ino, flags: i32, opener: u32) -> Result<Opened, FsError> {
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
-            return Err(FsError::ReadOnly);
+            return self.open_for_writing(ino, flags, opener).await;
         }
         let node = self.namespace.getattr(ino).await?;
         let Location::File { source, key } = &node.location else {
@@ -126,8 +158,162 @@ impl Fs {
         reader.read(offset, u64::from(size)).await
     }
 
-    pub fn release(&self, handle: u64) {
+    /// Creates `name` in `parent` and opens it for writing.
+    pub async fn create(&self, parent: Ino, name: &str, opener: u32) -> Result<(FileAttr, Opened), FsError> {
+        self.check_writable()?;
+        let (source, key) = self.namespace.new_entry_key(parent, name).await?;
+        let node = self.namespace.enter_pending_file(parent, name, source, key.clone());
+        let upload = self.new_upload(source, key, true);
+        let opened = self.add_writer(Writer { opener, ino: node.ino, parent, name: name.to_owned(), upload });
+        Ok((self.attr(&node), opened))
+    }
+
+    /// Opening an existing file for writing: with O_TRUNC the object is replaced by what
+    /// is written; changing an object in place needs a staging file (not yet).
+    async fn open_for_writing(&self, ino: Ino, flags: i32, opener: u32) -> Result<Opened, FsError> {
+        self.check_writable()?;
+        let node = self.namespace.getattr(ino).await?;
+        let Location::File { source, key } = &node.location else {
+            return Err(FsError::IsDir);
+        };
+        if flags & libc::O_TRUNC == 0 && node.size > 0 {
+            return Err(FsError::Unsupported("changing an existing object in place (open without O_TRUNC)"));
+        }
+        let (parent, name) = node.parent_and_name();
+        self.namespace.enter_pending_file(parent, &name, *source, key.clone());
+        let upload = self.new_upload(*source, key.clone(), false);
+        Ok(self.add_writer(Writer { opener, ino, parent, name, upload }))
+    }
+
+    pub async fn write(&self, handle: u64, offset: u64, data: &[u8]) -> Result<u32, FsError> {
+        let writer = self.writers.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?;
+        let size = writer.upload.write(offset, data).await?;
+        self.namespace.set_pending_size(writer.ino, size);
+        Ok(data.len() as u32)
+    }
+
+    /// `close()`: commits when the thread that opened the file closes it. A forked child
+    /// closes its inherited copy of the descriptor too (at exit, or at exec for
+    /// close-on-exec descriptors); committing then would end the file while the parent is
+    /// still writing. Other closes leave the commit to the opener's close or to release.
+    pub async fn flush(&self, handle: u64, closer: u32) -> Result<(), FsError> {
+        let opener = self.writers.lock().get(&handle).map(|w| w.opener);
+        match opener {
+            Some(opener) if opener == closer => self.commit(handle).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// `fsync()` and the opener's `close()`: the object is in the bucket when this returns
+    /// `Ok`. A new file whose upload failed disappears from the directory (no phantom
+    /// entries).
+    pub async fn commit(&self, handle: u64) -> Result<(), FsError> {
+        let Some(writer) = self.writers.lock().get(&handle).cloned() else {
+            return Ok(()); // a read handle: nothing to do
+        };
+        match writer.upload.commit().await {
+            Ok(etag) => {
+                self.namespace.upload_done(writer.ino, etag);
+                Ok(())
+            }
+            Err(error) => {
+                tracing::warn!(key = writer.upload.key(), "upload failed: {error}");
+                self.namespace.remove_entry(writer.parent, &writer.name);
+                Err(error)
+            }
+        }
+    }
+
+    pub async fn release(&self, handle: u64) {
         self.files.lock().remove(&handle);
+        if self.writers.lock().contains_key(&handle) {
+            // Usually committed at the last flush already; if not, nobody is left to hear
+            // of an error, so it is logged.
+            let _ = self.commit(handle).await;
+            self.writers.lock().remove(&handle);
+        }
+    }
+
+    pub async fn mkdir(&self, parent: Ino, name: &str) -> Result<FileAttr, FsError> {
+        self.check_writable()?;
+        let (source, key) = self.namespace.new_entry_key(parent, name).await?;
+        let prefix = format!("{key}/");
+        self.namespace.store(source).put(&prefix, Bytes::new(), true).await?;
+        Ok(self.attr(&self.namespace.enter_dir(parent, name, source, prefix)))
+    }
+
+    pub async fn unlink(&self, parent: Ino, name: &str) -> Result<(), FsError> {
+        self.check_writable()?;
+        let node = self.namespace.lookup(parent, name).await?;
+        let Location::File { source, key } = &node.location else {
+            return Err(FsError::IsDir);
+        };
+        let open_writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == node.ino).cloned().collect();
+        for writer in &open_writers {
+            writer.upload.discard().await;
+        }
+        self.namespace.store(*source).delete(key).await?;
+        self.namespace.remove_entry(parent, name);
+        Ok(())
+    }
+
+    pub async fn rmdir(&self, parent: Ino, name: &str) -> Result<(), FsError> {
+        self.check_writable()?;
+        let node = self.namespace.lookup(parent, name).await?;
+        let Location::Dir { source, prefix } = &node.location else {
+            return Err(FsError::NotDir);
+        };
+        let store = self.namespace.store(*source);
+        // Two keys are enough to tell: the marker `dir/` itself, and anything else.
+        let page = store.list(prefix, None, Some(2)).await?;
+        let only_marker = page.prefixes.is_empty() && page.objects.iter().all(|o| o.key == *prefix);
+        if !only_marker || self.namespace.has_pending_children(node.ino) {
+            return Err(FsError::NotEmpty);
+        }
+        store.delete(prefix).await?;
+        self.namespace.remove_entry(parent, name);
+        Ok(())
+    }
+
+    /// `truncate()` without an open handle: only to 0 (a new empty object) or the current size.
+    pub async fn truncate(&self, ino: Ino, size: u64) -> Result<FileAttr, FsError> {
+        self.check_writable()?;
+        let node = self.namespace.getattr(ino).await?;
+        let Location::File { source, key } = &node.location else {
+            return Err(FsError::IsDir);
+        };
+        if size == node.size {
+            return Ok(self.attr(&node));
+        }
+        if size != 0 {
+            return Err(FsError::Unsupported("truncating to a size other than 0"));
+        }
+        if self.writers.lock().values().any(|w| w.ino == ino) {
+            return Err(FsError::Unsupported("truncating a file while it is being written"));
+        }
+        let etag = self.namespace.store(*source).put(key, Bytes::new(), false).await?;
+        self.namespace.set_pending_size(ino, 0);
+        self.namespace.upload_done(ino, etag);
+        Ok(self.attr(&self.namespace.node(ino)?))
+    }
+
+    fn check_writable(&self) -> Result<(), FsError> {
+        if self.write_config.read_only {
+            Err(FsError::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn new_upload(&self, source: usize, key: String, create_only: bool) -> Upload {
+        let store = self.namespace.store(source).clone();
+        Upload::new(store, key, create_only, self.write_config.part_size, self.memory.clone())
+    }
+
+    fn add_writer(&self, writer: Writer) -> Opened {
+        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        self.writers.lock().insert(handle, Arc::new(writer));
+        Opened { handle, keep_cache: false }
     }
 
     pub fn opendir(&self, ino: Ino) -> Result<u64, FsError> {

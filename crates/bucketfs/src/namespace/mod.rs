@@ -49,6 +49,13 @@ pub enum Location {
     File { source: usize, key: String },
 }
 
+impl Node {
+    /// The directory holding this entry and its name there.
+    pub fn parent_and_name(&self) -> (Ino, String) {
+        (self.parent, self.name.clone())
+    }
+}
+
 impl Location {
     pub fn is_dir(&self) -> bool {
         !matches!(self, Location::File { .. })
@@ -116,6 +123,9 @@ pub struct Namespace {
     table: RwLock<InodeTable>,
     /// (parent, name) known to be missing, until the instant given.
     missing: Mutex<HashMap<(Ino, String), Instant>>,
+    /// Files created here whose upload has not finished: not in any LIST yet, but shown
+    /// in their directory (read-your-writes). Directory inode → names.
+    pending: Mutex<HashMap<Ino, std::collections::BTreeSet<String>>>,
     ttl: Duration,
     mounted_at: SystemTime,
 }
@@ -156,7 +166,14 @@ impl Namespace {
                 table.upsert(ROOT_INO, &name, location, fixed(0));
             }
         }
-        Self { sources, table: RwLock::new(table), missing: Mutex::new(HashMap::new()), ttl, mounted_at }
+        Self {
+            sources,
+            table: RwLock::new(table),
+            missing: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+            ttl,
+            mounted_at,
+        }
     }
 
     pub fn ttl(&self) -> Duration {
@@ -246,7 +263,85 @@ impl Namespace {
             Location::SourceList => None,
             Location::Dir { source, prefix } => Some((source, prefix)),
         };
-        Ok(DirStream { dir, parent: node.parent, inner, merger: None, token: None, done: false })
+        let pending = self.pending.lock().get(&dir).cloned().unwrap_or_default();
+        Ok(DirStream { dir, parent: node.parent, inner, merger: None, token: None, done: false, pending })
+    }
+
+    /// The directory `parent` as (source, key prefix), for creating entries in it.
+    pub fn dir_location(&self, parent: Ino) -> Result<(usize, String), FsError> {
+        match self.node(parent)?.location {
+            Location::Dir { source, prefix } => Ok((source, prefix)),
+            Location::File { .. } => Err(FsError::NotDir),
+            // The root of a multiplexed mount only holds the sources.
+            Location::SourceList => Err(FsError::ReadOnly),
+        }
+    }
+
+    /// Checks that `name` can be created in `parent`; returns the key it would have.
+    pub async fn new_entry_key(&self, parent: Ino, name: &str) -> Result<(usize, String), FsError> {
+        let (source, prefix) = self.dir_location(parent)?;
+        if names::check_component(name).is_err() {
+            return Err(if name.len() > names::NAME_MAX { FsError::NameTooLong } else { FsError::Invalid("file name") });
+        }
+        match self.lookup(parent, name).await {
+            Ok(_) => Err(FsError::Exists),
+            Err(FsError::NotFound) => Ok((source, format!("{prefix}{name}"))),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// Enters a file being written: shown at once, trusted until its upload finishes.
+    pub fn enter_pending_file(&self, parent: Ino, name: &str, source: usize, key: String) -> Node {
+        self.missing.lock().remove(&(parent, name.to_owned()));
+        self.pending.lock().entry(parent).or_default().insert(name.to_owned());
+        let attributes = Attributes { size: 0, mtime: SystemTime::now(), etag: None, valid_until: None };
+        self.table.write().upsert(parent, name, Location::File { source, key }, attributes)
+    }
+
+    /// A file being written grew to `size`.
+    pub fn set_pending_size(&self, ino: Ino, size: u64) {
+        if let Some(node) = self.table.write().nodes.get_mut(&ino) {
+            node.size = size;
+            node.mtime = SystemTime::now();
+        }
+    }
+
+    /// The upload of `ino` finished with this ETag: from now on it is an ordinary object.
+    pub fn upload_done(&self, ino: Ino, etag: Option<String>) {
+        let mut table = self.table.write();
+        if let Some(node) = table.nodes.get_mut(&ino) {
+            node.etag = etag;
+            node.mtime = SystemTime::now();
+            node.valid_until = Some(Instant::now() + self.ttl);
+            if let Some(names) = self.pending.lock().get_mut(&node.parent) {
+                names.remove(&node.name);
+            }
+        }
+    }
+
+    /// Enters a directory just created in `parent`.
+    pub fn enter_dir(&self, parent: Ino, name: &str, source: usize, prefix: String) -> Node {
+        self.missing.lock().remove(&(parent, name.to_owned()));
+        let attributes = Attributes { size: 0, mtime: SystemTime::now(), etag: None, valid_until: Some(Instant::now() + self.ttl) };
+        self.table.write().upsert(parent, name, Location::Dir { source, prefix }, attributes)
+    }
+
+    /// Whether files are being written directly in directory `dir`.
+    pub fn has_pending_children(&self, dir: Ino) -> bool {
+        self.pending.lock().get(&dir).is_some_and(|names| !names.is_empty())
+    }
+
+    /// Forgets (parent, name) after it was deleted (or its creation failed): later lookups
+    /// say ENOENT without asking the store, until the TTL passes.
+    pub fn remove_entry(&self, parent: Ino, name: &str) {
+        let mut table = self.table.write();
+        if let Some(ino) = table.children.remove(&(parent, name.to_owned())) {
+            table.nodes.remove(&ino);
+        }
+        if let Some(names) = self.pending.lock().get_mut(&parent) {
+            names.remove(name);
+        }
+        self.missing.lock().insert((parent, name.to_owned()), Instant::now() + self.ttl);
     }
 
     fn cached_child(&self, parent: Ino, name: &str, now: Instant) -> Option<Node> {
@@ -307,6 +402,9 @@ pub struct DirStream {
     merger: Option<ListingMerger>,
     token: Option<String>,
     done: bool,
+    /// Files being written here when listing started and not yet seen in the listing;
+    /// shown after the listed entries.
+    pending: std::collections::BTreeSet<String>,
 }
 
 impl DirStream {
@@ -335,10 +433,30 @@ impl DirStream {
             self.token = page.next_token.clone();
             self.done = self.token.is_none();
             let entries = merger.push_page(page);
+            for entry in &entries {
+                self.pending.remove(&entry.name);
+            }
             if !entries.is_empty() || self.done {
-                return Ok(namespace.enter_listed(self.dir, source, &prefix, entries));
+                let mut listed = namespace.enter_listed(self.dir, source, &prefix, entries);
+                if self.done {
+                    listed.extend(self.take_pending(namespace));
+                }
+                return Ok(listed);
             }
         }
+    }
+}
+
+impl DirStream {
+    fn take_pending(&mut self, namespace: &Namespace) -> Vec<Listed> {
+        let table = namespace.table.read();
+        std::mem::take(&mut self.pending)
+            .into_iter()
+            .filter_map(|name| {
+                let ino = table.children.get(&(self.dir, name.clone()))?;
+                Some(Listed { node: table.nodes.get(ino)?.clone(), name })
+            })
+            .collect()
     }
 }
 

@@ -20,6 +20,7 @@ pub struct MemoryStore {
     /// Ranged GETs served, with their lengths, to check what a reader costs.
     pub gets: Mutex<Vec<Range<u64>>>,
     versions: AtomicUsize,
+    uploads: Mutex<BTreeMap<String, BTreeMap<i32, Bytes>>>,
 }
 
 impl MemoryStore {
@@ -34,6 +35,11 @@ impl MemoryStore {
     pub fn put(&self, key: &str, data: Vec<u8>) {
         let version = self.versions.fetch_add(1, Ordering::Relaxed) as u64;
         self.objects.lock().insert(key.to_owned(), (Bytes::from(data), version));
+    }
+
+    /// Multipart uploads started and neither completed nor aborted.
+    pub fn open_uploads(&self) -> usize {
+        self.uploads.lock().len()
     }
 
     fn info(key: &str, data: &Bytes, version: u64) -> ObjectInfo {
@@ -112,6 +118,56 @@ impl ObjectStore for MemoryStore {
         }
         self.gets.lock().push(range.clone());
         Ok(data.slice(range.start as usize..range.end as usize))
+    }
+
+    async fn put(&self, key: &str, data: Bytes, create_only: bool) -> Result<Option<String>, StoreError> {
+        if create_only && self.objects.lock().contains_key(key) {
+            return Err(StoreError::AlreadyExists);
+        }
+        self.put(key, data.to_vec());
+        Ok(self.head(key).await?.etag)
+    }
+
+    async fn start_upload(&self, key: &str) -> Result<String, StoreError> {
+        let id = format!("{key}#{}", self.versions.fetch_add(1, Ordering::Relaxed));
+        self.uploads.lock().insert(id.clone(), BTreeMap::new());
+        Ok(id)
+    }
+
+    async fn upload_part(&self, _key: &str, upload_id: &str, number: i32, data: Bytes) -> Result<String, StoreError> {
+        let mut uploads = self.uploads.lock();
+        let parts = uploads.get_mut(upload_id).ok_or(StoreError::NotFound)?;
+        parts.insert(number, data);
+        Ok(format!("\"part{number}\""))
+    }
+
+    async fn finish_upload(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<(i32, String)>,
+        create_only: bool,
+    ) -> Result<Option<String>, StoreError> {
+        if create_only && self.objects.lock().contains_key(key) {
+            return Err(StoreError::AlreadyExists);
+        }
+        let uploaded = self.uploads.lock().remove(upload_id).ok_or(StoreError::NotFound)?;
+        let mut data = Vec::new();
+        for (number, _) in parts {
+            data.extend_from_slice(uploaded.get(&number).ok_or(StoreError::NotFound)?);
+        }
+        self.put(key, data);
+        Ok(self.head(key).await?.etag)
+    }
+
+    async fn abort_upload(&self, _key: &str, upload_id: &str) -> Result<(), StoreError> {
+        self.uploads.lock().remove(upload_id);
+        Ok(())
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.objects.lock().remove(key);
+        Ok(())
     }
 
     fn describe(&self) -> String {

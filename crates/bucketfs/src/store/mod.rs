@@ -53,6 +53,9 @@ pub enum StoreError {
     /// The object no longer has the ETag we pinned at open (If-Match failed).
     #[error("object changed since it was opened")]
     Changed,
+    /// A create-only write (If-None-Match: *) found the key already taken.
+    #[error("object already exists")]
+    AlreadyExists,
     #[error("cannot reach {endpoint}: {detail}")]
     Unreachable { endpoint: String, detail: String },
     #[error("request timed out: {0}")]
@@ -92,6 +95,31 @@ pub trait ObjectStore: Send + Sync + 'static {
         range: Range<u64>,
         if_match: Option<&str>,
     ) -> Result<Bytes, StoreError>;
+
+    /// `PutObject`; with `create_only`, fails with `AlreadyExists` if the key exists.
+    /// Returns the new ETag.
+    async fn put(&self, key: &str, data: Bytes, create_only: bool) -> Result<Option<String>, StoreError>;
+
+    /// `CreateMultipartUpload`; returns the upload id.
+    async fn start_upload(&self, key: &str) -> Result<String, StoreError>;
+
+    /// `UploadPart` (numbers start at 1); returns the part's ETag.
+    async fn upload_part(&self, key: &str, upload_id: &str, number: i32, data: Bytes) -> Result<String, StoreError>;
+
+    /// `CompleteMultipartUpload` with `(number, etag)` parts in order; returns the ETag.
+    async fn finish_upload(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<(i32, String)>,
+        create_only: bool,
+    ) -> Result<Option<String>, StoreError>;
+
+    /// `AbortMultipartUpload`: frees the parts so no unfinished upload is left behind.
+    async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError>;
+
+    /// `DeleteObject` (succeeds when the key does not exist).
+    async fn delete(&self, key: &str) -> Result<(), StoreError>;
 
     /// `s3://bucket`, for messages.
     fn describe(&self) -> String;

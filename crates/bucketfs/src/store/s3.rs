@@ -14,7 +14,8 @@ use aws_config::timeout::TimeoutConfig;
 use aws_config::BehaviorVersion;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::operation::RequestId;
-use aws_sdk_s3::types::EncodingType;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, EncodingType};
 use aws_sdk_s3::Client;
 use bytes::Bytes;
 use percent_encoding::percent_decode_str;
@@ -267,8 +268,123 @@ impl ObjectStore for S3Store {
         Ok(Bytes::from(buffer))
     }
 
+    async fn put(&self, key: &str, data: Bytes, create_only: bool) -> Result<Option<String>, StoreError> {
+        let _permit = self.requests.acquire().await;
+        tracing::debug!(bucket = %self.bucket, key, len = data.len(), create_only, "s3 PUT");
+        let response = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .body(ByteStream::from(data))
+            .set_if_none_match(create_only.then(|| "*".to_owned()))
+            .send()
+            .await
+            .map_err(|e| created(self.map_error(e), create_only))?;
+        Ok(response.e_tag().map(str::to_owned))
+    }
+
+    async fn start_upload(&self, key: &str) -> Result<String, StoreError> {
+        let _permit = self.requests.acquire().await;
+        tracing::debug!(bucket = %self.bucket, key, "s3 CREATE-MULTIPART");
+        let response = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| self.map_error(e))?;
+        response.upload_id().map(str::to_owned).ok_or_else(|| StoreError::Other {
+            message: format!("no upload id for {key}"),
+            request_id: None,
+        })
+    }
+
+    async fn upload_part(&self, key: &str, upload_id: &str, number: i32, data: Bytes) -> Result<String, StoreError> {
+        let _permit = self.requests.acquire().await;
+        tracing::debug!(bucket = %self.bucket, key, number, len = data.len(), "s3 UPLOAD-PART");
+        let response = self
+            .client
+            .upload_part()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .part_number(number)
+            .body(ByteStream::from(data))
+            .send()
+            .await
+            .map_err(|e| self.map_error(e))?;
+        response.e_tag().map(str::to_owned).ok_or_else(|| StoreError::Other {
+            message: format!("no ETag for part {number} of {key}"),
+            request_id: None,
+        })
+    }
+
+    async fn finish_upload(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<(i32, String)>,
+        create_only: bool,
+    ) -> Result<Option<String>, StoreError> {
+        let _permit = self.requests.acquire().await;
+        tracing::debug!(bucket = %self.bucket, key, parts = parts.len(), create_only, "s3 COMPLETE-MULTIPART");
+        let parts = parts
+            .into_iter()
+            .map(|(number, etag)| CompletedPart::builder().part_number(number).e_tag(etag).build())
+            .collect();
+        let response = self
+            .client
+            .complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build())
+            .set_if_none_match(create_only.then(|| "*".to_owned()))
+            .send()
+            .await
+            .map_err(|e| created(self.map_error(e), create_only))?;
+        Ok(response.e_tag().map(str::to_owned))
+    }
+
+    async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
+        let _permit = self.requests.acquire().await;
+        tracing::debug!(bucket = %self.bucket, key, "s3 ABORT-MULTIPART");
+        self.client
+            .abort_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .send()
+            .await
+            .map_err(|e| self.map_error(e))?;
+        Ok(())
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        let _permit = self.requests.acquire().await;
+        tracing::debug!(bucket = %self.bucket, key, "s3 DELETE");
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| self.map_error(e))?;
+        Ok(())
+    }
+
     fn describe(&self) -> String {
         format!("s3://{}", self.bucket)
+    }
+}
+
+/// For a create-only write, the failed precondition means someone else created the key.
+fn created(error: StoreError, create_only: bool) -> StoreError {
+    match error {
+        StoreError::Changed if create_only => StoreError::AlreadyExists,
+        other => other,
     }
 }
 

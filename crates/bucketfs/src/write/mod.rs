@@ -1,0 +1,320 @@
+//! Uploads of files written through the mount.
+//!
+//! An [`Upload`] turns the writes of one open file into one object. Bytes are gathered in a
+//! buffer; as soon as a part is full it is sent as a part of a multipart upload in the
+//! background, so a large file streams to S3 while the program is still writing and memory
+//! holds only the parts in flight. Part sizes grow (doubling every 1,000 parts from
+//! `part_size`) so that any object up to S3's 5 TiB limit fits in 10,000 parts. A small file
+//! is one `PutObject`.
+//!
+//! Nothing is visible in the bucket until [`Upload::commit`] (at `close`/`fsync`), which
+//! returns only once the object is durable, or with the error the store gave. After a
+//! commit of an empty file, writes from offset 0 start over (shells close a duplicate
+//! descriptor before writing); other writes after a commit fail with EINVAL. A failed or
+//! discarded upload is aborted, so no multipart upload is left behind.
+//!
+//! Writes may land anywhere at or after the first byte not yet sent (programs that seek
+//! back a little, or leave holes, work); rewriting bytes already sent to S3 is not
+//! supported yet and fails with EOPNOTSUPP.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+
+use crate::fs::error::FsError;
+use crate::memory::{MemoryLimiter, Reservation};
+use crate::store::{ObjectStore, StoreError};
+
+/// S3's smallest part (except the last) and largest part.
+pub const MIN_PART: u64 = 5 * 1024 * 1024;
+const MAX_PART: u64 = 5 * 1024 * 1024 * 1024;
+/// Parts per size step: part `n` (from 1) is `base << ((n - 1) / PARTS_PER_STEP)`.
+const PARTS_PER_STEP: i32 = 1000;
+
+/// Size of part `number` (from 1) for a base part size.
+pub fn part_size_for(base: u64, number: i32) -> u64 {
+    let doublings = ((number.max(1) - 1) / PARTS_PER_STEP) as u32;
+    base.max(MIN_PART).checked_shl(doublings).unwrap_or(MAX_PART).min(MAX_PART)
+}
+
+struct Part {
+    number: i32,
+    task: JoinHandle<Result<String, StoreError>>,
+    _memory: Reservation,
+}
+
+struct Multipart {
+    upload_id: String,
+    in_flight: VecDeque<Part>,
+    done: Vec<(i32, String)>,
+    next_number: i32,
+}
+
+#[derive(Default)]
+struct State {
+    /// Bytes `[sent, sent + buffer.len())` of the file, not yet handed to S3.
+    buffer: Vec<u8>,
+    sent: u64,
+    multipart: Option<Multipart>,
+    /// Set once committed (or failed): later commits return the same answer.
+    outcome: Option<Result<Option<String>, StoreError>>,
+    /// The file was unlinked while open: commit uploads nothing.
+    discarded: bool,
+    /// The key now holds our own (empty) object: replace it without If-None-Match.
+    replace_own: bool,
+}
+
+pub struct Upload {
+    store: Arc<dyn ObjectStore>,
+    key: String,
+    /// Create-only (If-None-Match): a new file must not replace one another client created.
+    create_only: bool,
+    part_size: u64,
+    memory: Arc<MemoryLimiter>,
+    state: Mutex<State>,
+}
+
+impl Upload {
+    pub fn new(store: Arc<dyn ObjectStore>, key: String, create_only: bool, part_size: u64, memory: Arc<MemoryLimiter>) -> Self {
+        Self { store, key, create_only, part_size: part_size.max(MIN_PART), memory, state: Mutex::new(State::default()) }
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Accepts `data` at `offset`; returns the file size so far.
+    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<u64, FsError> {
+        let mut state = self.state.lock().await;
+        match &state.outcome {
+            None => {}
+            Some(Err(error)) => return Err(error.clone().into()),
+            // Shells open a file, dup2() it and close the first descriptor before writing:
+            // that close committed an empty object, which the writes now replace.
+            Some(Ok(_)) if state.sent == 0 && offset == 0 => {
+                state.outcome = None;
+                state.replace_own = true;
+            }
+            Some(Ok(_)) => return Err(FsError::Invalid("write after the file was committed by close or fsync")),
+        }
+        if offset < state.sent {
+            return Err(FsError::Unsupported("rewriting bytes already uploaded"));
+        }
+        let mut position = (offset - state.sent) as usize;
+        let mut data = data;
+        while !data.is_empty() || position > state.buffer.len() {
+            // Fill up to the end of the current part, zero-filling a hole before `offset`.
+            let part_end = self.current_part_size(&state) as usize;
+            if position > state.buffer.len() {
+                let hole_end = position.min(part_end);
+                state.buffer.resize(hole_end, 0);
+            } else {
+                // `position < part_end` here: a full buffer is always sent below.
+                let take = data.len().min(part_end - position);
+                let end = position + take;
+                if end > state.buffer.len() {
+                    state.buffer.resize(end, 0);
+                }
+                state.buffer[position..end].copy_from_slice(&data[..take]);
+                data = &data[take..];
+                position = end;
+            }
+            if state.buffer.len() >= part_end {
+                self.send_part(&mut state, part_end).await?;
+                position -= part_end;
+            }
+        }
+        Ok(state.sent + state.buffer.len() as u64)
+    }
+
+    /// Makes the object durable in the bucket (or reports why it is not). Idempotent.
+    pub async fn commit(&self) -> Result<Option<String>, FsError> {
+        let mut state = self.state.lock().await;
+        if let Some(outcome) = &state.outcome {
+            return outcome.clone().map_err(Into::into);
+        }
+        let outcome = if state.discarded {
+            self.abort(&mut state).await;
+            Ok(None)
+        } else {
+            self.finish(&mut state).await
+        };
+        if outcome.is_err() {
+            self.abort(&mut state).await;
+        }
+        state.outcome = Some(outcome.clone());
+        outcome.map_err(Into::into)
+    }
+
+    /// The file was unlinked while open for writing: upload nothing.
+    pub async fn discard(&self) {
+        self.state.lock().await.discarded = true;
+    }
+
+    async fn finish(&self, state: &mut State) -> Result<Option<String>, StoreError> {
+        let create_only = self.create_only && !state.replace_own;
+        let buffer = Bytes::from(std::mem::take(&mut state.buffer));
+        let Some(mut multipart) = state.multipart.take() else {
+            return self.store.put(&self.key, buffer, create_only).await;
+        };
+        if !buffer.is_empty() {
+            let number = multipart.next_number;
+            let part = self.spawn_part(&multipart.upload_id, number, buffer, self.memory.reserve(0));
+            multipart.in_flight.push_back(part);
+        }
+        let result = async {
+            while let Some(part) = multipart.in_flight.pop_front() {
+                multipart.done.push((part.number, join(part.task).await?));
+            }
+            let parts = std::mem::take(&mut multipart.done);
+            self.store.finish_upload(&self.key, &multipart.upload_id, parts, create_only).await
+        }
+        .await;
+        if result.is_err() {
+            state.multipart = Some(multipart); // for `abort`
+        }
+        result
+    }
+
+    async fn abort(&self, state: &mut State) {
+        if let Some(multipart) = state.multipart.take() {
+            for part in &multipart.in_flight {
+                part.task.abort();
+            }
+            if let Err(error) = self.store.abort_upload(&self.key, &multipart.upload_id).await {
+                tracing::warn!(key = %self.key, "could not abort multipart upload {}: {error}", multipart.upload_id);
+            }
+        }
+    }
+
+    fn current_part_size(&self, state: &State) -> u64 {
+        let number = state.multipart.as_ref().map_or(1, |m| m.next_number);
+        part_size_for(self.part_size, number)
+    }
+
+    /// Sends the first `len` buffered bytes as the next part, waiting for earlier parts
+    /// when the memory budget is spent (so a fast writer slows down instead of growing).
+    async fn send_part(&self, state: &mut State, len: usize) -> Result<(), FsError> {
+        if state.multipart.is_none() {
+            let upload_id = self.store.start_upload(&self.key).await?;
+            state.multipart = Some(Multipart { upload_id, in_flight: VecDeque::new(), done: Vec::new(), next_number: 1 });
+        }
+        let rest = state.buffer.split_off(len);
+        let data = Bytes::from(std::mem::replace(&mut state.buffer, rest));
+        let Some(multipart) = state.multipart.as_mut() else { unreachable!("started above") };
+        let memory = loop {
+            if let Some(reservation) = self.memory.try_reserve(len as u64) {
+                break reservation;
+            }
+            match multipart.in_flight.pop_front() {
+                Some(oldest) => match join(oldest.task).await {
+                    Ok(etag) => multipart.done.push((oldest.number, etag)),
+                    Err(error) => {
+                        state.outcome = Some(Err(error.clone()));
+                        self.abort(state).await;
+                        return Err(error.into());
+                    }
+                },
+                None => break self.memory.reserve(len as u64),
+            }
+        };
+        let number = multipart.next_number;
+        multipart.next_number += 1;
+        let part = self.spawn_part(&multipart.upload_id, number, data, memory);
+        multipart.in_flight.push_back(part);
+        state.sent += len as u64;
+        Ok(())
+    }
+
+    fn spawn_part(&self, upload_id: &str, number: i32, data: Bytes, memory: Reservation) -> Part {
+        let store = self.store.clone();
+        let key = self.key.clone();
+        let upload_id = upload_id.to_owned();
+        let task = tokio::spawn(async move { store.upload_part(&key, &upload_id, number, data).await });
+        Part { number, task, _memory: memory }
+    }
+}
+
+async fn join(task: JoinHandle<Result<String, StoreError>>) -> Result<String, StoreError> {
+    task.await.unwrap_or_else(|join| Err(StoreError::Other { message: format!("upload task ended: {join}"), request_id: None }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+
+    const MIB: u64 = 1024 * 1024;
+
+    #[test]
+    fn part_sizes_fit_five_tebibytes_in_ten_thousand_parts() {
+        let base = 8 * MIB;
+        let total: u64 = (1..=10_000).map(|n| part_size_for(base, n)).sum();
+        assert!(total >= 5 * 1024 * 1024 * MIB, "10,000 parts hold only {total} bytes");
+        assert_eq!(part_size_for(base, 1), base);
+        assert_eq!(part_size_for(base, 1000), base);
+        assert_eq!(part_size_for(base, 1001), 2 * base);
+        assert_eq!(part_size_for(MIB, 1), MIN_PART, "parts below S3's minimum are raised");
+        assert!(part_size_for(base, 10_000) <= MAX_PART);
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+    }
+
+    #[test]
+    fn streamed_writes_with_holes_become_the_same_object() {
+        let rt = runtime();
+        let store = Arc::new(MemoryStore::default());
+        let upload = Upload::new(store.clone(), "k".into(), true, MIN_PART, MemoryLimiter::new(64 * MIB));
+        let mut expected = Vec::new();
+        rt.block_on(async {
+            let mut offset = 0u64;
+            for i in 0..40u64 {
+                let chunk = vec![(i % 251) as u8; 300_000];
+                if i == 20 {
+                    offset += 1_000_000; // a hole
+                    expected.resize(offset as usize, 0);
+                }
+                upload.write(offset, &chunk).await.expect("write");
+                expected.extend_from_slice(&chunk);
+                offset += chunk.len() as u64;
+            }
+            upload.commit().await.expect("commit");
+        });
+        let stored = rt.block_on(store.get_range("k", 0..expected.len() as u64, None)).expect("get");
+        assert_eq!(stored.len(), expected.len());
+        assert!(stored[..] == expected[..], "content differs");
+        assert_eq!(store.open_uploads(), 0);
+    }
+
+    #[test]
+    fn failed_create_is_reported_at_commit_and_aborted() {
+        let rt = runtime();
+        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), b"theirs".to_vec())]));
+        let upload = Upload::new(store.clone(), "k".into(), true, MIN_PART, MemoryLimiter::new(64 * MIB));
+        rt.block_on(async {
+            upload.write(0, &vec![1; 12 * MIB as usize]).await.expect("write");
+            let error = upload.commit().await.expect_err("key exists");
+            assert_eq!(error.errno(), fuser::Errno::EEXIST);
+            assert_eq!(upload.commit().await.expect_err("same answer").errno(), fuser::Errno::EEXIST);
+        });
+        assert_eq!(rt.block_on(store.get_range("k", 0..6, None)).expect("get"), &b"theirs"[..]);
+        assert_eq!(store.open_uploads(), 0, "the multipart upload was aborted");
+    }
+
+    #[test]
+    fn rewriting_sent_bytes_is_refused() {
+        let rt = runtime();
+        let store = Arc::new(MemoryStore::default());
+        let upload = Upload::new(store, "k".into(), false, MIN_PART, MemoryLimiter::new(64 * MIB));
+        rt.block_on(async {
+            upload.write(0, &vec![1; 6 * MIB as usize]).await.expect("write");
+            let error = upload.write(10, b"x").await.expect_err("already sent");
+            assert_eq!(error.errno(), fuser::Errno::EOPNOTSUPP);
+        });
+    }
+}

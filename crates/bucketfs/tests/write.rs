@@ -1,0 +1,168 @@
+//! Writing through the mount (docs/SEMANTICS.md, "Writing"): new files stream to S3 and are
+//! durable when close() returns, errors come back at close, nothing half-done is left in
+//! the bucket, and what the store refused never shows up as a file.
+
+mod common;
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::process::Command;
+
+use common::*;
+
+fn open_uploads(bucket: &str) -> usize {
+    let out = block_on(s3().list_multipart_uploads().bucket(bucket).send()).expect("list uploads");
+    out.uploads().len()
+}
+
+/// sha256 round trips of new files around the 5 MiB minimum part size and a multipart file.
+#[test]
+fn new_files_round_trip() {
+    let b = create_bucket("write-sizes");
+    let m = MountBuilder::new().bucket(&b).args(["--part-size", "5MiB"]).mount();
+    let sizes = [0, 1, 5 * MIB - 1, 5 * MIB, 5 * MIB + 1, 23 * MIB + 7];
+    for (i, size) in sizes.iter().enumerate() {
+        let data = gen_data(100 + i as u64, *size);
+        let name = format!("f{size}");
+        let mut file = File::create(m.join(&name)).expect("create");
+        // Odd-sized writes, as programs do.
+        for chunk in data.chunks(100_003) {
+            file.write_all(chunk).expect("write");
+        }
+        drop(file); // close(): the object must be in the bucket now
+        assert_eq!(sha256_hex(&get(&b, &name)), sha256_hex(&data), "object {name} in the bucket");
+        assert_eq!(std::fs::metadata(m.join(&name)).expect("stat").len(), *size as u64);
+        assert_eq!(sha256_hex(&std::fs::read(m.join(&name)).expect("read back")), sha256_hex(&data));
+    }
+    assert_eq!(open_uploads(&b), 0, "no multipart upload left behind");
+}
+
+/// `echo > file` opens, dup2()s and closes the first descriptor before writing: the content
+/// must still arrive.
+#[test]
+fn shell_redirection_writes_the_file() {
+    let b = create_bucket("write-shell");
+    let m = MountBuilder::new().bucket(&b).mount();
+    let target = m.join("greeting.txt");
+    let status = Command::new("bash")
+        .arg("-c")
+        .arg(format!("echo hello > '{}' && echo more >> /dev/null", target.display()))
+        .status()
+        .expect("bash");
+    assert!(status.success());
+    assert_eq!(get(&b, "greeting.txt"), b"hello\n");
+    assert_eq!(std::fs::read(&target).expect("read"), b"hello\n");
+    // touch creates an empty object.
+    assert!(Command::new("touch").arg(m.join("empty")).status().expect("touch").success());
+    assert!(wait_until(std::time::Duration::from_secs(5), || list_keys(&b, "").contains(&"empty".to_string())));
+    assert_eq!(get(&b, "empty"), b"");
+}
+
+/// A file being written is listed and has its size at once, before close.
+#[test]
+fn file_being_written_is_visible() {
+    let b = create_bucket("write-visible");
+    put(&b, "dir/existing", b"x".to_vec());
+    let m = MountBuilder::new().bucket(&b).mount();
+    let mut file = File::create(m.join("dir/new")).expect("create");
+    file.write_all(&[7; 1000]).expect("write");
+    assert_eq!(ls(&m.join("dir")), ["existing", "new"]);
+    assert_eq!(std::fs::metadata(m.join("dir/new")).expect("stat").len(), 1000);
+    assert!(!list_keys(&b, "").contains(&"dir/new".to_string()), "not in the bucket before close");
+    drop(file);
+    assert_eq!(get(&b, "dir/new"), vec![7; 1000]);
+}
+
+/// Overwrite with O_TRUNC replaces the object; opening an existing object for writing
+/// without O_TRUNC is refused until staging files exist.
+#[test]
+fn overwrite_with_truncate() {
+    let b = create_bucket("write-over");
+    put(&b, "f", b"old content".to_vec());
+    let m = MountBuilder::new().bucket(&b).mount();
+    std::fs::write(m.join("f"), b"new").expect("overwrite");
+    assert_eq!(get(&b, "f"), b"new");
+    assert_eq!(std::fs::read(m.join("f")).expect("read"), b"new");
+    let in_place = OpenOptions::new().write(true).open(m.join("f"));
+    assert_errno(in_place, libc::EOPNOTSUPP, "open for writing without O_TRUNC");
+    assert_eq!(get(&b, "f"), b"new");
+}
+
+/// mkdir writes a marker; rmdir refuses non-empty directories; unlink deletes.
+#[test]
+fn mkdir_rmdir_unlink() {
+    let b = create_bucket("write-dirs");
+    let m = MountBuilder::new().bucket(&b).mount();
+    std::fs::create_dir(m.join("d")).expect("mkdir");
+    assert_eq!(list_keys(&b, ""), ["d/"]);
+    assert_errno(std::fs::create_dir(m.join("d")), libc::EEXIST, "mkdir of an existing directory");
+    std::fs::write(m.join("d/f"), b"1").expect("write");
+    assert_errno(std::fs::remove_dir(m.join("d")), libc::ENOTEMPTY, "rmdir of a non-empty directory");
+    std::fs::remove_file(m.join("d/f")).expect("unlink");
+    assert_errno(std::fs::metadata(m.join("d/f")), libc::ENOENT, "stat after unlink");
+    std::fs::remove_dir(m.join("d")).expect("rmdir");
+    assert!(list_keys(&b, "").is_empty(), "bucket left with {:?}", list_keys(&b, ""));
+    assert_errno(std::fs::remove_file(m.join("nothing")), libc::ENOENT, "unlink of a missing file");
+}
+
+/// Two writers creating one key: the one that closes second gets EEXIST and its entry
+/// disappears; the first one's object stays.
+#[test]
+fn create_race_loser_gets_eexist() {
+    let b = create_bucket("write-race");
+    let m = MountBuilder::new().bucket(&b).mount();
+    let mut file = File::create(m.join("contested")).expect("create");
+    file.write_all(b"mine").expect("write");
+    put(&b, "contested", b"theirs".to_vec()); // another client wins
+    let error = file.sync_all().expect_err("fsync must report the lost race");
+    assert_eq!(error.raw_os_error(), Some(libc::EEXIST), "{error}");
+    drop(file);
+    assert_eq!(get(&b, "contested"), b"theirs");
+    assert_eq!(open_uploads(&b), 0);
+}
+
+/// A write that the store refuses (here: the bucket was deleted under the mount) is
+/// reported at close, and no phantom file remains.
+#[test]
+fn refused_upload_is_reported_and_leaves_no_entry() {
+    let b = create_bucket("write-refused");
+    put(&b, "keep", b"k".to_vec());
+    let m = MountBuilder::new().bucket(&b).mount();
+    let mut file = File::create(m.join("doomed")).expect("create");
+    file.write_all(&gen_data(5, 12 * MIB)).expect("write");
+    delete(&b, "keep");
+    block_on(s3().delete_bucket().bucket(&b).send()).expect("delete bucket");
+    let error = file.sync_all().expect_err("upload to a deleted bucket must fail");
+    assert!(matches!(error.raw_os_error(), Some(libc::EIO) | Some(libc::ENOENT)), "{error}");
+    drop(file);
+    assert_errno(std::fs::metadata(m.join("doomed")), libc::ENOENT, "failed file is gone");
+}
+
+/// rename is not done in place yet: EXDEV, so mv(1) copies and deletes, which works.
+#[test]
+fn mv_falls_back_to_copy() {
+    let b = create_bucket("write-mv");
+    put(&b, "a.txt", b"moving".to_vec());
+    let m = MountBuilder::new().bucket(&b).mount();
+    assert_errno(std::fs::rename(m.join("a.txt"), m.join("b.txt")), libc::EXDEV, "rename(2)");
+    let status = Command::new("mv").arg(m.join("a.txt")).arg(m.join("b.txt")).status().expect("mv");
+    assert!(status.success());
+    assert_eq!(list_keys(&b, ""), ["b.txt"]);
+    assert_eq!(get(&b, "b.txt"), b"moving");
+}
+
+/// A child forked while a file is open closes its inherited copy of the descriptor (at
+/// exec); that close must not end the parent's file.
+#[test]
+fn forked_child_does_not_end_the_upload() {
+    let b = create_bucket("write-fork");
+    let m = MountBuilder::new().bucket(&b).mount();
+    let data = gen_data(9, 3 * MIB);
+    let mut file = File::create(m.join("f")).expect("create");
+    let (first, second) = data.split_at(MIB);
+    file.write_all(first).expect("write");
+    assert!(Command::new("true").status().expect("spawn a child").success());
+    file.write_all(second).expect("write after the child closed its copy");
+    drop(file);
+    assert_eq!(sha256_hex(&get(&b, "f")), sha256_hex(&data));
+}
