@@ -1,0 +1,262 @@
+"""`bench/run`: builds what it needs, starts MinIO, sets up data, runs the workloads with the
+tools interleaved, and writes the report."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import report, sysinfo, util
+from .context import Context
+from .minio import MinIO, find_minio
+from .profiles import PROFILES, get_profile
+from .s3 import S3Direct
+from .tools import BucketFS, Direct, Dirs, Local, MountManager, Rclone, S3FS, mounted_paths
+from .util import log
+from .workloads import ALL as ALL_WORKLOADS, BY_NAME
+
+BENCH = Path(__file__).resolve().parents[1]
+REPO = BENCH.parent
+FUSE_TOOLS = ["bucketfs", "s3fs", "rclone"]
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="bench/run",
+        description="Benchmark bucketfs against s3fs, rclone mount and a direct S3 client on a "
+                    "private MinIO. See bench/README.md.")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--smoke", dest="profile", action="store_const", const="smoke",
+                      help="tiny sizes, 1 run: checks the machinery in under a minute (CI)")
+    size.add_argument("--quick", dest="profile", action="store_const", const="quick",
+                      help="reduced sizes, a few runs: about 10 minutes on 2 cores")
+    size.add_argument("--full", dest="profile", action="store_const", const="full",
+                      help="the articles' sizes (24 x 1 GiB, 71k-file tree, 8 GiB, 100k objects)")
+    ap.add_argument("--tools", default=",".join(FUSE_TOOLS),
+                    help=f"comma-separated FUSE tools to compare (default: {','.join(FUSE_TOOLS)})")
+    ap.add_argument("--workloads", default=",".join(w.name for w in ALL_WORKLOADS),
+                    help="comma-separated workloads: " + ", ".join(w.name for w in ALL_WORKLOADS))
+    ap.add_argument("--runs", type=int, help="repetitions of every case (overrides the profile)")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="override a profile field, e.g. --set large_count=4 --set rand_size=2GiB")
+    ap.add_argument("--out", type=Path, help="output directory (default: bench/results, or "
+                    "bench/results/raw/smoke for --smoke)")
+    ap.add_argument("--workdir", type=Path, default=Path("/var/tmp"),
+                    help="where MinIO's data and local files go (a disk, not tmpfs; default /var/tmp)")
+    ap.add_argument("--keep-workdir", action="store_true", help="do not delete the work directory")
+    ap.add_argument("--no-build", action="store_true", help="do not run cargo build first")
+    ap.add_argument("--bucketfs-bin", default=str(REPO / "target/release/bucketfs"))
+    ap.add_argument("--bucketfs-args", default="", help="extra arguments for `bucketfs mount`")
+    ap.add_argument("--s3direct-bin", default=str(REPO / "target/release/examples/s3direct"))
+    ap.add_argument("--s3fs-opts", default="", help="extra -o options for s3fs (comma-separated)")
+    ap.add_argument("--rclone-cache-mode", default="writes",
+                    help="rclone --vfs-cache-mode (default: writes, as in the article)")
+    ap.add_argument("--rclone-args", default="", help="extra arguments for rclone mount")
+    ap.add_argument("--minio", help="MinIO binary (default: $BUCKETFS_MINIO, "
+                    "~/.cache/bucketfs-deps/bin/minio, or minio on PATH)")
+    ap.add_argument("--timeout", type=float, help="per-command time limit in seconds")
+    ap.add_argument("--render", type=Path, metavar="DIR",
+                    help="only rewrite DIR/SUMMARY.md and the charts from DIR/results.json "
+                         "(after a change to the report code; no measurement)")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    a = ap.parse_args(argv)
+    a.profile = a.profile or "quick"
+    return a
+
+
+def build(args) -> None:
+    """cargo build of the direct client and of bucketfs (each may fail on its own)."""
+    if args.no_build:
+        return
+    for what, cmd in (("s3direct", ["--example", "s3direct"]), ("bucketfs", ["--bin", "bucketfs"])):
+        log(f"cargo build --release -p bucketfs {' '.join(cmd)}")
+        cp = subprocess.run(["cargo", "build", "--release", "-p", "bucketfs", *cmd], cwd=REPO,
+                            capture_output=True, text=True)
+        if cp.returncode != 0:
+            log(f"building {what} failed (continuing; it will be reported):\n"
+                + "\n".join(cp.stderr.strip().splitlines()[-15:]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    util.VERBOSE = args.verbose
+    if args.render:
+        print(report.render(args.render))
+        return 0
+    overrides = dict(s.split("=", 1) for s in args.set)
+    profile = get_profile(args.profile, overrides)
+    if args.timeout:
+        profile.timeout = args.timeout
+    out = args.out or (BENCH / "results" / "raw" / "smoke" if args.profile == "smoke"
+                       else BENCH / "results")
+    started = datetime.datetime.now(datetime.timezone.utc)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    raw_dir = (BENCH / "results" / "raw" / f"{stamp}-{args.profile}") if args.out is None \
+        else out / "raw"
+
+    tool_names = [t.strip() for t in args.tools.split(",") if t.strip()]
+    for t in tool_names:
+        if t not in FUSE_TOOLS:
+            raise SystemExit(f"unknown tool {t!r}; known: {', '.join(FUSE_TOOLS)}")
+    wl_names = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    for w in wl_names:
+        if w not in BY_NAME:
+            raise SystemExit(f"unknown workload {w!r}; known: {', '.join(BY_NAME)}")
+
+    if not shutil.which("fusermount3"):
+        raise SystemExit("fusermount3 not found: run scripts/install-deps --bench")
+    minio_bin = find_minio(args.minio)
+    if not minio_bin:
+        raise SystemExit("MinIO not found: run scripts/install-deps (or set BUCKETFS_MINIO)")
+    build(args)
+    if not os.access(args.s3direct_bin, os.X_OK):
+        raise SystemExit(f"direct client {args.s3direct_bin} missing: "
+                         "cargo build --release -p bucketfs --example s3direct")
+    is_root = os.geteuid() == 0
+    if not is_root:
+        log("not root: page cache cannot be dropped; cold runs will only be fresh mounts")
+
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bfsbench-", dir=args.workdir))
+    ramdisk = Path(tempfile.mkdtemp(prefix="bfsbench-", dir="/dev/shm"))
+    dirs = Dirs(work)
+    minio = MinIO(minio_bin, work / "minio-data", dirs.logs() / "minio.log")
+    mounts = MountManager(dirs)
+
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+
+    t_start = time.monotonic()
+    records: list[dict] = []
+    workloads = []
+    tools = []
+    meta: dict = {}
+    incomplete = None
+    try:
+        minio.start()
+        dirs.home("s3direct").mkdir(parents=True)
+        s3 = S3Direct(_stripped_copy(args.s3direct_bin, work / "bin"), minio.url,
+                      str(dirs.home("s3direct")))
+        fuse_tools = []
+        for name in tool_names:
+            if name == "bucketfs":
+                t = BucketFS(dirs, minio.url, args.bucketfs_bin, shlex.split(args.bucketfs_args))
+            elif name == "s3fs":
+                t = S3FS(dirs, minio.url, args.s3fs_opts)
+            else:
+                t = Rclone(dirs, minio.url, args.rclone_cache_mode, shlex.split(args.rclone_args))
+            t.check()
+            if t.missing:
+                log(f"{name}: missing ({t.missing})")
+            fuse_tools.append(t)
+        tools = fuse_tools + [Direct(dirs, minio.url), Local(dirs, minio.url)]
+        ctx = Context(profile=profile, work=work, ramdisk=ramdisk, s3=s3, mounts=mounts,
+                      tools=tools, can_drop_caches=is_root and os.access("/proc/sys/vm/drop_caches", os.W_OK))
+        records = ctx.records
+        meta = {
+            "command": "bench/run " + " ".join(sys.argv[1:] if argv is None else argv),
+            "started_utc": started.strftime("%Y-%m-%d %H:%M:%S"),
+            "profile": profile.describe(),
+            "machine": sysinfo.machine(work),
+            "versions": sysinfo.versions(tools, minio.version()),
+            "can_drop_caches": ctx.can_drop_caches,
+            "tool_order": [t.name for t in tools if t.kind == "fuse"] + ["reference"],
+            "mount_commands": {t.name: t.redacted_cmd() for t in fuse_tools},
+        }
+        runs_by_wl = {w: (args.runs or profile.runs_for(w)) for w in wl_names}
+        meta["runs_text"] = ", ".join(f"{w}: {n}×" for w, n in runs_by_wl.items())
+        for wl_cls in ALL_WORKLOADS:
+            if wl_cls.name not in wl_names:
+                continue
+            wl = wl_cls(ctx)
+            workloads.append(wl)
+            log(f"== {wl.number}. {wl.title}: setting up data")
+            t0 = time.monotonic()
+            wl.setup()
+            log(f"   set-up took {time.monotonic() - t0:.1f}s: {wl.facts}")
+            active = [t for t in tools if wl.applies_to(t)]
+            for t in active:
+                if t.missing:
+                    for case in wl.cases():
+                        ctx.record(wl.name, case, t, None, "missing", error=t.missing)
+            broken: dict[str, str] = {}
+            for rep in range(runs_by_wl[wl.name]):
+                for t in active:
+                    if t.missing:
+                        continue
+                    if t.name in broken:
+                        for case in wl.cases():
+                            ctx.record(wl.name, case, t, rep, "failed", error=broken[t.name])
+                        continue
+                    try:
+                        wl.run(t, rep)
+                    except KeyboardInterrupt:
+                        raise
+                    except Exception as e:  # a tool's failure must not stop the others
+                        msg = f"{type(e).__name__}: {e}"
+                        log(f"  {t.name} failed in {wl.name} run {rep}: {msg}")
+                        broken[t.name] = msg
+                        done = ctx.recorded(wl.name, t, rep)
+                        for case in wl.cases():
+                            if case.id not in done:
+                                ctx.record(wl.name, case, t, rep, "failed", error=msg)
+            mounts.unmount_all()
+            wl.teardown()
+            wl.facts["workload_seconds"] = round(time.monotonic() - t0, 1)
+    except KeyboardInterrupt as e:
+        incomplete = f"interrupted ({e})"
+        log(incomplete)
+    except Exception as e:
+        incomplete = f"{type(e).__name__}: {e}"
+        log(f"run aborted: {incomplete}")
+        if args.verbose:
+            import traceback
+            traceback.print_exc()
+    finally:
+        mounts.unmount_all()
+        minio.stop()
+        shutil.copytree(dirs.logs(), raw_dir / "logs", dirs_exist_ok=True)
+        _cleanup(work, ramdisk, keep=args.keep_workdir)
+
+    if meta:
+        meta["duration_seconds"] = time.monotonic() - t_start
+        meta["incomplete"] = incomplete
+        meta["mounts"] = mounts.history
+        summary = report.write_all(out, raw_dir, meta, records, workloads, tools)
+        print(summary)
+    return 1 if incomplete else 0
+
+
+def _stripped_copy(binary: str, dest_dir: Path) -> str:
+    """A copy of the direct client without debug info: 19 MB instead of 125 MB to load after
+    every page-cache drop. Falls back to the original."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / Path(binary).name
+    if shutil.which("strip"):
+        cp = subprocess.run(["strip", "-o", str(dest), binary], capture_output=True)
+        if cp.returncode == 0:
+            return str(dest)
+    return binary
+
+
+def _cleanup(work: Path, ramdisk: Path, keep: bool) -> None:
+    still = [p for p in mounted_paths() if p.startswith(str(work))]
+    if still:
+        log(f"WARNING: mounts left under {work}: {still}; not deleting it")
+        return
+    shutil.rmtree(ramdisk, ignore_errors=True)
+    if keep:
+        log(f"work directory kept: {work}")
+        return
+    shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,72 @@
+"""Size profiles. `full` reproduces the sizes of the published articles; `quick` keeps the
+same shapes at a size that runs in minutes on 2 cores; `smoke` only checks the machinery."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .util import parse_size
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+@dataclasses.dataclass
+class Profile:
+    name: str
+    runs: int                       # repetitions of every case (median/min/max over them)
+    runs_per_workload: dict         # overrides of `runs` for expensive workloads
+    large_size: int                 # W1: the single large object read cold and warm (1 GiB)
+    large_count: int                # W1: files read/written serially and in parallel (article: 24)
+    multi_size: int                 # W1: size of each of those files (article: 1 GB)
+    tree_scale: float               # W2: fraction of the linux-5.12.13-like tree (1.0 = 71k files)
+    rand_size: int                  # W3: the big object read at random offsets (article: 8 GiB)
+    rand_reads: int                 # W3: number of reads (article: 100 of 100 bytes)
+    rand_len: int
+    small_count: int                # W4: small objects for grep/find (article: 1000)
+    flat_count: int                 # W5: objects in one flat directory (brief: 100k)
+    flat_size: int                  # W5: bytes per flat object
+    overhead_size: int              # W6: large file re-read from cache (article: 5 GB)
+    timeout: float                  # per command, seconds
+
+    def runs_for(self, workload: str) -> int:
+        return self.runs_per_workload.get(workload, self.runs)
+
+    def describe(self) -> dict:
+        d = dataclasses.asdict(self)
+        return d
+
+
+PROFILES = {
+    "smoke": Profile(
+        name="smoke", runs=1, runs_per_workload={},
+        large_size=8 * MiB, large_count=2, multi_size=4 * MiB, tree_scale=0.001,
+        rand_size=32 * MiB, rand_reads=30, rand_len=100, small_count=40, flat_count=200,
+        flat_size=64, overhead_size=32 * MiB, timeout=60),
+    "quick": Profile(
+        name="quick", runs=2, runs_per_workload={"randread": 3},
+        large_size=GiB, large_count=2, multi_size=256 * MiB, tree_scale=0.01, rand_size=GiB,
+        rand_reads=100, rand_len=100, small_count=1000, flat_count=5_000, flat_size=64,
+        overhead_size=512 * MiB, timeout=300),
+    "full": Profile(
+        name="full", runs=5, runs_per_workload={"large": 3, "tree": 3},
+        large_size=GiB, large_count=24, multi_size=GiB, tree_scale=1.0, rand_size=8 * GiB,
+        rand_reads=100, rand_len=100, small_count=1000, flat_count=100_000, flat_size=64,
+        overhead_size=4 * GiB, timeout=4 * 3600),
+}
+
+
+def get_profile(name: str, overrides: dict) -> Profile:
+    p = dataclasses.replace(PROFILES[name])
+    for key, value in overrides.items():
+        field = {f.name: f for f in dataclasses.fields(Profile)}.get(key)
+        if field is None:
+            raise SystemExit(f"unknown profile field {key!r}")
+        if key.endswith("_size"):
+            value = parse_size(value)
+        elif field.type in ("int",):
+            value = int(value)
+        elif field.type in ("float",):
+            value = float(value)
+        setattr(p, key, value)
+    return p

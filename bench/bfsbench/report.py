@@ -1,0 +1,371 @@
+"""Aggregates the measurements and writes SUMMARY.md, one PNG per workload and results.json."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Optional
+
+from .util import fmt_secs, fmt_size, log
+
+FUSE_ORDER = ["bucketfs", "s3fs", "rclone"]
+STATUS_TEXT = {"unsupported": "not supported yet", "missing": "missing", "failed": "failed"}
+
+
+def aggregate(records: list[dict], wl: str, case: str, tool: str) -> dict:
+    recs = [r for r in records if r["workload"] == wl and r["case"] == case and r["tool"] == tool]
+    ok = [r for r in recs if r["status"] == "ok"]
+    agg: dict = {"tool": tool, "runs": len(recs), "ok_runs": len(ok)}
+    rss = [r["daemon_rss_kb"] for r in recs if r.get("daemon_rss_kb")]
+    agg["peak_rss_kb"] = max(rss) if rss else None
+    client_rss = [r["client_rss_kb"] for r in recs if r.get("client_rss_kb")]
+    agg["client_rss_kb"] = max(client_rss) if client_rss else None
+    if ok:
+        secs = [r["seconds"] for r in ok]
+        agg.update(status="ok", median=statistics.median(secs), min=min(secs), max=max(secs))
+        nbytes = ok[0].get("bytes")
+        agg["bytes"] = nbytes
+        agg["throughput"] = nbytes / agg["median"] if nbytes and agg["median"] > 0 else None
+        lats = [x for r in ok for x in r["extra"].get("latencies", [])]
+        if lats:
+            lats.sort()
+            agg["lat_p50"] = lats[len(lats) // 2]
+            agg["lat_p95"] = lats[min(len(lats) - 1, round(0.95 * (len(lats) - 1)))]
+            agg["lat_max"] = lats[-1]
+        bad = [r for r in recs if r["status"] != "ok"]
+        if bad:
+            agg["note"] = f"{len(bad)}/{len(recs)} runs failed: {bad[0]['error']}"
+    elif recs:
+        statuses = {r["status"] for r in recs}
+        status = next(s for s in ("missing", "unsupported", "failed") if s in statuses)
+        agg.update(status=status, error=next(r["error"] for r in recs if r["status"] == status))
+    else:
+        agg.update(status="not run")
+    return agg
+
+
+def build_tables(records: list[dict], workloads: list, tools: list) -> list[dict]:
+    """One table per workload: for every case, a row per FUSE tool and one for the reference."""
+    fuse = [t.name for t in tools if t.kind == "fuse"]
+    out = []
+    for wl in workloads:
+        table = {"workload": wl.name, "number": wl.number, "title": wl.title, "what": wl.what,
+                 "facts": wl.facts, "metric": wl.chart_metric, "cases": []}
+        for case in wl.cases():
+            rows = [aggregate(records, wl.name, case.id, name) for name in fuse]
+            ok = [r for r in rows if r["status"] == "ok"]
+            best = min((r["median"] for r in ok), default=None)
+            ref = aggregate(records, wl.name, case.id, case.ref) if case.ref else None
+            ref_median = ref["median"] if ref and ref["status"] == "ok" else None
+            for r in rows:
+                if r["status"] == "ok":
+                    r["x_best"] = r["median"] / best if best else None
+                    r["x_ref"] = r["median"] / ref_median if ref_median else None
+            peers = [r for r in ok if r["tool"] != "bucketfs"]
+            bfs = next((r for r in rows if r["tool"] == "bucketfs"), None)
+            headline = None
+            if bfs is not None:
+                best_peer = min(peers, key=lambda r: r["median"]) if peers else None
+                headline = {
+                    "bucketfs": bfs,
+                    "best_peer": best_peer["tool"] if best_peer else None,
+                    "best_peer_median": best_peer["median"] if best_peer else None,
+                    "ratio": (bfs["median"] / best_peer["median"]
+                              if bfs["status"] == "ok" and best_peer else None),
+                    "x_ref": bfs.get("x_ref"),
+                }
+            table["cases"].append({"id": case.id, "title": case.title, "kind": case.kind,
+                                   "ref": case.ref, "ref_title": case.ref_title, "rows": rows,
+                                   "ref_row": ref, "headline": headline})
+        out.append(table)
+    return out
+
+
+# ---- markdown ---------------------------------------------------------------------------------
+
+
+def _ratio(x: Optional[float]) -> str:
+    if x is None:
+        return "—"
+    if x < 0.1:
+        return f"{x:.2g}×"
+    return f"{x:.2f}×" if x < 100 else f"{x:.0f}×"
+
+
+def _mib(kb: Optional[int]) -> str:
+    return "—" if not kb else f"{kb / 1024:.0f}"
+
+
+def _rate(bps: Optional[float]) -> str:
+    if not bps:
+        return "—"
+    return f"{bps / (1 << 20):.0f} MiB/s" if bps >= (1 << 20) else f"{bps / 1024:.0f} KiB/s"
+
+
+def _status_cell(r: dict) -> str:
+    if r["status"] == "unsupported":
+        return "not supported yet"
+    if r["status"] == "missing":
+        return f"missing: {r.get('error', '')}"
+    if r["status"] == "not run":
+        return "not run"
+    err = (r.get("error") or "").replace("|", "/").replace("\n", " ")
+    return f"failed: {err[:160]}"
+
+
+def _notes(r: dict) -> str:
+    parts = []
+    if "lat_p50" in r:
+        parts.append(f"per read p50 {fmt_secs(r['lat_p50'])}, p95 {fmt_secs(r['lat_p95'])}, "
+                     f"max {fmt_secs(r['lat_max'])}")
+    if r.get("note"):
+        parts.append(r["note"].replace("|", "/")[:160])
+    return "; ".join(parts)
+
+
+def _row(label: str, r: dict, ref_label: str) -> str:
+    if r["status"] != "ok":
+        return f"| {label} | — | — | — | — | {_mib(r.get('peak_rss_kb'))} | — | — | {_status_cell(r)} |"
+    return (f"| {label} | {fmt_secs(r['median'])} | {fmt_secs(r['min'])} | {fmt_secs(r['max'])} | "
+            f"{_rate(r.get('throughput'))} | {_mib(r.get('peak_rss_kb'))} | "
+            f"{_ratio(r.get('x_best'))} | {_ratio(r.get('x_ref'))} | {_notes(r)} |")
+
+
+def tool_info(tools: list) -> list[dict]:
+    """What the summary says about each FUSE tool (stored in results.json for --render)."""
+    repo = str(Path(__file__).resolve().parents[2]) + "/"
+    return [{"name": t.name, "label": t.label, "setup_note": t.setup_note,
+             "cmd": t.redacted_cmd().replace(repo, ""), "missing": t.missing}
+            for t in tools if t.kind == "fuse"]
+
+
+def markdown(meta: dict, tables: list[dict], chart_files: dict) -> str:
+    tools = meta["tools"]
+    L: list[str] = []
+    prof = meta["profile"]
+    L.append("# bucketfs benchmark results\n")
+    L.append(f"Written by `{meta['command']}` on {meta['started_utc']} (UTC); the run took "
+             f"{meta['duration_seconds'] / 60:.1f} min. Every number below comes from that run "
+             f"(raw measurements: `results.json`).")
+    if meta.get("incomplete"):
+        L.append(f"\n**INCOMPLETE RUN**: {meta['incomplete']}")
+    L.append("")
+    L.append("## Machine and versions\n")
+    m = meta["machine"]
+    L.append("| | |\n|---|---|")
+    L.append(f"| cores | {m['cores']} ({m['cpu']}) |")
+    L.append(f"| RAM | {fmt_size(m['ram_bytes'])} |")
+    L.append(f"| kernel | {m['kernel']} |")
+    L.append(f"| OS | {m['os']} |")
+    L.append(f"| MinIO data on | {m['minio_data_fs']} (single drive, loopback) |")
+    L.append(f"| RAM disk | /dev/shm ({m['ramdisk_fs']}) |")
+    for k, v in meta["versions"].items():
+        L.append(f"| {k} | {v} |")
+    L.append("")
+    L.append("## How it was run\n")
+    L.append(f"- Profile `{prof['name']}`; each case repeated {meta['runs_text']}, tools interleaved "
+             f"in every repetition ({', '.join(meta['tool_order'])}, then again). Seconds are the "
+             "median of the runs, with min and max.")
+    L.append("- All tools talk to the same MinIO process over loopback, reading the same objects, "
+             "uploaded once at set-up by the direct client.")
+    drop = ("`sync; echo 3 > /proc/sys/vm/drop_caches`" if meta["can_drop_caches"]
+            else "**not available (not root): cold runs are only fresh mounts**")
+    L.append(f"- *Cold* = a new mount (new daemon, empty caches) and {drop} just before; "
+             "*warm* = the same command again right after, on the same mount.")
+    L.append("- Writes through a mount are timed until every object has its full size in the "
+             "bucket (polled with ListObjectsV2), so a tool that uploads after close() is not "
+             "credited for work it has not done. Whether a tool can write is found by trying; "
+             "a write that fails with EROFS marks its write rows *not supported yet*.")
+    L.append("- Peak RSS: `VmHWM` of the FUSE daemon (reset through `/proc/PID/clear_refs` before "
+             "each command), in MiB; the maximum over the runs. Reference rows show nothing there.")
+    L.append("- **× best** = median / the best median among the FUSE tools in that row group "
+             "(1.00× is the fastest). **× ref** = median / the reference row (direct S3 client or "
+             "local file system, named in each group). Lower is better for both.")
+    L.append("- Mount options:")
+    for t in tools:
+        state = f" — **missing: {t['missing']}**" if t["missing"] else ""
+        L.append(f"  - {t['label']}: {t['setup_note']}; `{t['cmd']}`{state}")
+    L.append("")
+
+    # Headline
+    L.append("## bucketfs against the best peer\n")
+    L.append("Ratio = bucketfs median / best median among the other FUSE tools (below 1 means "
+             "bucketfs is faster).\n")
+    if "bucketfs" not in [t["name"] for t in tools]:
+        L.append("bucketfs was not among `--tools` in this run.\n")
+    L.append("| workload | case | bucketfs | best peer | ratio | bucketfs × ref |")
+    L.append("|---|---|---|---|---|---|")
+    for t in tables:
+        for c in t["cases"]:
+            h = c["headline"]
+            if h is None:
+                continue
+            b = h["bucketfs"]
+            bcell = fmt_secs(b["median"]) if b["status"] == "ok" else _status_cell(b)
+            peer = (f"{h['best_peer']} {fmt_secs(h['best_peer_median'])}" if h["best_peer"]
+                    else "no peer result")
+            L.append(f"| {t['number']}. {t['title']} | {c['title']} | {bcell} | {peer} | "
+                     f"{_ratio(h['ratio'])} | {_ratio(h['x_ref'])} |")
+    L.append("")
+
+    for t in tables:
+        L.append(f"## {t['number']}. {t['title']} (`--workloads {t['workload']}`)\n")
+        L.append(t["what"] + "\n")
+        if t["facts"]:
+            facts = ", ".join(f"{k} = {_fact(k, v)}" for k, v in t["facts"].items())
+            L.append(f"Data: {facts}.\n")
+        L.append("| case / tool | median | min | max | throughput | peak RSS MiB | × best | × ref | notes |")
+        L.append("|---|---|---|---|---|---|---|---|---|")
+        for c in t["cases"]:
+            L.append(f"| **{c['title']}** | | | | | | | | |")
+            for r in c["rows"]:
+                L.append(_row(r["tool"], r, c["ref"] or ""))
+            if c["ref_row"] is not None:
+                label = f"*ref: {c['ref']}* ({c['ref_title']})"
+                L.append(_row(label, c["ref_row"], ""))
+        L.append("")
+        if t["workload"] in chart_files:
+            L.append(f"![{t['title']}]({chart_files[t['workload']]})\n")
+
+    if meta.get("mounts"):
+        L.append("## Mount time and memory right after mounting\n")
+        L.append("Time from starting the daemon until the mount point answers `stat`, and the "
+                 "daemon's RSS at that moment; medians over every fresh mount of the run.\n")
+        L.append("| tool | bucket | mounts | median mount time | max | median RSS after mount MiB |")
+        L.append("|---|---|---|---|---|---|")
+        groups: dict = {}
+        for h in meta["mounts"]:
+            groups.setdefault((h["tool"], h["bucket"]), []).append(h)
+        for (tool, bucket), hs in sorted(groups.items()):
+            secs = [h["seconds"] for h in hs]
+            rss = [h["rss_kb"] for h in hs if h["rss_kb"]]
+            L.append(f"| {tool} | {bucket} | {len(hs)} | {fmt_secs(statistics.median(secs))} | "
+                     f"{fmt_secs(max(secs))} | {_mib(statistics.median(rss)) if rss else '—'} |")
+        L.append("")
+
+    missing = [t for t in tools if t["missing"]]
+    L.append("## Missing tools and unsupported operations\n")
+    if not missing and not any(r["status"] == "unsupported" for t in tables for c in t["cases"]
+                               for r in c["rows"]):
+        L.append("None.")
+    for t in missing:
+        L.append(f"- {t['label']}: missing — {t['missing']}")
+    for t in tables:
+        for c in t["cases"]:
+            for r in c["rows"]:
+                if r["status"] == "unsupported":
+                    L.append(f"- {r['tool']}: {t['title']} / {c['title']}: {r['error']}")
+    if meta.get("chart_note"):
+        L.append(f"\n{meta['chart_note']}")
+    L.append("")
+    return "\n".join(L)
+
+
+def _fact(key: str, v) -> str:
+    if key == "workload_seconds":
+        return f"{v} s (set-up + all runs)"
+    if isinstance(v, int) and ("bytes" in key or "size" in key or key == "single_file"):
+        return fmt_size(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+# ---- charts -----------------------------------------------------------------------------------
+
+COLORS = {"bucketfs": "#1f77b4", "s3fs": "#ff7f0e", "rclone": "#2ca02c", "direct": "#7f7f7f",
+          "local": "#9467bd"}
+
+
+def charts(tables: list[dict], out: Path) -> tuple[dict, Optional[str]]:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return {}, "Charts were not drawn: matplotlib is not installed (pip install -r bench/requirements.txt)."
+    files = {}
+    for t in tables:
+        through = t["metric"] == "throughput"
+        labels, series = [], {}
+        tool_names: list[str] = []
+        for c in t["cases"]:
+            for r in c["rows"] + ([c["ref_row"]] if c["ref_row"] else []):
+                if r["tool"] not in tool_names:
+                    tool_names.append(r["tool"])
+        for c in t["cases"]:
+            labels.append(c["title"])
+            rows = {r["tool"]: r for r in c["rows"]}
+            if c["ref_row"]:
+                rows[c["ref_row"]["tool"]] = c["ref_row"]
+            for name in tool_names:
+                series.setdefault(name, []).append(rows.get(name))
+        n_cases, n_tools = len(labels), max(1, len(tool_names))
+        fig, ax = plt.subplots(figsize=(10, 1.0 + 0.42 * n_cases * n_tools))
+        height = 0.8 / n_tools
+        values_all = []
+        for i, name in enumerate(tool_names):
+            ys, vals, lo, hi, texts = [], [], [], [], []
+            for j, r in enumerate(series[name]):
+                y = j + i * height
+                if r is None:
+                    continue
+                if r["status"] == "ok":
+                    if through:
+                        v = r["throughput"] / (1 << 20) if r.get("throughput") else None
+                        vmin = r["bytes"] / r["max"] / (1 << 20) if r.get("bytes") else None
+                        vmax = r["bytes"] / r["min"] / (1 << 20) if r.get("bytes") else None
+                    else:
+                        v, vmin, vmax = r["median"], r["min"], r["max"]
+                    if v:
+                        ys.append(y)
+                        vals.append(v)
+                        lo.append(max(0, v - (vmin or v)))
+                        hi.append(max(0, (vmax or v) - v))
+                        values_all.append(v)
+                        continue
+                texts.append((y, STATUS_TEXT.get(r["status"], r["status"])))
+            ax.barh(ys, vals, height=height * 0.95, xerr=[lo, hi] if vals else None,
+                    color=COLORS.get(name, None), label=name, capsize=2)
+            for y, text in texts:
+                ax.text(0, y, f"  {name}: {text}", va="center", fontsize=7, color="#aa0000")
+        ax.set_yticks([j + (n_tools - 1) * height / 2 for j in range(n_cases)])
+        ax.set_yticklabels(labels, fontsize=8)
+        ax.invert_yaxis()
+        if values_all and max(values_all) / max(min(values_all), 1e-9) > 30:
+            ax.set_xscale("log")
+        ax.set_xlabel("MiB/s (higher is better; median, bars = min..max)" if through
+                      else "seconds (lower is better; median, bars = min..max)")
+        ax.set_title(f"{t['number']}. {t['title']}")
+        ax.legend(fontsize=8, loc="best")
+        ax.grid(axis="x", alpha=0.3)
+        fig.tight_layout()
+        name = f"{t['number']}-{t['workload']}.png"
+        fig.savefig(out / name, dpi=90)
+        plt.close(fig)
+        files[t["workload"]] = name
+    return files, None
+
+
+def write_all(out: Path, raw_dir: Path, meta: dict, records: list[dict], workloads: list,
+              tools: list) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    tables = build_tables(records, workloads, tools)
+    meta = dict(meta, tools=tool_info(tools))
+    compact = {"meta": meta, "tables": tables, "measurements": records}
+    (out / "results.json").write_text(json.dumps(compact, indent=1, default=str) + "\n")
+    raw_dir.mkdir(parents=True, exist_ok=True)
+    (raw_dir / "results.json").write_text(json.dumps(compact, indent=1, default=str) + "\n")
+    return render(out)
+
+
+def render(out: Path) -> Path:
+    """(Re)writes SUMMARY.md and the charts of `out` from its results.json alone."""
+    data = json.loads((out / "results.json").read_text())
+    chart_files, note = charts(data["tables"], out)
+    meta = dict(data["meta"], chart_note=note)
+    summary = out / "SUMMARY.md"
+    summary.write_text(markdown(meta, data["tables"], chart_files))
+    log(f"wrote {summary}, {len(chart_files)} charts and results.json")
+    return summary

@@ -1,0 +1,361 @@
+"""The filesystems under test and how each one is mounted.
+
+Every FUSE daemon runs in the foreground as a child of the bench (so its PID is known, its
+peak RSS can be read from /proc/PID/status and it can be stopped by PID), with a clean
+environment holding only the variables it needs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Optional
+
+from .minio import ACCESS_KEY, SECRET_KEY
+from .s3 import BASE_PATH
+from .util import first_line, log, pid_alive, read_status_kb
+
+REGION = "us-east-1"
+
+
+class Tool:
+    """A row in the tables. kind: 'fuse' (mounted), 'direct' (S3 client) or 'local' (local fs)."""
+    name = "?"
+    kind = "fuse"
+    label = "?"
+
+    def __init__(self, ctx_dirs: "Dirs", endpoint: str):
+        self.dirs = ctx_dirs
+        self.endpoint = endpoint
+        self.missing: Optional[str] = None   # reason the tool cannot run, if it cannot
+        self.setup_note = ""                 # options chosen, for the summary
+        ctx_dirs.home(self.name).mkdir(parents=True, exist_ok=True)
+
+    def check(self) -> None:
+        """Sets self.missing when the tool cannot be used."""
+
+    def version(self) -> str:
+        return "n/a"
+
+    # FUSE tools only
+    def mount_argv(self, bucket: str, mnt: Path) -> list[str]:
+        raise NotImplementedError
+
+    def mount_env(self) -> dict:
+        return {"PATH": BASE_PATH, "HOME": str(self.dirs.home(self.name)), "LANG": "C"}
+
+    def redacted_cmd(self) -> str:
+        argv = self.mount_argv("BUCKET", Path("MOUNTPOINT"))
+        return " ".join(argv)
+
+    def after_unmount(self, bucket: str) -> None:
+        """Called once the daemon of a mount of `bucket` has exited."""
+
+
+class Dirs:
+    def __init__(self, work: Path):
+        self.work = work
+
+    def home(self, name: str) -> Path:
+        """A private HOME per tool (created by the tool's constructor)."""
+        return self.work / "home" / name
+
+    def mnt(self, name: str) -> Path:
+        p = self.work / "mnt" / name
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def logs(self) -> Path:
+        p = self.work / "logs"
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+
+
+class BucketFS(Tool):
+    name = "bucketfs"
+    label = "bucketfs"
+
+    def __init__(self, dirs: Dirs, endpoint: str, binary: str, extra_args: list[str]):
+        super().__init__(dirs, endpoint)
+        self.binary = binary
+        self.extra_args = extra_args
+        self.setup_note = ("`bucketfs mount --foreground` with its defaults"
+                           + (f" plus `{' '.join(extra_args)}`" if extra_args else ""))
+
+    def check(self) -> None:
+        if not (os.path.isfile(self.binary) and os.access(self.binary, os.X_OK)):
+            self.missing = f"binary not found ({self.binary})"
+            return
+        cp = subprocess.run([self.binary, "mount", "--help"], capture_output=True, text=True,
+                            timeout=30, stdin=subprocess.DEVNULL)
+        if cp.returncode != 0:
+            self.missing = "binary has no working `mount` subcommand yet"
+
+    def version(self) -> str:
+        return first_line([self.binary, "--version"])
+
+    def mount_argv(self, bucket: str, mnt: Path) -> list[str]:
+        return [self.binary, "mount", "--foreground", "--endpoint-url", self.endpoint,
+                "--force-path-style", "--region", REGION, *self.extra_args,
+                f"s3://{bucket}", str(mnt)]
+
+    def mount_env(self) -> dict:
+        env = super().mount_env()
+        env.update({
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_CONFIG_FILE": "/dev/null",
+            "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+        })
+        return env
+
+
+class S3FS(Tool):
+    name = "s3fs"
+    label = "s3fs"
+
+    def __init__(self, dirs: Dirs, endpoint: str, extra_opts: str):
+        super().__init__(dirs, endpoint)
+        self.binary = shutil.which("s3fs") or "s3fs"
+        self.passwd = dirs.home(self.name) / "passwd-s3fs"
+        self.passwd.write_text(f"{ACCESS_KEY}:{SECRET_KEY}\n")
+        self.passwd.chmod(0o600)
+        self.extra_opts = extra_opts
+        self.setup_note = ("s3fs defaults (no `use_cache` data cache, default stat cache), "
+                           "path-style requests via `-o url=...,use_path_request_style`"
+                           + (f", plus `-o {extra_opts}`" if extra_opts else ""))
+
+    def check(self) -> None:
+        if not shutil.which("s3fs"):
+            self.missing = "s3fs not installed (scripts/install-deps --bench)"
+
+    def version(self) -> str:
+        return first_line([self.binary, "--version"])
+
+    def mount_argv(self, bucket: str, mnt: Path) -> list[str]:
+        opts = (f"url={self.endpoint},use_path_request_style,endpoint={REGION},"
+                f"passwd_file={self.passwd}")
+        if self.extra_opts:
+            opts += "," + self.extra_opts
+        return [self.binary, bucket, str(mnt), "-f", "-o", opts]
+
+    def redacted_cmd(self) -> str:
+        return " ".join(self.mount_argv("BUCKET", Path("MOUNTPOINT"))).replace(
+            str(self.passwd), "PASSWD_FILE")
+
+
+class Rclone(Tool):
+    name = "rclone"
+    label = "rclone mount"
+
+    def __init__(self, dirs: Dirs, endpoint: str, cache_mode: str, extra_args: list[str]):
+        super().__init__(dirs, endpoint)
+        self.binary = shutil.which("rclone") or "rclone"
+        self.conf = dirs.home(self.name) / "rclone.conf"
+        self.conf.write_text(
+            "[bench]\n"
+            "type = s3\n"
+            "provider = Minio\n"
+            "env_auth = false\n"
+            f"access_key_id = {ACCESS_KEY}\n"
+            f"secret_access_key = {SECRET_KEY}\n"
+            f"endpoint = {endpoint}\n"
+            f"region = {REGION}\n")
+        self.conf.chmod(0o600)
+        self.cache_mode = cache_mode
+        self.extra_args = extra_args
+        self.setup_note = (f"`--vfs-cache-mode {cache_mode}` (as in the article) with "
+                           "`--vfs-write-back 0s` so uploads start at close(); other options default"
+                           + (f", plus `{' '.join(extra_args)}`" if extra_args else ""))
+
+    def check(self) -> None:
+        if not shutil.which("rclone"):
+            self.missing = "rclone not installed (scripts/install-deps --bench)"
+
+    def version(self) -> str:
+        return first_line([self.binary, "version"])
+
+    def mount_argv(self, bucket: str, mnt: Path) -> list[str]:
+        return [self.binary, "mount", "--config", str(self.conf), f"bench:{bucket}", str(mnt),
+                "--vfs-cache-mode", self.cache_mode, "--vfs-write-back", "0s",
+                "--cache-dir", str(self.dirs.home(self.name) / "cache"),
+                "--log-level", "NOTICE", *self.extra_args]
+
+    def after_unmount(self, bucket: str) -> None:
+        # The VFS cache keeps a copy of every file written (24 GiB in the full run): drop it.
+        cache = self.dirs.home(self.name) / "cache"
+        for sub in ("vfs", "vfsMeta"):
+            shutil.rmtree(cache / sub / "bench" / bucket, ignore_errors=True)
+
+    def redacted_cmd(self) -> str:
+        return " ".join(self.mount_argv("BUCKET", Path("MOUNTPOINT"))).replace(
+            str(self.conf), "RCLONE_CONF").replace(str(self.dirs.home(self.name) / "cache"), "CACHE_DIR")
+
+
+class Direct(Tool):
+    name = "direct"
+    kind = "direct"
+    label = "direct S3 (s3direct)"
+
+
+class Local(Tool):
+    name = "local"
+    kind = "local"
+    label = "local file system"
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _unescape_mountinfo(s: str) -> str:
+    return s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+def mounted_paths() -> set[str]:
+    paths = set()
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) > 4:
+                paths.add(_unescape_mountinfo(parts[4]))
+    return paths
+
+
+class MountError(RuntimeError):
+    pass
+
+
+class Mount:
+    def __init__(self, tool: Tool, bucket: str, path: Path, proc: subprocess.Popen, log_path: Path):
+        self.tool = tool
+        self.bucket = bucket
+        self.path = path
+        self.proc = proc
+        self.pid = proc.pid
+        self.log_path = log_path
+        self.mount_seconds = 0.0
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and pid_alive(self.pid)
+
+    def log_tail(self, n: int = 5) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(lines[-n:])[-600:]
+
+
+class MountManager:
+    """Mounts tools on buckets, one mount per (tool, bucket); unmounts by path and PID."""
+
+    def __init__(self, dirs: Dirs, mount_timeout: float = 60):
+        self.dirs = dirs
+        self.mounts: dict[tuple[str, str], Mount] = {}
+        self.mount_timeout = mount_timeout
+        self.counter = 0
+        self.history: list[dict] = []   # every successful mount: time to answer, RSS right after
+
+    def get(self, tool: Tool, bucket: str) -> Mount:
+        m = self.mounts.get((tool.name, bucket))
+        if m is not None and m.alive():
+            return m
+        return self.fresh(tool, bucket)
+
+    def fresh(self, tool: Tool, bucket: str) -> Mount:
+        """A new daemon on an empty mount point: nothing cached in the daemon or the kernel."""
+        old = self.mounts.pop((tool.name, bucket), None)
+        if old is not None:
+            self._unmount(old)
+        path = self.dirs.mnt(f"{tool.name}-{bucket}")
+        if str(path) in mounted_paths():
+            subprocess.run(["fusermount3", "-u", "-z", str(path)], capture_output=True)
+        self.counter += 1
+        log_path = self.dirs.logs() / f"{tool.name}-{bucket}-{self.counter}.log"
+        logf = open(log_path, "wb")
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(tool.mount_argv(bucket, path), env=tool.mount_env(),
+                                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        logf.close()
+        m = Mount(tool, bucket, path, proc, log_path)
+        deadline = time.monotonic() + self.mount_timeout
+        while True:
+            if str(path) in mounted_paths():
+                break
+            if proc.poll() is not None:
+                raise MountError(f"{tool.name} exited with {proc.returncode} while mounting: "
+                                 f"{m.log_tail()}")
+            if time.monotonic() > deadline:
+                self._kill(m)
+                raise MountError(f"{tool.name} did not mount within {self.mount_timeout:.0f}s: "
+                                 f"{m.log_tail()}")
+            time.sleep(0.01)
+        # The mount is in the table; wait until it answers (first getattr of the root).
+        probe = subprocess.run(["stat", "-c", "%F", str(path)], capture_output=True, text=True,
+                               timeout=self.mount_timeout)
+        if probe.returncode != 0:
+            self._unmount(m)
+            raise MountError(f"{tool.name} mounted but the root does not answer: {probe.stderr.strip()}")
+        m.mount_seconds = time.perf_counter() - t0
+        self.history.append({"tool": tool.name, "bucket": bucket, "seconds": m.mount_seconds,
+                             "rss_kb": read_status_kb(m.pid, "VmRSS")})
+        self.mounts[(tool.name, bucket)] = m
+        return m
+
+    def unmount(self, tool: Tool, bucket: str) -> None:
+        m = self.mounts.pop((tool.name, bucket), None)
+        if m is not None:
+            self._unmount(m)
+
+    def unmount_all(self) -> None:
+        for key in list(self.mounts):
+            m = self.mounts.pop(key)
+            try:
+                self._unmount(m)
+            except Exception as e:  # keep going: leave no mount behind
+                log(f"unmount of {m.path} failed: {e}")
+
+    def _unmount(self, m: Mount) -> None:
+        path = str(m.path)
+        for attempt in range(20):
+            if path not in mounted_paths():
+                break
+            cp = subprocess.run(["fusermount3", "-u", path], capture_output=True, text=True)
+            if cp.returncode == 0:
+                break
+            time.sleep(0.25)
+        else:
+            subprocess.run(["fusermount3", "-u", "-z", path], capture_output=True)
+        try:
+            m.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self._kill(m)
+        if path in mounted_paths():
+            subprocess.run(["fusermount3", "-u", "-z", path], capture_output=True)
+        if m.proc.poll() is not None:
+            m.tool.after_unmount(m.bucket)
+
+    def _kill(self, m: Mount) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if m.proc.poll() is not None:
+                break
+            try:
+                m.proc.send_signal(sig)
+                m.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                continue
+            except OSError:
+                break
+        if str(m.path) in mounted_paths():
+            subprocess.run(["fusermount3", "-u", "-z", str(m.path)], capture_output=True)
+
+    def abort(self, m: Mount) -> None:
+        """Kills a daemon that hung (e.g. after a timed-out command) and drops its mount."""
+        self.mounts.pop((m.tool.name, m.bucket), None)
+        self._kill(m)

@@ -1,0 +1,81 @@
+"""Smoke test of the bench driver: `bench/run --smoke` end to end, at tiny sizes.
+
+    python3 -m pytest -q bench/test_bench_smoke.py
+
+Needs MinIO (scripts/install-deps) and fusermount3; uses whatever of bucketfs, s3fs and rclone
+is present (the others must be reported as missing, not dropped). Set BENCH_SMOKE_NO_BUILD=1 to
+skip the cargo build step when the binaries are already built.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from bfsbench.minio import find_minio  # noqa: E402
+from bfsbench.workloads import ALL  # noqa: E402
+
+
+def test_treegen_is_deterministic_and_linux_shaped():
+    from bfsbench.treegen import plan_tree
+
+    a, b = plan_tree(0.01), plan_tree(0.01)
+    assert a.files == b.files and a.dirs == b.dirs
+    full = plan_tree(1.0).stats()
+    assert 70_000 <= full["files"] <= 72_000
+    assert 4_300 <= full["dirs"] <= 5_100
+    assert 12_000 <= full["avg_file_bytes"] <= 16_000
+    assert 0.25 <= full["h_files"] / full["files"] <= 0.4
+
+
+def test_put_gen_mirror_is_offset_consistent():
+    from bfsbench.datagen import put_gen_bytes
+
+    whole = put_gen_bytes(7, 0, 100)
+    assert len(whole) == 100
+    assert put_gen_bytes(7, 13, 37) == whole[13:50]
+    assert put_gen_bytes(8, 0, 100) != whole
+
+
+def test_smoke_run_writes_a_table_per_workload(tmp_path):
+    assert find_minio(None) is not None, "MinIO not installed: run scripts/install-deps"
+    cmd = [sys.executable, str(BENCH / "run"), "--smoke", "--out", str(tmp_path)]
+    if os.environ.get("BENCH_SMOKE_NO_BUILD"):
+        cmd.append("--no-build")
+    cp = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+
+    summary = (tmp_path / "SUMMARY.md").read_text()
+    for wl in ALL:
+        heading = f"## {wl.number}. {wl.title} (`--workloads {wl.name}`)"
+        assert heading in summary, f"no section for {wl.name}"
+        section = summary.split(heading, 1)[1].split("\n## ", 1)[0]
+        assert "| case / tool | median |" in section, f"no table for {wl.name}"
+        assert (tmp_path / f"{wl.number}-{wl.name}.png").exists() or "matplotlib" in summary
+
+    data = json.loads((tmp_path / "results.json").read_text())
+    statuses = {m["status"] for m in data["measurements"]}
+    assert statuses <= {"ok", "failed", "unsupported", "missing"}
+    # Every requested FUSE tool appears in every case: measured, unsupported or missing.
+    for table in data["tables"]:
+        for case in table["cases"]:
+            assert [r["tool"] for r in case["rows"]] == ["bucketfs", "s3fs", "rclone"]
+            assert all(r["status"] != "not run" for r in case["rows"]), case["id"]
+    # The reference rows ran (the direct client and the local file system are always present).
+    refs = [c["ref_row"] for t in data["tables"] for c in t["cases"] if c["ref_row"]]
+    assert refs and all(r["status"] == "ok" for r in refs), [r for r in refs if r["status"] != "ok"]
+    assert re.search(r"\| cores \| \d+", summary) and "| kernel |" in summary
+
+    # The report can be rebuilt from results.json alone.
+    (tmp_path / "SUMMARY.md").unlink()
+    cp = subprocess.run([sys.executable, str(BENCH / "run"), "--render", str(tmp_path)],
+                        capture_output=True, text=True, timeout=300)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    assert (tmp_path / "SUMMARY.md").read_text() == summary
