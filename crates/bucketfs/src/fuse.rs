@@ -16,7 +16,7 @@ use fuser::{
 use tokio::runtime::Handle;
 
 use crate::fs::error::FsError;
-use crate::fs::Fs;
+use crate::fs::{AttrChange, Fs};
 
 /// Largest read or write request the kernel may send us.
 const MAX_REQUEST: u32 = 1024 * 1024;
@@ -337,19 +337,17 @@ impl Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        // Modes, owners and explicit times are not stored in S3 yet: refuse rather than
-        // pretend. "Now" (touch) is what the object's time is anyway.
-        let explicit_time = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::SpecificTime(_)));
-        if mode.is_some() || uid.is_some() || gid.is_some() || explicit_time(&atime) || explicit_time(&mtime) {
-            reply.error(if self.fs.read_only() { Errno::EROFS } else { Errno::EPERM });
-            return;
-        }
+        let change = AttrChange {
+            mode: mode.map(|m| (m & 0o7777) as u16),
+            uid,
+            gid,
+            size,
+            // "Now" is what an object's time is anyway; only explicit times are changes.
+            explicit_time: matches!(atime, Some(TimeOrNow::SpecificTime(_)))
+                || matches!(mtime, Some(TimeOrNow::SpecificTime(_))),
+        };
         self.spawn(move |fs| async move {
-            let result = match size {
-                Some(size) => fs.truncate(ino.0, size).await,
-                None => fs.getattr(ino.0).await,
-            };
-            match result {
+            match fs.setattr(ino.0, change).await {
                 Ok(attr) => reply.attr(&fs.ttl(), &attr),
                 Err(e) => reply.error(log_error("setattr", &e)),
             }

@@ -23,6 +23,8 @@ pub enum FsError {
     NameTooLong,
     #[error("file exists")]
     Exists,
+    #[error("operation not permitted")]
+    NotPermitted,
     #[error("directory not empty")]
     NotEmpty,
     #[error("invalid argument: {0}")]
@@ -43,6 +45,7 @@ impl FsError {
             FsError::BadHandle => Errno::EBADF,
             FsError::NameTooLong => Errno::ENAMETOOLONG,
             FsError::Exists => Errno::EEXIST,
+            FsError::NotPermitted => Errno::EPERM,
             FsError::NotEmpty => Errno::ENOTEMPTY,
             FsError::Invalid(_) => Errno::EINVAL,
             FsError::Unsupported(_) => Errno::EOPNOTSUPP,

@@ -39,6 +39,16 @@ pub struct WriteConfig {
     pub part_size: u64,
 }
 
+/// What a `setattr` asks to change.
+#[derive(Clone, Copy, Debug)]
+pub struct AttrChange {
+    pub mode: Option<u16>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub explicit_time: bool,
+}
+
 /// A file open for writing.
 struct Writer {
     /// The thread that opened the file; see [`Fs::flush`].
@@ -275,8 +285,27 @@ impl Fs {
         Ok(())
     }
 
+    /// `chmod`, `chown`, `utimens`, `truncate`. Modes, owners and times are not stored in
+    /// S3 yet, so only "changes" to what is already shown succeed (tools that set what a
+    /// file already has keep working); anything else is refused rather than pretended.
+    pub async fn setattr(&self, ino: Ino, change: AttrChange) -> Result<FileAttr, FsError> {
+        let current = self.getattr(ino).await?;
+        let unchanged = change.mode.is_none_or(|mode| mode == current.perm)
+            && change.uid.is_none_or(|uid| uid == current.uid)
+            && change.gid.is_none_or(|gid| gid == current.gid)
+            && !change.explicit_time;
+        if !unchanged {
+            self.check_writable()?;
+            return Err(FsError::NotPermitted);
+        }
+        match change.size {
+            Some(size) => self.truncate(ino, size).await,
+            None => Ok(current),
+        }
+    }
+
     /// `truncate()` without an open handle: only to 0 (a new empty object) or the current size.
-    pub async fn truncate(&self, ino: Ino, size: u64) -> Result<FileAttr, FsError> {
+    async fn truncate(&self, ino: Ino, size: u64) -> Result<FileAttr, FsError> {
         self.check_writable()?;
         let node = self.namespace.getattr(ino).await?;
         let Location::File { source, key } = &node.location else {
