@@ -103,3 +103,19 @@ fn sequential_read_fetches_each_byte_about_once() {
         m.diagnostics()
     );
 }
+
+/// Within the metadata TTL, listing a directory again and looking up a name that the
+/// listing did not contain are answered from memory.
+#[test]
+fn relisting_and_missing_names_send_no_requests() {
+    let bucket = create_bucket("rq");
+    put_many(&bucket, (0..30).map(|i| (format!("d/f{i:02}"), vec![b'x'; 3])).collect(), 16);
+    let m = MountBuilder::new().bucket(&bucket).args(["--metadata-ttl", "60"]).request_log().mount();
+    let first = ls(&m.join("d"));
+    assert_eq!(first.len(), 30);
+    let before = m.s3_requests().len();
+    assert_eq!(ls(&m.join("d")), first);
+    assert_errno(std::fs::metadata(m.join("d/not-there")), libc::ENOENT, "stat of a missing name");
+    let after = m.s3_requests();
+    assert_eq!(after.len(), before, "requests after the first listing: {:?}", &after[before..]);
+}

@@ -12,6 +12,9 @@
 //! - **Metadata cache.** Attributes from LIST (readdir) and HEAD (lookup) are trusted for
 //!   `metadata_ttl`; missing names are remembered as missing for the same time. So `ls -l`
 //!   or `find` right after a listing costs no request per entry.
+//! - **Listing cache.** A directory listed completely is listed again from memory for the
+//!   same TTL (up to `MAX_CACHED_LISTING` names), and a name it does not contain is known
+//!   to be missing. Changes made through the mount update it.
 
 pub mod listing;
 pub mod names;
@@ -28,6 +31,14 @@ use listing::{Entry, EntryKind, ListingMerger};
 
 pub type Ino = u64;
 pub const ROOT_INO: Ino = 1;
+
+/// Largest directory whose complete listing is kept (names only, sorted).
+const MAX_CACHED_LISTING: usize = 100_000;
+
+struct CachedListing {
+    until: Instant,
+    names: Arc<Vec<String>>,
+}
 
 /// One `s3://bucket/prefix` and where it appears in the mount.
 pub struct Source {
@@ -126,6 +137,8 @@ pub struct Namespace {
     /// Files created here whose upload has not finished: not in any LIST yet, but shown
     /// in their directory (read-your-writes). Directory inode → names.
     pending: Mutex<HashMap<Ino, std::collections::BTreeSet<String>>>,
+    /// Complete listings of directories, by directory inode.
+    listings: Mutex<HashMap<Ino, CachedListing>>,
     ttl: Duration,
     mounted_at: SystemTime,
 }
@@ -171,6 +184,7 @@ impl Namespace {
             table: RwLock::new(table),
             missing: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
+            listings: Mutex::new(HashMap::new()),
             ttl,
             mounted_at,
         }
@@ -210,6 +224,11 @@ impl Namespace {
         let missing_key = (parent, name.to_owned());
         if self.missing.lock().get(&missing_key).is_some_and(|until| *until > now) {
             return Err(FsError::NotFound);
+        }
+        if let Some(names) = self.fresh_listing(parent, now) {
+            if names.binary_search_by(|n| n.as_str().cmp(name)).is_err() {
+                return Err(FsError::NotFound); // not in a complete, fresh listing
+            }
         }
 
         let store = self.store(source);
@@ -264,7 +283,38 @@ impl Namespace {
             Location::Dir { source, prefix } => Some((source, prefix)),
         };
         let pending = self.pending.lock().get(&dir).cloned().unwrap_or_default();
-        Ok(DirStream { dir, parent: node.parent, inner, merger: None, token: None, done: false, pending })
+        let now = Instant::now();
+        Ok(DirStream {
+            dir,
+            parent: node.parent,
+            inner,
+            merger: None,
+            token: None,
+            done: false,
+            pending,
+            cached: self.fresh_listing(dir, now).map(|names| (names, 0)),
+            collected: Some(Vec::new()),
+            started: now,
+        })
+    }
+
+    fn fresh_listing(&self, dir: Ino, now: Instant) -> Option<Arc<Vec<String>>> {
+        let listings = self.listings.lock();
+        listings.get(&dir).filter(|l| l.until > now).map(|l| l.names.clone())
+    }
+
+    fn remember_listing(&self, dir: Ino, started: Instant, mut names: Vec<String>) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        names.sort_unstable();
+        let listing = CachedListing { until: started + self.ttl, names: Arc::new(names) };
+        self.listings.lock().insert(dir, listing);
+    }
+
+    /// A change made through the mount: the directory's cached listing is out of date.
+    fn forget_listing(&self, dir: Ino) {
+        self.listings.lock().remove(&dir);
     }
 
     /// The directory `parent` as (source, key prefix), for creating entries in it.
@@ -293,6 +343,7 @@ impl Namespace {
     /// Enters a file being written: shown at once, trusted until its upload finishes.
     pub fn enter_pending_file(&self, parent: Ino, name: &str, source: usize, key: String) -> Node {
         self.missing.lock().remove(&(parent, name.to_owned()));
+        self.forget_listing(parent);
         self.pending.lock().entry(parent).or_default().insert(name.to_owned());
         let attributes = Attributes { size: 0, mtime: SystemTime::now(), etag: None, valid_until: None };
         self.table.write().upsert(parent, name, Location::File { source, key }, attributes)
@@ -322,6 +373,7 @@ impl Namespace {
     /// Enters a directory just created in `parent`.
     pub fn enter_dir(&self, parent: Ino, name: &str, source: usize, prefix: String) -> Node {
         self.missing.lock().remove(&(parent, name.to_owned()));
+        self.forget_listing(parent);
         let attributes = Attributes { size: 0, mtime: SystemTime::now(), etag: None, valid_until: Some(Instant::now() + self.ttl) };
         self.table.write().upsert(parent, name, Location::Dir { source, prefix }, attributes)
     }
@@ -334,6 +386,7 @@ impl Namespace {
     /// Forgets (parent, name) after it was deleted (or its creation failed): later lookups
     /// say ENOENT without asking the store, until the TTL passes.
     pub fn remove_entry(&self, parent: Ino, name: &str) {
+        self.forget_listing(parent);
         let mut table = self.table.write();
         if let Some(ino) = table.children.remove(&(parent, name.to_owned())) {
             table.nodes.remove(&ino);
@@ -405,6 +458,11 @@ pub struct DirStream {
     /// Files being written here when listing started and not yet seen in the listing;
     /// shown after the listed entries.
     pending: std::collections::BTreeSet<String>,
+    /// A fresh complete listing to serve from, and the position in it.
+    cached: Option<(Arc<Vec<String>>, usize)>,
+    /// Names listed so far from the store, to cache once complete (`None` past the cap).
+    collected: Option<Vec<String>>,
+    started: Instant,
 }
 
 impl DirStream {
@@ -427,6 +485,17 @@ impl DirStream {
             sources.sort_by(|a, b| a.name.cmp(&b.name));
             return Ok(sources);
         };
+        if let Some((names, position)) = &mut self.cached {
+            let end = (*position + 1000).min(names.len());
+            let batch: Vec<String> = names[*position..end].to_vec();
+            *position = end;
+            self.done = end == names.len();
+            let mut listed = self.known_entries(namespace, batch);
+            if self.done {
+                listed.extend(self.take_pending(namespace));
+            }
+            return Ok(listed);
+        }
         loop {
             let merger = self.merger.get_or_insert_with(|| ListingMerger::new(prefix.clone()));
             let page = namespace.store(source).list(&prefix, self.token.take(), None).await?;
@@ -436,9 +505,18 @@ impl DirStream {
             for entry in &entries {
                 self.pending.remove(&entry.name);
             }
+            if let Some(collected) = &mut self.collected {
+                collected.extend(entries.iter().map(|e| e.name.clone()));
+                if collected.len() > MAX_CACHED_LISTING {
+                    self.collected = None;
+                }
+            }
             if !entries.is_empty() || self.done {
                 let mut listed = namespace.enter_listed(self.dir, source, &prefix, entries);
                 if self.done {
+                    if let Some(names) = self.collected.take() {
+                        namespace.remember_listing(self.dir, self.started, names);
+                    }
                     listed.extend(self.take_pending(namespace));
                 }
                 return Ok(listed);
@@ -449,10 +527,17 @@ impl DirStream {
 
 impl DirStream {
     fn take_pending(&mut self, namespace: &Namespace) -> Vec<Listed> {
+        let pending = std::mem::take(&mut self.pending);
+        self.known_entries(namespace, pending)
+    }
+
+    /// The entries of this directory with these names, from the inode table.
+    fn known_entries(&mut self, namespace: &Namespace, names: impl IntoIterator<Item = String>) -> Vec<Listed> {
         let table = namespace.table.read();
-        std::mem::take(&mut self.pending)
+        names
             .into_iter()
             .filter_map(|name| {
+                self.pending.remove(&name);
                 let ino = table.children.get(&(self.dir, name.clone()))?;
                 Some(Listed { node: table.nodes.get(ino)?.clone(), name })
             })
@@ -462,6 +547,8 @@ impl DirStream {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
+
     use super::*;
     use crate::store::memory::MemoryStore;
 
@@ -505,6 +592,29 @@ mod tests {
         let a = ns.lookup(d.ino, "a").await.expect("a");
         assert_eq!(listed.iter().find(|l| l.name == "a").map(|l| l.node.ino), Some(a.ino));
         assert_eq!(ns.lookup(ROOT_INO, "d").await.expect("d").ino, d.ino);
+    }
+
+    #[tokio::test]
+    async fn complete_listing_is_reused_within_the_ttl() {
+        let store = Arc::new(MemoryStore::with_keys(["d/a", "d/b"].map(|k| (k.to_owned(), vec![1]))));
+        let ns = Namespace::new(
+            vec![Source { mount_name: None, store: store.clone(), prefix: String::new() }],
+            Duration::from_secs(60),
+        );
+        let d = ns.lookup(ROOT_INO, "d").await.expect("d");
+        let names = |listed: Vec<Listed>| listed.into_iter().map(|l| l.name).collect::<Vec<_>>();
+        let first = names(ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page"));
+        let (lists, heads) = (store.lists.load(Ordering::Relaxed), store.heads.load(Ordering::Relaxed));
+        let again = names(ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page"));
+        assert_eq!(first, again);
+        assert!(matches!(ns.lookup(d.ino, "missing").await, Err(FsError::NotFound)));
+        assert_eq!(store.lists.load(Ordering::Relaxed), lists, "second listing and lookup from memory");
+        assert_eq!(store.heads.load(Ordering::Relaxed), heads);
+        // A change through the mount makes the cache stale.
+        ns.enter_pending_file(d.ino, "c", 0, "d/c".into());
+        let after = names(ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page"));
+        assert_eq!(after, ["a", "b", "c"]);
+        assert!(store.lists.load(Ordering::Relaxed) > lists);
     }
 
     #[tokio::test]

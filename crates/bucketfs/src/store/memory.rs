@@ -19,6 +19,9 @@ pub struct MemoryStore {
     objects: Mutex<BTreeMap<String, (Bytes, u64)>>, // key -> (data, version)
     /// Ranged GETs served, with their lengths, to check what a reader costs.
     pub gets: Mutex<Vec<Range<u64>>>,
+    /// LIST and HEAD requests served.
+    pub lists: AtomicUsize,
+    pub heads: AtomicUsize,
     versions: AtomicUsize,
     uploads: Mutex<BTreeMap<String, BTreeMap<i32, Bytes>>>,
 }
@@ -99,10 +102,12 @@ impl MemoryStore {
 #[async_trait]
 impl ObjectStore for MemoryStore {
     async fn list(&self, prefix: &str, token: Option<String>, max_keys: Option<i32>) -> Result<ListPage, StoreError> {
+        self.lists.fetch_add(1, Ordering::Relaxed);
         Ok(self.list_sync(prefix, token, max_keys.unwrap_or(1000).max(1) as usize))
     }
 
     async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError> {
+        self.heads.fetch_add(1, Ordering::Relaxed);
         let objects = self.objects.lock();
         let (data, version) = objects.get(key).ok_or(StoreError::NotFound)?;
         Ok(Self::info(key, data, *version))
