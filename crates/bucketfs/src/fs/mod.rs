@@ -53,6 +53,8 @@ pub struct AttrChange {
 struct Writer {
     /// The thread that opened the file; see [`Fs::flush`].
     opener: u32,
+    /// A new file (rather than an existing one being replaced).
+    created: bool,
     ino: Ino,
     parent: Ino,
     name: String,
@@ -174,7 +176,7 @@ impl Fs {
         let (source, key) = self.namespace.new_entry_key(parent, name).await?;
         let node = self.namespace.enter_pending_file(parent, name, source, key.clone());
         let upload = self.new_upload(source, key, true);
-        let opened = self.add_writer(Writer { opener, ino: node.ino, parent, name: name.to_owned(), upload });
+        let opened = self.add_writer(Writer { opener, created: true, ino: node.ino, parent, name: name.to_owned(), upload });
         Ok((self.attr(&node), opened))
     }
 
@@ -192,7 +194,7 @@ impl Fs {
         let (parent, name) = node.parent_and_name();
         self.namespace.enter_pending_file(parent, &name, *source, key.clone());
         let upload = self.new_upload(*source, key.clone(), false);
-        Ok(self.add_writer(Writer { opener, ino, parent, name, upload }))
+        Ok(self.add_writer(Writer { opener, created: false, ino, parent, name, upload }))
     }
 
     pub async fn write(&self, handle: u64, offset: u64, data: &[u8]) -> Result<u32, FsError> {
@@ -228,7 +230,12 @@ impl Fs {
             }
             Err(error) => {
                 tracing::warn!(key = writer.upload.key(), "upload failed: {error}");
-                self.namespace.remove_entry(writer.parent, &writer.name);
+                if writer.created {
+                    self.namespace.remove_entry(writer.parent, &writer.name);
+                } else {
+                    // The old object is still there: forget what we showed, ask S3 again.
+                    self.namespace.upload_abandoned(writer.ino);
+                }
                 Err(error)
             }
         }

@@ -370,6 +370,18 @@ impl Namespace {
         }
     }
 
+    /// The upload replacing an existing object failed: the object is unchanged in the
+    /// bucket, so what was shown while writing is dropped and read again from S3.
+    pub fn upload_abandoned(&self, ino: Ino) {
+        let mut table = self.table.write();
+        if let Some(node) = table.nodes.get_mut(&ino) {
+            node.valid_until = Some(Instant::now());
+            if let Some(names) = self.pending.lock().get_mut(&node.parent) {
+                names.remove(&node.name);
+            }
+        }
+    }
+
     /// Enters a directory just created in `parent`.
     pub fn enter_dir(&self, parent: Ino, name: &str, source: usize, prefix: String) -> Node {
         self.missing.lock().remove(&(parent, name.to_owned()));
@@ -615,6 +627,20 @@ mod tests {
         let after = names(ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page"));
         assert_eq!(after, ["a", "b", "c"]);
         assert!(store.lists.load(Ordering::Relaxed) > lists);
+    }
+
+    #[tokio::test]
+    async fn abandoned_overwrite_shows_the_stored_object_again() {
+        let ns = namespace(&["f"]);
+        let f = ns.lookup(ROOT_INO, "f").await.expect("f");
+        ns.enter_pending_file(ROOT_INO, "f", 0, "f".into());
+        ns.set_pending_size(f.ino, 12345);
+        ns.upload_abandoned(f.ino);
+        let again = ns.getattr(f.ino).await.expect("still there");
+        assert_eq!((again.ino, again.size), (f.ino, 1), "size from the store, not the failed write");
+        let mut root = ns.list(ROOT_INO).expect("root");
+        let listed = root.next_batch(&ns).await.expect("root");
+        assert_eq!(listed.iter().filter(|l| l.name == "f").count(), 1, "listed once");
     }
 
     #[tokio::test]
