@@ -108,6 +108,10 @@ impl Upload {
         while !data.is_empty() || position > state.buffer.len() {
             // Fill up to the end of the current part, zero-filling a hole before `offset`.
             let part_end = self.current_part_size(&state) as usize;
+            if state.buffer.capacity() < part_end {
+                let missing = part_end - state.buffer.len();
+                state.buffer.reserve_exact(missing);
+            }
             if position > state.buffer.len() {
                 let hole_end = position.min(part_end);
                 state.buffer.resize(hole_end, 0);
@@ -115,10 +119,10 @@ impl Upload {
                 // `position < part_end` here: a full buffer is always sent below.
                 let take = data.len().min(part_end - position);
                 let end = position + take;
-                if end > state.buffer.len() {
-                    state.buffer.resize(end, 0);
-                }
-                state.buffer[position..end].copy_from_slice(&data[..take]);
+                // Overwrite what is already buffered, append the rest (no zero-filling).
+                let overlap = state.buffer.len().min(end) - position;
+                state.buffer[position..position + overlap].copy_from_slice(&data[..overlap]);
+                state.buffer.extend_from_slice(&data[overlap..take]);
                 data = &data[take..];
                 position = end;
             }
