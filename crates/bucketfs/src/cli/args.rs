@@ -76,6 +76,10 @@ pub struct MountArgs {
     /// Most S3 requests in flight at once, per source.
     #[arg(long, default_value_t = 16)]
     pub max_concurrent_requests: usize,
+    /// An S3 request that receives no data for this many seconds is retried (3 attempts in
+    /// all), then the operation fails with ETIMEDOUT instead of hanging.
+    #[arg(long, default_value = "20", value_parser = parse_seconds, value_name = "SECONDS")]
+    pub read_timeout: Duration,
     /// Memory the daemon may use for buffered data (e.g. 2GiB). Default: 1/8 of RAM, at most 4 GiB.
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     pub memory_limit: Option<u64>,

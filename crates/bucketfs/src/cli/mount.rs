@@ -187,6 +187,7 @@ async fn connect_sources(args: &MountArgs, specs: &[SourceSpec]) -> Result<Vec<S
             profile: args.profile.clone(),
             force_path_style: args.force_path_style,
             max_concurrent_requests: args.max_concurrent_requests,
+            read_timeout: args.read_timeout,
         })
         .await;
         match store.list(&spec.prefix, None, Some(1)).await {

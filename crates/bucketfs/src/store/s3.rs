@@ -32,15 +32,15 @@ pub struct StoreConfig {
     pub profile: Option<String>,
     pub force_path_style: bool,
     pub max_concurrent_requests: usize,
+    pub read_timeout: Duration,
 }
 
-/// Timeouts are what keeps a dead server from hanging a program on the mount: a
-/// connection must open within `CONNECT`, bytes must keep flowing (`READ`), and one
-/// attempt may not take longer than `ATTEMPT`. With three attempts, no call outlives
-/// about two minutes, and a refused connection fails within seconds.
+/// Timeouts are what keeps a dead server from hanging a program on the mount: bytes must
+/// keep flowing (`read_timeout`, default 20 s), a connection must open within
+/// `CONNECT_TIMEOUT` (or the read timeout, if shorter), and one attempt may not take
+/// longer than twice the read timeout. With three attempts, no call outlives about two
+/// minutes by default, and a refused connection fails within seconds.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const READ_TIMEOUT: Duration = Duration::from_secs(20);
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(40);
 const MAX_ATTEMPTS: u32 = 3;
 
 // Uploads are sent with UNSIGNED-PAYLOAD: hashing every byte with SHA-256 for the
@@ -57,6 +57,7 @@ pub struct S3Store {
 
 impl S3Store {
     pub async fn new(config: &StoreConfig) -> Arc<Self> {
+        let read_timeout = config.read_timeout.max(Duration::from_millis(100));
         let region = RegionProviderChain::first_try(config.region.clone().map(aws_config::Region::new))
             .or_default_provider()
             .or_else(aws_config::Region::new("us-east-1"));
@@ -65,9 +66,9 @@ impl S3Store {
             .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS))
             .timeout_config(
                 TimeoutConfig::builder()
-                    .connect_timeout(CONNECT_TIMEOUT)
-                    .read_timeout(READ_TIMEOUT)
-                    .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+                    .connect_timeout(CONNECT_TIMEOUT.min(read_timeout))
+                    .read_timeout(read_timeout)
+                    .operation_attempt_timeout(read_timeout * 2)
                     .build(),
             );
         if let Some(profile) = &config.profile {
