@@ -15,7 +15,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Mount one or several buckets (or prefixes) on a directory.
-    Mount(MountArgs),
+    Mount(Box<MountArgs>),
     /// Unmount a bucketfs mount point.
     Unmount {
         /// The mount point to unmount.

@@ -13,7 +13,7 @@ use args::{Cli, Command};
 pub fn main() -> i32 {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Mount(args) => mount::run(args),
+        Command::Mount(args) => mount::run(*args),
         Command::Unmount { mountpoint } => mount::unmount(&mountpoint),
     };
     match result {
