@@ -35,6 +35,12 @@ pub const ROOT_INO: Ino = 1;
 /// Largest directory whose complete listing is kept (names only, sorted).
 const MAX_CACHED_LISTING: usize = 100_000;
 
+/// After this many lookups in one directory go to the store within the TTL, the
+/// directory is listed whole instead (`stat` of many names costs a few LISTs, not two
+/// requests per name) — if the listing ends within `LISTING_BATCHES_FOR_LOOKUPS` pages.
+const LOOKUPS_BEFORE_LISTING: u32 = 8;
+const LISTING_BATCHES_FOR_LOOKUPS: usize = 10;
+
 struct CachedListing {
     until: Instant,
     names: Arc<Vec<String>>,
@@ -139,6 +145,8 @@ pub struct Namespace {
     pending: Mutex<HashMap<Ino, std::collections::BTreeSet<String>>>,
     /// Complete listings of directories, by directory inode.
     listings: Mutex<HashMap<Ino, CachedListing>>,
+    /// Lookups that went to the store, per directory: (count, counting since).
+    store_lookups: Mutex<HashMap<Ino, (u32, Instant)>>,
     ttl: Duration,
     mounted_at: SystemTime,
 }
@@ -185,6 +193,7 @@ impl Namespace {
             missing: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             listings: Mutex::new(HashMap::new()),
+            store_lookups: Mutex::new(HashMap::new()),
             ttl,
             mounted_at,
         }
@@ -229,6 +238,11 @@ impl Namespace {
             if names.binary_search_by(|n| n.as_str().cmp(name)).is_err() {
                 return Err(FsError::NotFound); // not in a complete, fresh listing
             }
+        }
+
+        if self.many_lookups_in(parent, now) && self.list_whole(parent).await? {
+            // Listed completely just now: the answer is in the cache.
+            return self.cached_child(parent, name, Instant::now()).ok_or(FsError::NotFound);
         }
 
         let store = self.store(source);
@@ -296,6 +310,33 @@ impl Namespace {
             collected: Some(Vec::new()),
             started: now,
         })
+    }
+
+    /// Counts a lookup in `dir` that needs the store; true when it is time to list `dir`
+    /// whole instead (once per TTL).
+    fn many_lookups_in(&self, dir: Ino, now: Instant) -> bool {
+        if self.ttl.is_zero() {
+            return false;
+        }
+        let mut counts = self.store_lookups.lock();
+        let (count, since) = counts.entry(dir).or_insert((0, now));
+        if now.duration_since(*since) > self.ttl {
+            (*count, *since) = (0, now);
+        }
+        *count += 1;
+        *count == LOOKUPS_BEFORE_LISTING
+    }
+
+    /// Lists `dir` into the caches if it ends within a few pages; true if it did.
+    async fn list_whole(&self, dir: Ino) -> Result<bool, FsError> {
+        let mut stream = self.list(dir)?;
+        for _ in 0..LISTING_BATCHES_FOR_LOOKUPS {
+            stream.next_batch(self).await?;
+            if stream.done {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     fn fresh_listing(&self, dir: Ino, now: Instant) -> Option<Arc<Vec<String>>> {
@@ -641,6 +682,23 @@ mod tests {
         let mut root = ns.list(ROOT_INO).expect("root");
         let listed = root.next_batch(&ns).await.expect("root");
         assert_eq!(listed.iter().filter(|l| l.name == "f").count(), 1, "listed once");
+    }
+
+    #[tokio::test]
+    async fn many_lookups_in_one_directory_list_it_instead() {
+        let keys: Vec<String> = (0..100).map(|i| format!("d/f{i:03}")).collect();
+        let store = Arc::new(MemoryStore::with_keys(keys.iter().map(|k| (k.clone(), vec![1]))));
+        let ns = Namespace::new(
+            vec![Source { mount_name: None, store: store.clone(), prefix: String::new() }],
+            Duration::from_secs(60),
+        );
+        let d = ns.lookup(ROOT_INO, "d").await.expect("d");
+        for i in 0..100 {
+            ns.lookup(d.ino, &format!("f{i:03}")).await.expect("file");
+        }
+        assert!(matches!(ns.lookup(d.ino, "nope").await, Err(FsError::NotFound)));
+        let heads = store.heads.load(Ordering::Relaxed);
+        assert!(heads <= 1 + LOOKUPS_BEFORE_LISTING as usize, "{heads} HEADs for 100 lookups");
     }
 
     #[tokio::test]
