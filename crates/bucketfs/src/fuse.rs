@@ -41,9 +41,14 @@ impl FuseAdapter {
     }
 }
 
-fn utf8(name: &OsStr) -> Result<String, FsError> {
-    // Every S3 key is UTF-8, so a name that is not cannot exist in the bucket.
-    name.to_str().map(str::to_owned).ok_or(FsError::NotFound)
+/// A name to look up: every S3 key is UTF-8, so a name that is not cannot exist.
+fn existing_name(name: &OsStr) -> Result<&str, FsError> {
+    name.to_str().ok_or(FsError::NotFound)
+}
+
+/// A name to create: it must be UTF-8 to become part of a key.
+fn new_name(name: &OsStr) -> Result<&str, FsError> {
+    name.to_str().ok_or(FsError::Invalid("file names must be UTF-8"))
 }
 
 fn log_error(op: &str, error: &FsError) -> Errno {
@@ -79,10 +84,7 @@ impl Filesystem for FuseAdapter {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = name.to_owned();
         self.spawn(move |fs| async move {
-            let result = match utf8(&name) {
-                Ok(name) => fs.lookup(parent.0, &name).await,
-                Err(e) => Err(e),
-            };
+            let result = async { fs.lookup(parent.0, existing_name(&name)?).await }.await;
             match result {
                 Ok(attr) => reply.entry(&fs.ttl(), &attr, Generation(0)),
                 // Inode 0 is a negative entry the kernel caches for the TTL, so programs
@@ -223,10 +225,7 @@ impl Filesystem for FuseAdapter {
         let name = name.to_owned();
         let opener = req.pid();
         self.spawn(move |fs| async move {
-            let result = match utf8(&name) {
-                Ok(name) => fs.create(parent.0, &name, opener).await,
-                Err(_) => Err(FsError::Invalid("file names must be UTF-8")),
-            };
+            let result = async { fs.create(parent.0, new_name(&name)?, opener).await }.await;
             match result {
                 Ok((attr, opened)) => {
                     reply.created(&fs.ttl(), &attr, Generation(0), FileHandle(opened.handle), FopenFlags::empty())
@@ -280,10 +279,7 @@ impl Filesystem for FuseAdapter {
     fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
         let name = name.to_owned();
         self.spawn(move |fs| async move {
-            let result = match utf8(&name) {
-                Ok(name) => fs.mkdir(parent.0, &name).await,
-                Err(_) => Err(FsError::Invalid("file names must be UTF-8")),
-            };
+            let result = async { fs.mkdir(parent.0, new_name(&name)?).await }.await;
             match result {
                 Ok(attr) => reply.entry(&fs.ttl(), &attr, Generation(0)),
                 Err(e) => reply.error(log_error("mkdir", &e)),
@@ -294,10 +290,7 @@ impl Filesystem for FuseAdapter {
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name.to_owned();
         self.spawn(move |fs| async move {
-            let result = match utf8(&name) {
-                Ok(name) => fs.unlink(parent.0, &name).await,
-                Err(e) => Err(e),
-            };
+            let result = async { fs.unlink(parent.0, existing_name(&name)?).await }.await;
             match result {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(log_error("unlink", &e)),
@@ -308,10 +301,7 @@ impl Filesystem for FuseAdapter {
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name.to_owned();
         self.spawn(move |fs| async move {
-            let result = match utf8(&name) {
-                Ok(name) => fs.rmdir(parent.0, &name).await,
-                Err(e) => Err(e),
-            };
+            let result = async { fs.rmdir(parent.0, existing_name(&name)?).await }.await;
             match result {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(log_error("rmdir", &e)),
