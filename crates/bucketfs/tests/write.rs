@@ -184,3 +184,16 @@ fn attribute_changes_only_when_nothing_changes() {
     assert!(Command::new("touch").arg(&f).status().expect("touch").success(), "touch (time = now)");
     assert_eq!(std::fs::metadata(&f).expect("stat").permissions().mode() & 0o7777, 0o644);
 }
+
+/// If the daemon is killed in the middle of a large upload, no partial object appears.
+#[test]
+fn killed_daemon_leaves_no_partial_object() {
+    let b = create_bucket("write-kill");
+    let mut m = MountBuilder::new().bucket(&b).args(["--part-size", "5MiB"]).mount();
+    let mut file = File::create(m.join("big")).expect("create");
+    file.write_all(&gen_data(11, 30 * MIB)).expect("write 30 MiB (parts already uploading)");
+    m.signal(libc::SIGKILL);
+    assert!(m.wait_exit(std::time::Duration::from_secs(10)).is_some(), "daemon did not die");
+    drop(file); // the mount is gone: this close cannot commit anything
+    assert!(list_keys(&b, "").is_empty(), "objects after the kill: {:?}", list_keys(&b, ""));
+}
