@@ -28,10 +28,6 @@ impl MemoryLimiter {
         Arc::new(Self { limit, used: AtomicU64::new(0) })
     }
 
-    pub fn limit(&self) -> u64 {
-        self.limit
-    }
-
     pub fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
     }

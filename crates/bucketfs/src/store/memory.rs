@@ -174,8 +174,4 @@ impl ObjectStore for MemoryStore {
         self.objects.lock().remove(key);
         Ok(())
     }
-
-    fn describe(&self) -> String {
-        "memory://".to_owned()
-    }
 }

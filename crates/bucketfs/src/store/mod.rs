@@ -120,7 +120,4 @@ pub trait ObjectStore: Send + Sync + 'static {
 
     /// `DeleteObject` (succeeds when the key does not exist).
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
-
-    /// `s3://bucket`, for messages.
-    fn describe(&self) -> String;
 }

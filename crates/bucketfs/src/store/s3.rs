@@ -383,10 +383,6 @@ impl ObjectStore for S3Store {
             .map_err(|e| self.map_error(e))?;
         Ok(())
     }
-
-    fn describe(&self) -> String {
-        format!("s3://{}", self.bucket)
-    }
 }
 
 /// For a create-only write, the failed precondition means someone else created the key.
