@@ -7,6 +7,7 @@ use std::ffi::OsStr;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use fuser::{
     Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
@@ -16,7 +17,7 @@ use fuser::{
 use tokio::runtime::Handle;
 
 use crate::fs::error::FsError;
-use crate::fs::{AttrChange, Fs};
+use crate::fs::{AttrChange, Caller, Fs};
 
 /// Largest read or write request the kernel may send us.
 const MAX_REQUEST: u32 = 1024 * 1024;
@@ -49,6 +50,10 @@ fn existing_name(name: &OsStr) -> Result<&str, FsError> {
 /// A name to create: it must be UTF-8 to become part of a key.
 fn new_name(name: &OsStr) -> Result<&str, FsError> {
     name.to_str().ok_or(FsError::Invalid("file names must be UTF-8"))
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller { pid: req.pid(), uid: req.uid(), gid: req.gid() }
 }
 
 fn log_error(op: &str, error: &FsError) -> Errno {
@@ -105,9 +110,9 @@ impl Filesystem for FuseAdapter {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let opener = req.pid();
+        let caller = caller(req);
         self.spawn(move |fs| async move {
-            match fs.open(ino.0, flags.0, opener).await {
+            match fs.open(ino.0, flags.0, caller).await {
                 Ok(opened) => {
                     let mut fopen = FopenFlags::empty();
                     if opened.keep_cache {
@@ -182,8 +187,10 @@ impl Filesystem for FuseAdapter {
         self.spawn(move |fs| async move {
             match fs.readdir(fh.0, offset).await {
                 Ok(entries) => {
-                    let ttl = fs.ttl();
                     for entry in entries {
+                        // An entry whose stored attributes are not known yet is not cached:
+                        // the kernel looks it up (and we fetch them) when it is used.
+                        let ttl = if entry.attr_complete { fs.ttl() } else { Duration::ZERO };
                         if reply.add(entry.attr.ino, entry.offset, &entry.name, &ttl, &entry.attr, Generation(0)) {
                             break;
                         }
@@ -221,11 +228,11 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
+    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
         let name = name.to_owned();
-        let opener = req.pid();
+        let caller = caller(req);
         self.spawn(move |fs| async move {
-            let result = async { fs.create(parent.0, new_name(&name)?, opener).await }.await;
+            let result = async { fs.create(parent.0, new_name(&name)?, mode, caller).await }.await;
             match result {
                 Ok((attr, opened)) => {
                     reply.created(&fs.ttl(), &attr, Generation(0), FileHandle(opened.handle), FopenFlags::empty())
@@ -276,10 +283,11 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
         let name = name.to_owned();
+        let caller = caller(req);
         self.spawn(move |fs| async move {
-            let result = async { fs.mkdir(parent.0, new_name(&name)?).await }.await;
+            let result = async { fs.mkdir(parent.0, new_name(&name)?, mode, caller).await }.await;
             match result {
                 Ok(attr) => reply.entry(&fs.ttl(), &attr, Generation(0)),
                 Err(e) => reply.error(log_error("mkdir", &e)),
@@ -317,7 +325,7 @@ impl Filesystem for FuseAdapter {
         uid: Option<u32>,
         gid: Option<u32>,
         size: Option<u64>,
-        atime: Option<TimeOrNow>,
+        _atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<std::time::SystemTime>,
         _fh: Option<FileHandle>,
@@ -332,9 +340,10 @@ impl Filesystem for FuseAdapter {
             uid,
             gid,
             size,
-            // "Now" is what an object's time is anyway; only explicit times are changes.
-            explicit_time: matches!(atime, Some(TimeOrNow::SpecificTime(_)))
-                || matches!(mtime, Some(TimeOrNow::SpecificTime(_))),
+            mtime: mtime.map(|time| match time {
+                TimeOrNow::SpecificTime(time) => time,
+                TimeOrNow::Now => SystemTime::now(),
+            }),
         };
         self.spawn(move |fs| async move {
             match fs.setattr(ino.0, change).await {

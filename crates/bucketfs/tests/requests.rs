@@ -17,36 +17,45 @@ fn get_bytes_for(m: &Mount, key: &str) -> (usize, u64) {
     (gets.len(), gets.iter().map(|r| r.range.map_or(0, |(_, len)| len)).sum())
 }
 
-/// After a directory listing, `stat` of every entry is answered without asking S3 again.
+/// `stat` of every entry after a directory listing: LIST carries no metadata, so each
+/// entry's stored attributes cost one HEAD (fetched in parallel batches), never more, and
+/// nothing else; with `--attributes-from-listing`, the listing answers alone.
 #[test]
-fn stat_after_listing_sends_no_requests() {
+fn stat_after_listing_costs_one_head_per_entry_at_most() {
     let bucket = create_bucket("rq");
     let mut objects: Vec<_> = (0..50).map(|i| (format!("d/f{i:02}"), vec![b'x'; i])).collect();
     objects.push(("d/sub/inner".to_owned(), b"i".to_vec()));
     put_many(&bucket, objects, 16);
-    let m = MountBuilder::new().bucket(&bucket).request_log().mount();
-
-    let names = ls(&m.join("d"));
-    assert_eq!(names.len(), 51);
-    let before = m.s3_requests().len();
-    for n in &names {
-        let md = std::fs::metadata(m.join("d").join(n)).unwrap();
-        if n != "sub" {
-            let i: usize = n[1..].parse().unwrap();
-            assert_eq!(md.len(), i as u64, "size of d/{n}");
+    for from_listing in [false, true] {
+        let mut builder = MountBuilder::new().bucket(&bucket).request_log();
+        if from_listing {
+            builder = builder.arg("--attributes-from-listing");
         }
+        let m = builder.mount();
+        let names = ls(&m.join("d"));
+        assert_eq!(names.len(), 51);
+        let before = m.s3_requests().len();
+        for n in &names {
+            let md = std::fs::metadata(m.join("d").join(n)).expect("stat");
+            if n != "sub" {
+                let i: usize = n[1..].parse().expect("number");
+                assert_eq!(md.len(), i as u64, "size of d/{n}");
+            }
+        }
+        let sent: Vec<S3Request> = m.s3_requests()[before..].to_vec();
+        let describe = || sent.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>().join("\n");
+        if from_listing {
+            assert!(sent.is_empty(), "stat after a listing sent S3 requests:\n{}", describe());
+            continue;
+        }
+        assert!(sent.iter().all(|r| r.op == "HEAD"), "only HEADs expected:\n{}", describe());
+        let mut keys: Vec<&str> = sent.iter().map(|r| r.key.as_str()).collect();
+        keys.sort_unstable();
+        let count = keys.len();
+        keys.dedup();
+        assert_eq!(keys.len(), count, "an entry was fetched twice:\n{}", describe());
+        assert_eq!(count, 51, "one HEAD per entry (the directory's marker included):\n{}", describe());
     }
-    let after = m.s3_requests();
-    assert_eq!(
-        after.len(),
-        before,
-        "stat after a listing sent S3 requests:\n{}",
-        after[before..]
-            .iter()
-            .map(|r| format!("{r:?}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
 }
 
 /// A small read in the middle of a big object is a small ranged GET, not a part or the whole

@@ -10,11 +10,6 @@ use std::process::Command;
 
 use common::*;
 
-fn open_uploads(bucket: &str) -> usize {
-    let out = block_on(s3().list_multipart_uploads().bucket(bucket).send()).expect("list uploads");
-    out.uploads().len()
-}
-
 /// sha256 round trips of new files around the 5 MiB minimum part size and a multipart file.
 #[test]
 fn new_files_round_trip() {
@@ -165,24 +160,6 @@ fn forked_child_does_not_end_the_upload() {
     file.write_all(second).expect("write after the child closed its copy");
     drop(file);
     assert_eq!(sha256_hex(&get(&b, "f")), sha256_hex(&data));
-}
-
-/// Modes, owners and times are not stored yet: setting what is already shown succeeds,
-/// anything else is refused (EPERM) rather than pretended.
-#[test]
-fn attribute_changes_only_when_nothing_changes() {
-    use std::os::unix::fs::PermissionsExt;
-    let b = create_bucket("write-attrs");
-    put(&b, "f", b"x".to_vec());
-    let m = MountBuilder::new().bucket(&b).mount();
-    let f = m.join("f");
-    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).expect("chmod to the shown mode");
-    assert_errno(std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)), libc::EPERM, "chmod 600");
-    let then = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
-    let file = File::options().read(true).open(&f).expect("open");
-    assert_errno(file.set_modified(then), libc::EPERM, "utime to an explicit time");
-    assert!(Command::new("touch").arg(&f).status().expect("touch").success(), "touch (time = now)");
-    assert_eq!(std::fs::metadata(&f).expect("stat").permissions().mode() & 0o7777, 0o644);
 }
 
 /// If the daemon is killed in the middle of a large upload, no partial object appears.

@@ -49,18 +49,26 @@ pub struct MountArgs {
     /// Allow other users (and root) to access the mount (needs user_allow_other in /etc/fuse.conf).
     #[arg(long)]
     pub allow_other: bool,
-    /// Owner of every file and directory. Default: the user running bucketfs.
+    /// Owner of files and directories whose metadata sets none. Default: the user running
+    /// bucketfs.
     #[arg(long)]
     pub uid: Option<u32>,
-    /// Group of every file and directory. Default: the group running bucketfs.
+    /// Group of files and directories whose metadata sets none. Default: the group running
+    /// bucketfs.
     #[arg(long)]
     pub gid: Option<u32>,
-    /// Permission bits of files, in octal.
+    /// Permission bits of files whose metadata sets none, in octal.
     #[arg(long, default_value = "0644", value_parser = parse_mode)]
     pub file_mode: u16,
-    /// Permission bits of directories, in octal.
+    /// Permission bits of directories whose metadata sets none, in octal.
     #[arg(long, default_value = "0755", value_parser = parse_mode)]
     pub dir_mode: u16,
+    /// Show listed files and directories with the defaults above and Last-Modified,
+    /// without a HEAD per entry for the mode, owner and mtime stored in its metadata
+    /// (faster `ls -l` and `find` on large buckets; stored attributes then show only for
+    /// entries looked up by name before they were listed).
+    #[arg(long)]
+    pub attributes_from_listing: bool,
     /// Mount read-only: every change is refused with EROFS.
     #[arg(long)]
     pub read_only: bool,

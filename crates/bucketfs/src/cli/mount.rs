@@ -56,6 +56,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         gid: args.gid.unwrap_or_else(|| nix::unistd::getgid().as_raw()),
         file_mode: args.file_mode,
         dir_mode: args.dir_mode,
+        attributes_from_listing: args.attributes_from_listing,
     };
     let write_config = WriteConfig { read_only: args.read_only, part_size: args.part_size };
     let fs = Fs::new(

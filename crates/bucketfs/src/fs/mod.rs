@@ -1,11 +1,14 @@
 //! The filesystem: what each operation means, independent of how FUSE delivers it.
 //!
 //! [`Fs`] owns the namespace and the open handles, turns namespace nodes into file
-//! attributes (modes and owners come from the mount options), and decides what an
-//! operation may do. Files open for reading get a [`ReadHandle`], files open for writing
-//! an [`Upload`] committed at `flush`/`fsync`. With `--read-only` every change is refused
-//! with EROFS (and the kernel, seeing a read-only mount, refuses most before they reach us).
+//! attributes, and decides what an operation may do. Modes, owners and mtimes come from
+//! object metadata ([`attrs`], s3fs's format) where it sets them, else from the mount
+//! options and Last-Modified. Files open for reading get a [`ReadHandle`], files open for
+//! writing an [`Upload`] committed at `flush`/`fsync`. With `--read-only` every change is
+//! refused with EROFS (and the kernel, seeing a read-only mount, refuses most before
+//! they reach us).
 
+pub mod attrs;
 pub mod error;
 
 use std::collections::HashMap;
@@ -20,16 +23,35 @@ use parking_lot::Mutex;
 use crate::memory::MemoryLimiter;
 use crate::namespace::{DirStream, Ino, Listed, Location, Namespace, Node};
 use crate::read::{ReadConfig, ReadHandle};
-use crate::write::Upload;
+use crate::store::{Metadata, StoreError};
+use crate::write::{copy_object, Upload};
+use attrs::StoredAttrs;
 use error::FsError;
 
-/// Ownership and permission bits shown for every entry (S3 has none of its own).
+const S_IFMT: u32 = libc::S_IFMT as u32;
+const S_IFREG: u32 = libc::S_IFREG as u32;
+const S_IFDIR: u32 = libc::S_IFDIR as u32;
+/// Content type of directory markers, as s3fs writes them.
+const DIRECTORY_CONTENT_TYPE: &str = "application/x-directory";
+
+/// Ownership and permission bits shown for entries whose metadata does not set them.
 #[derive(Clone, Debug)]
 pub struct Presentation {
     pub uid: u32,
     pub gid: u32,
     pub file_mode: u16,
     pub dir_mode: u16,
+    /// Show listed entries with the defaults rather than HEAD each one for its stored
+    /// attributes (`--attributes-from-listing`).
+    pub attributes_from_listing: bool,
+}
+
+/// Who asks: the calling process and its credentials.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller {
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// What may be changed, and how uploads are cut.
@@ -39,14 +61,15 @@ pub struct WriteConfig {
     pub part_size: u64,
 }
 
-/// What a `setattr` asks to change.
+/// What a `setattr` asks to change (an atime alone is not kept: see SEMANTICS).
 #[derive(Clone, Copy, Debug)]
 pub struct AttrChange {
+    /// Permission bits (`& 0o7777`).
     pub mode: Option<u16>,
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     pub size: Option<u64>,
-    pub explicit_time: bool,
+    pub mtime: Option<SystemTime>,
 }
 
 /// A file open for writing.
@@ -88,6 +111,8 @@ pub struct DirEntry {
     pub offset: u64,
     pub name: String,
     pub attr: FileAttr,
+    /// `attr` is final; if not (stored attributes not fetched yet), it must not be cached.
+    pub attr_complete: bool,
 }
 
 /// The state of one open directory: a window of entries from the listing stream.
@@ -132,17 +157,27 @@ impl Fs {
 
     pub async fn lookup(&self, parent: Ino, name: &str) -> Result<FileAttr, FsError> {
         let node = self.namespace.lookup(parent, name).await?;
-        Ok(self.attr(&node))
+        Ok(self.attr(&self.complete(node).await?))
     }
 
     pub async fn getattr(&self, ino: Ino) -> Result<FileAttr, FsError> {
         let node = self.namespace.getattr(ino).await?;
-        Ok(self.attr(&node))
+        Ok(self.attr(&self.complete(node).await?))
     }
 
-    pub async fn open(&self, ino: Ino, flags: i32, opener: u32) -> Result<Opened, FsError> {
+    /// `node` with the stored attributes it shows (unless the mount shows listings as
+    /// they are).
+    async fn complete(&self, node: Node) -> Result<Node, FsError> {
+        if self.presentation.attributes_from_listing {
+            Ok(node)
+        } else {
+            self.namespace.with_metadata(node).await
+        }
+    }
+
+    pub async fn open(&self, ino: Ino, flags: i32, caller: Caller) -> Result<Opened, FsError> {
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
-            return self.open_for_writing(ino, flags, opener).await;
+            return self.open_for_writing(ino, flags, caller.pid).await;
         }
         let node = self.namespace.getattr(ino).await?;
         let Location::File { source, key } = &node.location else {
@@ -170,14 +205,32 @@ impl Fs {
         reader.read(offset, u64::from(size)).await
     }
 
-    /// Creates `name` in `parent` and opens it for writing.
-    pub async fn create(&self, parent: Ino, name: &str, opener: u32) -> Result<(FileAttr, Opened), FsError> {
+    /// Creates `name` in `parent` with permission bits `mode` and opens it for writing.
+    pub async fn create(&self, parent: Ino, name: &str, mode: u32, caller: Caller) -> Result<(FileAttr, Opened), FsError> {
         self.check_writable()?;
         let (source, key) = self.namespace.new_entry_key(parent, name).await?;
-        let node = self.namespace.enter_pending_file(parent, name, source, key.clone());
-        let upload = self.new_upload(source, key, true);
-        let opened = self.add_writer(Writer { opener, created: true, ino: node.ino, parent, name: name.to_owned(), upload });
+        let metadata = self.new_entry_metadata(S_IFREG | (mode & 0o7777), caller);
+        let node = self.namespace.enter_pending_file(parent, name, source, key.clone(), Arc::new(metadata.clone()));
+        let upload = self.new_upload(source, key, true, metadata);
+        let writer = Writer { opener: caller.pid, created: true, ino: node.ino, parent, name: name.to_owned(), upload };
+        let opened = self.add_writer(writer);
         Ok((self.attr(&node), opened))
+    }
+
+    /// The metadata of an entry created by `caller` with `mode`: only what differs from
+    /// the mount's defaults is stored.
+    fn new_entry_metadata(&self, mode: u32, caller: Caller) -> Metadata {
+        let p = &self.presentation;
+        let default_perm = if mode & S_IFMT == S_IFDIR { p.dir_mode } else { p.file_mode };
+        let attrs = StoredAttrs {
+            mode: (mode & 0o7777 != u32::from(default_perm)).then_some(mode),
+            uid: (caller.uid != p.uid).then_some(caller.uid),
+            gid: (caller.gid != p.gid).then_some(caller.gid),
+            mtime: None,
+        };
+        let mut metadata = Metadata::default();
+        attrs.apply_to(&mut metadata);
+        metadata
     }
 
     /// Opening an existing file for writing: with O_TRUNC the object is replaced by what
@@ -191,9 +244,12 @@ impl Fs {
         if flags & libc::O_TRUNC == 0 && node.size > 0 {
             return Err(FsError::Unsupported("changing an existing object in place (open without O_TRUNC)"));
         }
+        // The file keeps its mode and owner; its time becomes that of the new content.
+        let mut metadata = self.stored_metadata(node.clone()).await?;
+        StoredAttrs::forget_mtime(&mut metadata);
         let (parent, name) = node.parent_and_name();
-        self.namespace.enter_pending_file(parent, &name, *source, key.clone());
-        let upload = self.new_upload(*source, key.clone(), false);
+        self.namespace.enter_pending_file(parent, &name, *source, key.clone(), Arc::new(metadata.clone()));
+        let upload = self.new_upload(*source, key.clone(), false, metadata);
         Ok(self.add_writer(Writer { opener, created: false, ino, parent, name, upload }))
     }
 
@@ -225,7 +281,7 @@ impl Fs {
         };
         match writer.upload.commit().await {
             Ok(etag) => {
-                self.namespace.upload_done(writer.ino, etag);
+                self.namespace.upload_done(writer.ino, etag, Arc::new(writer.upload.metadata().await));
                 Ok(())
             }
             Err(error) => {
@@ -251,12 +307,14 @@ impl Fs {
         }
     }
 
-    pub async fn mkdir(&self, parent: Ino, name: &str) -> Result<FileAttr, FsError> {
+    pub async fn mkdir(&self, parent: Ino, name: &str, mode: u32, caller: Caller) -> Result<FileAttr, FsError> {
         self.check_writable()?;
         let (source, key) = self.namespace.new_entry_key(parent, name).await?;
         let prefix = format!("{key}/");
-        self.namespace.store(source).put(&prefix, Bytes::new(), true).await?;
-        Ok(self.attr(&self.namespace.enter_dir(parent, name, source, prefix)))
+        let mut metadata = self.new_entry_metadata(S_IFDIR | (mode & 0o7777), caller);
+        metadata.content_type = Some(DIRECTORY_CONTENT_TYPE.into());
+        self.namespace.store(source).put(&prefix, Bytes::new(), &metadata, true).await?;
+        Ok(self.attr(&self.namespace.enter_dir(parent, name, source, prefix, Arc::new(metadata))))
     }
 
     pub async fn unlink(&self, parent: Ino, name: &str) -> Result<(), FsError> {
@@ -292,23 +350,98 @@ impl Fs {
         Ok(())
     }
 
-    /// `chmod`, `chown`, `utimens`, `truncate`. Modes, owners and times are not stored in
-    /// S3 yet, so only "changes" to what is already shown succeed (tools that set what a
-    /// file already has keep working); anything else is refused rather than pretended.
+    /// `chmod`, `chown`, `utimens`, `truncate`. Modes, owners and mtimes are stored in
+    /// the object's metadata: carried by the upload while the file is open for writing
+    /// (as `tar` sets them before `close`), else rewritten in place with a server-side
+    /// copy, which returns only once stored. Asking for what is already shown costs nothing.
     pub async fn setattr(&self, ino: Ino, change: AttrChange) -> Result<FileAttr, FsError> {
-        let current = self.getattr(ino).await?;
-        let unchanged = change.mode.is_none_or(|mode| mode == current.perm)
-            && change.uid.is_none_or(|uid| uid == current.uid)
-            && change.gid.is_none_or(|gid| gid == current.gid)
-            && !change.explicit_time;
-        if !unchanged {
-            self.check_writable()?;
-            return Err(FsError::NotPermitted);
+        let mut current = self.getattr(ino).await?;
+        if let Some(size) = change.size {
+            current = self.truncate(ino, size).await?;
         }
-        match change.size {
-            Some(size) => self.truncate(ino, size).await,
-            None => Ok(current),
+        let type_bits = if current.kind == FileType::Directory { S_IFDIR } else { S_IFREG };
+        let wanted = StoredAttrs {
+            mode: change.mode.filter(|&mode| mode != current.perm).map(|mode| type_bits | u32::from(mode)),
+            uid: change.uid.filter(|&uid| uid != current.uid),
+            gid: change.gid.filter(|&gid| gid != current.gid),
+            mtime: change.mtime.filter(|&mtime| mtime != current.mtime),
+        };
+        if wanted == StoredAttrs::default() {
+            return Ok(current);
         }
+        self.check_writable()?;
+        if let Some(metadata) = self.change_pending_metadata(ino, wanted).await {
+            self.namespace.set_metadata(ino, Arc::new(metadata), None);
+        } else {
+            self.rewrite_metadata(ino, wanted).await?;
+        }
+        Ok(self.attr(&self.namespace.node(ino)?))
+    }
+
+    /// Applies `wanted` to the upload of `ino` if it is open for writing and not yet
+    /// committed; returns the metadata the object will have.
+    async fn change_pending_metadata(&self, ino: Ino, wanted: StoredAttrs) -> Option<Metadata> {
+        let writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == ino).cloned().collect();
+        for writer in writers {
+            if let Some(metadata) = writer.upload.update_metadata(|m| wanted.apply_to(m)).await {
+                return Some(metadata);
+            }
+        }
+        None
+    }
+
+    /// Stores `wanted` in the metadata of the object (or directory marker) behind `ino`.
+    async fn rewrite_metadata(&self, ino: Ino, wanted: StoredAttrs) -> Result<(), FsError> {
+        let node = self.namespace.getattr(ino).await?;
+        match &node.location {
+            Location::File { source, key } => {
+                let store = self.namespace.store(*source);
+                let mut node = node.clone();
+                // Copy from the version we know; if another client changed it meanwhile,
+                // read it again once (its content and metadata are what we must keep).
+                for attempt in 0..2 {
+                    let mut metadata = self.stored_metadata(node.clone()).await?;
+                    wanted.apply_to(&mut metadata);
+                    match copy_object(store, key, key, node.size, node.etag.as_deref(), &metadata).await {
+                        Ok(etag) => {
+                            self.namespace.set_metadata(ino, Arc::new(metadata), Some(etag));
+                            return Ok(());
+                        }
+                        Err(StoreError::Changed) if attempt == 0 => {
+                            self.namespace.expire(ino);
+                            node = self.namespace.getattr(ino).await?;
+                        }
+                        Err(error) => return Err(error.into()),
+                    }
+                }
+                Err(StoreError::Changed.into())
+            }
+            Location::Dir { source, prefix } if !prefix.is_empty() => {
+                // A marker is empty: writing it again with the new metadata is the update
+                // (and turns an implicit directory into an explicit one).
+                let mut metadata = self.stored_metadata(node.clone()).await?;
+                wanted.apply_to(&mut metadata);
+                metadata.content_type.get_or_insert_with(|| DIRECTORY_CONTENT_TYPE.into());
+                self.namespace.store(*source).put(prefix, Bytes::new(), &metadata, false).await?;
+                self.namespace.set_metadata(ino, Arc::new(metadata), None);
+                Ok(())
+            }
+            // The bucket root (or the root of a multiplexed mount) has no object to keep
+            // attributes in: they are kept in memory until unmount, so that `tar x` and
+            // `rsync -a` of a tree rooted at "." work (SEMANTICS.md says so).
+            _ => {
+                let mut metadata = node.metadata.as_deref().cloned().unwrap_or_default();
+                wanted.apply_to(&mut metadata);
+                self.namespace.set_metadata(ino, Arc::new(metadata), None);
+                Ok(())
+            }
+        }
+    }
+
+    /// The metadata stored for `node` (fetched if only a listing is known).
+    async fn stored_metadata(&self, node: Node) -> Result<Metadata, FsError> {
+        let node = self.namespace.with_metadata(node).await?;
+        Ok(node.metadata.as_deref().cloned().unwrap_or_default())
     }
 
     /// `truncate()` without an open handle: only to 0 (a new empty object) or the current size.
@@ -327,9 +460,11 @@ impl Fs {
         if self.writers.lock().values().any(|w| w.ino == ino) {
             return Err(FsError::Unsupported("truncating a file while it is being written"));
         }
-        let etag = self.namespace.store(*source).put(key, Bytes::new(), false).await?;
+        let mut metadata = self.stored_metadata(node.clone()).await?;
+        StoredAttrs::forget_mtime(&mut metadata);
+        let etag = self.namespace.store(*source).put(key, Bytes::new(), &metadata, false).await?;
         self.namespace.set_pending_size(ino, 0);
-        self.namespace.upload_done(ino, etag);
+        self.namespace.upload_done(ino, etag, Arc::new(metadata));
         Ok(self.attr(&self.namespace.node(ino)?))
     }
 
@@ -341,9 +476,9 @@ impl Fs {
         }
     }
 
-    fn new_upload(&self, source: usize, key: String, create_only: bool) -> Upload {
+    fn new_upload(&self, source: usize, key: String, create_only: bool, metadata: Metadata) -> Upload {
         let store = self.namespace.store(source).clone();
-        Upload::new(store, key, create_only, self.write_config.part_size, self.memory.clone())
+        Upload::new(store, key, create_only, self.write_config.part_size, self.memory.clone(), metadata)
     }
 
     fn add_writer(&self, writer: Writer) -> Opened {
@@ -368,7 +503,7 @@ impl Fs {
         for (index, name, ino) in [(0, ".", cursor.stream.dir), (1, "..", cursor.stream.parent)] {
             if offset <= index {
                 let node = self.namespace.node(ino)?;
-                out.push(DirEntry { offset: index + 1, name: name.to_owned(), attr: self.attr(&node) });
+                out.push(self.dir_entry(index + 1, name.to_owned(), &node));
             }
         }
         let wanted = offset.max(2);
@@ -388,13 +523,14 @@ impl Fs {
         }
         let skip = (wanted - cursor.window_start) as usize;
         for (i, listed) in cursor.window.iter().enumerate().skip(skip) {
-            out.push(DirEntry {
-                offset: cursor.window_start + i as u64 + 1,
-                name: listed.name.clone(),
-                attr: self.attr(&listed.node),
-            });
+            out.push(self.dir_entry(cursor.window_start + i as u64 + 1, listed.name.clone(), &listed.node));
         }
         Ok(out)
+    }
+
+    fn dir_entry(&self, offset: u64, name: String, node: &Node) -> DirEntry {
+        let attr_complete = node.metadata.is_some() || self.presentation.attributes_from_listing;
+        DirEntry { offset, name, attr: self.attr(node), attr_complete }
     }
 
     pub fn releasedir(&self, handle: u64) {
@@ -403,21 +539,24 @@ impl Fs {
 
     /// The attributes of a negative entry (inode 0): "no such name", cacheable.
     pub fn missing_attr(&self) -> FileAttr {
-        FileAttr { ino: INodeNo(0), size: 0, blocks: 0, nlink: 0, ..self.attr_of(0, 0, SystemTime::UNIX_EPOCH, false) }
+        let attr = self.attr_of(0, 0, SystemTime::UNIX_EPOCH, false, StoredAttrs::default());
+        FileAttr { ino: INodeNo(0), size: 0, blocks: 0, nlink: 0, ..attr }
     }
 
     fn attr(&self, node: &Node) -> FileAttr {
-        self.attr_of(node.ino, node.size, node.mtime, node.location.is_dir())
+        let stored = node.metadata.as_deref().map(StoredAttrs::from_metadata).unwrap_or_default();
+        self.attr_of(node.ino, node.size, node.mtime, node.location.is_dir(), stored)
     }
 
-    fn attr_of(&self, ino: Ino, size: u64, mtime: SystemTime, is_dir: bool) -> FileAttr {
+    fn attr_of(&self, ino: Ino, size: u64, mtime: SystemTime, is_dir: bool, stored: StoredAttrs) -> FileAttr {
         let p = &self.presentation;
-        let (kind, perm, nlink) = if is_dir {
-            // nlink 1 tells find(1) not to count subdirectories from the link count.
-            (FileType::Directory, p.dir_mode, 1)
-        } else {
-            (FileType::RegularFile, p.file_mode, 1)
-        };
+        let (kind, default_perm) =
+            if is_dir { (FileType::Directory, p.dir_mode) } else { (FileType::RegularFile, p.file_mode) };
+        let perm = stored.mode.map_or(default_perm, |mode| (mode & 0o7777) as u16);
+        let mtime = stored.mtime.unwrap_or(mtime);
+        // nlink 1 tells find(1) not to count subdirectories from the link count.
+        let nlink = 1;
+        let (uid, gid) = (stored.uid.unwrap_or(p.uid), stored.gid.unwrap_or(p.gid));
         FileAttr {
             ino: INodeNo(ino),
             size,
@@ -429,8 +568,8 @@ impl Fs {
             kind,
             perm,
             nlink,
-            uid: p.uid,
-            gid: p.gid,
+            uid,
+            gid,
             rdev: 0,
             blksize: 1024 * 1024,
             flags: 0,

@@ -23,10 +23,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use futures::StreamExt;
 use parking_lot::{Mutex, RwLock};
 
 use crate::fs::error::FsError;
-use crate::store::{ObjectInfo, ObjectStore};
+use crate::store::{Metadata, ObjectInfo, ObjectStore, StoreError};
 use listing::{Entry, EntryKind, ListingMerger};
 
 pub type Ino = u64;
@@ -40,6 +41,14 @@ const MAX_CACHED_LISTING: usize = 100_000;
 /// requests per name) — if the listing ends within `LISTING_BATCHES_FOR_LOOKUPS` pages.
 const LOOKUPS_BEFORE_LISTING: u32 = 8;
 const LISTING_BATCHES_FOR_LOOKUPS: usize = 10;
+
+/// LIST carries no object metadata, so the stored attributes of a listed entry take a
+/// HEAD. After this many such HEADs in one directory within the TTL (`ls -l`, `stat *`,
+/// `grep -r` walking it), each one also fetches the next entries of the directory's
+/// listing, `METADATA_BATCH` of them, `METADATA_CONCURRENCY` at a time.
+const METADATA_FETCHES_BEFORE_BATCHING: u32 = 4;
+const METADATA_BATCH: usize = 64;
+const METADATA_CONCURRENCY: usize = 16;
 
 struct CachedListing {
     until: Instant,
@@ -88,6 +97,9 @@ pub struct Node {
     pub size: u64,
     pub mtime: SystemTime,
     pub etag: Option<String>,
+    /// The object's (for a directory: its `dir/` marker's) metadata, once known: LIST
+    /// does not return it. An implicit directory has empty metadata.
+    pub metadata: Option<Arc<Metadata>>,
     parent: Ino,
     name: String,
     /// Until when the attributes may be used without asking the store again.
@@ -105,9 +117,15 @@ impl InodeTable {
     /// Records what (parent, name) is now; keeps its inode number unless its type changed.
     fn upsert(&mut self, parent: Ino, name: &str, location: Location, info: Attributes) -> Node {
         let existing = self.children.get(&(parent, name.to_owned())).copied();
-        let ino = match existing {
-            Some(ino) if self.nodes.get(&ino).map(|n| n.location.is_dir()) == Some(location.is_dir()) => ino,
-            _ => {
+        let same_kind = existing.and_then(|ino| self.nodes.get(&ino)).filter(|n| n.location.is_dir() == location.is_dir());
+        // A listing says nothing about metadata: keep what a HEAD told us while it is fresh.
+        let metadata = match (&info.metadata, same_kind) {
+            (None, Some(old)) if old.valid_until.is_none_or(|until| until > Instant::now()) => old.metadata.clone(),
+            _ => info.metadata,
+        };
+        let ino = match same_kind {
+            Some(old) => old.ino,
+            None => {
                 self.next_ino += 1;
                 self.children.insert((parent, name.to_owned()), self.next_ino);
                 self.next_ino
@@ -119,6 +137,7 @@ impl InodeTable {
             size: info.size,
             mtime: info.mtime,
             etag: info.etag,
+            metadata,
             parent,
             name: name.to_owned(),
             valid_until: info.valid_until,
@@ -132,7 +151,18 @@ struct Attributes {
     size: u64,
     mtime: SystemTime,
     etag: Option<String>,
+    metadata: Option<Arc<Metadata>>,
     valid_until: Option<Instant>,
+}
+
+impl Attributes {
+    fn dir(mtime: SystemTime, metadata: Option<Arc<Metadata>>, valid_until: Option<Instant>) -> Self {
+        Self { size: 0, mtime, etag: None, metadata, valid_until }
+    }
+
+    fn file(info: ObjectInfo, valid_until: Option<Instant>) -> Self {
+        Self { size: info.size, mtime: info.mtime, etag: info.etag, metadata: info.metadata, valid_until }
+    }
 }
 
 pub struct Namespace {
@@ -147,6 +177,8 @@ pub struct Namespace {
     listings: Mutex<HashMap<Ino, CachedListing>>,
     /// Lookups that went to the store, per directory: (count, counting since).
     store_lookups: Mutex<HashMap<Ino, (u32, Instant)>>,
+    /// HEADs for the metadata of listed entries, per directory: (count, counting since).
+    metadata_fetches: Mutex<HashMap<Ino, (u32, Instant)>>,
     ttl: Duration,
     mounted_at: SystemTime,
 }
@@ -168,13 +200,14 @@ impl Namespace {
             }
             _ => Location::SourceList,
         };
-        let fixed = |size| Attributes { size, mtime: mounted_at, etag: None, valid_until: None };
+        let fixed = || Attributes::dir(mounted_at, Some(Arc::default()), None);
         let root = Node {
             ino: ROOT_INO,
             location: root_location.clone(),
             size: 0,
             mtime: mounted_at,
             etag: None,
+            metadata: Some(Arc::default()),
             parent: ROOT_INO,
             name: String::new(),
             valid_until: None,
@@ -184,7 +217,7 @@ impl Namespace {
             for (index, source) in sources.iter().enumerate() {
                 let name = source.mount_name.clone().unwrap_or_default();
                 let location = Location::Dir { source: index, prefix: source.prefix.clone() };
-                table.upsert(ROOT_INO, &name, location, fixed(0));
+                table.upsert(ROOT_INO, &name, location, fixed());
             }
         }
         Self {
@@ -194,6 +227,7 @@ impl Namespace {
             pending: Mutex::new(HashMap::new()),
             listings: Mutex::new(HashMap::new()),
             store_lookups: Mutex::new(HashMap::new()),
+            metadata_fetches: Mutex::new(HashMap::new()),
             ttl,
             mounted_at,
         }
@@ -256,7 +290,13 @@ impl Namespace {
             if head.is_ok() {
                 tracing::warn!(key, "object not shown: a directory of the same name exists");
             }
-            let attributes = Attributes { size: 0, mtime: self.mounted_at, etag: None, valid_until };
+            // A `dir/` marker lists first; only then is there metadata to fetch.
+            let metadata = if children.objects.first().is_some_and(|o| o.key == dir_prefix) {
+                self.marker_metadata(store, &dir_prefix).await?
+            } else {
+                Arc::default()
+            };
+            let attributes = Attributes::dir(self.mounted_at, Some(metadata), valid_until);
             return Ok(self.table.write().upsert(
                 parent,
                 name,
@@ -315,16 +355,22 @@ impl Namespace {
     /// Counts a lookup in `dir` that needs the store; true when it is time to list `dir`
     /// whole instead (once per TTL).
     fn many_lookups_in(&self, dir: Ino, now: Instant) -> bool {
+        self.count_in(&self.store_lookups, dir, now) == LOOKUPS_BEFORE_LISTING
+    }
+
+    /// Counts one more store request for entries of `dir` in `counts`; returns how many
+    /// there were within the TTL (0 when nothing is cached, TTL 0).
+    fn count_in(&self, counts: &Mutex<HashMap<Ino, (u32, Instant)>>, dir: Ino, now: Instant) -> u32 {
         if self.ttl.is_zero() {
-            return false;
+            return 0;
         }
-        let mut counts = self.store_lookups.lock();
+        let mut counts = counts.lock();
         let (count, since) = counts.entry(dir).or_insert((0, now));
         if now.duration_since(*since) > self.ttl {
             (*count, *since) = (0, now);
         }
-        *count += 1;
-        *count == LOOKUPS_BEFORE_LISTING
+        *count = count.saturating_add(1);
+        *count
     }
 
     /// Lists `dir` into the caches if it ends within a few pages; true if it did.
@@ -382,12 +428,121 @@ impl Namespace {
     }
 
     /// Enters a file being written: shown at once, trusted until its upload finishes.
-    pub fn enter_pending_file(&self, parent: Ino, name: &str, source: usize, key: String) -> Node {
+    pub fn enter_pending_file(&self, parent: Ino, name: &str, source: usize, key: String, metadata: Arc<Metadata>) -> Node {
         self.missing.lock().remove(&(parent, name.to_owned()));
         self.forget_listing(parent);
         self.pending.lock().entry(parent).or_default().insert(name.to_owned());
-        let attributes = Attributes { size: 0, mtime: SystemTime::now(), etag: None, valid_until: None };
+        let attributes =
+            Attributes { size: 0, mtime: SystemTime::now(), etag: None, metadata: Some(metadata), valid_until: None };
         self.table.write().upsert(parent, name, Location::File { source, key }, attributes)
+    }
+
+    /// Forgets what is cached about `ino`: the next `getattr` asks the store.
+    pub fn expire(&self, ino: Ino) {
+        if let Some(node) = self.table.write().nodes.get_mut(&ino) {
+            if node.valid_until.is_some() {
+                node.valid_until = Some(Instant::now());
+            }
+        }
+    }
+
+    /// The metadata `ino` now has in the store (or will have, for a file being written).
+    pub fn set_metadata(&self, ino: Ino, metadata: Arc<Metadata>, etag: Option<Option<String>>) {
+        if let Some(node) = self.table.write().nodes.get_mut(&ino) {
+            node.metadata = Some(metadata);
+            if let Some(etag) = etag {
+                node.etag = etag;
+            }
+        }
+    }
+
+    /// `node` with its metadata known: fetched with a HEAD if a listing is all we have.
+    /// Entries of a directory that keeps needing this are fetched in batches (see
+    /// [`METADATA_BATCH`]).
+    pub async fn with_metadata(&self, node: Node) -> Result<Node, FsError> {
+        if node.metadata.is_some() {
+            return Ok(node);
+        }
+        let batch = self.metadata_batch(&node);
+        let fetches = batch.into_iter().map(|(ino, location)| async move {
+            let result = self.fetch_metadata(ino, &location).await;
+            (ino, result)
+        });
+        let mut results = futures::stream::iter(fetches).buffer_unordered(METADATA_CONCURRENCY);
+        let mut wanted = None;
+        while let Some((ino, result)) = results.next().await {
+            if ino == node.ino {
+                wanted = Some(result);
+            } else if let Err(error) = result {
+                tracing::debug!(ino, "metadata of a neighbour not fetched: {error}");
+            }
+        }
+        match wanted {
+            Some(Ok(())) | None => self.node(node.ino),
+            Some(Err(error)) => Err(error),
+        }
+    }
+
+    /// The entries whose metadata to fetch along with `node`'s: `node` first, then, once
+    /// its directory has needed many, the entries after it in the directory's listing.
+    fn metadata_batch(&self, node: &Node) -> Vec<(Ino, Location)> {
+        let mut batch = vec![(node.ino, node.location.clone())];
+        let now = Instant::now();
+        if self.count_in(&self.metadata_fetches, node.parent, now) < METADATA_FETCHES_BEFORE_BATCHING {
+            return batch;
+        }
+        let Some(names) = self.fresh_listing(node.parent, now) else {
+            return batch;
+        };
+        let start = names.partition_point(|n| n.as_str() <= node.name.as_str());
+        let table = self.table.read();
+        let unknown = names[start..].iter().filter_map(|name| {
+            let child = table.nodes.get(table.children.get(&(node.parent, name.clone()))?)?;
+            child.metadata.is_none().then(|| (child.ino, child.location.clone()))
+        });
+        batch.extend(unknown.take(METADATA_BATCH - 1));
+        batch
+    }
+
+    async fn fetch_metadata(&self, ino: Ino, location: &Location) -> Result<(), FsError> {
+        match location {
+            Location::SourceList => self.set_metadata(ino, Arc::default(), None),
+            Location::Dir { source, prefix } => {
+                let metadata = self.marker_metadata(self.store(*source), prefix).await?;
+                self.set_metadata(ino, metadata, None);
+            }
+            Location::File { source, key } => match self.store(*source).head(key).await {
+                Ok(info) => {
+                    let mut table = self.table.write();
+                    if let Some(node) = table.nodes.get_mut(&ino) {
+                        node.size = info.size;
+                        node.mtime = info.mtime;
+                        node.etag = info.etag;
+                        node.metadata = info.metadata;
+                    }
+                }
+                Err(StoreError::NotFound) => {
+                    // Deleted since it was listed.
+                    let (parent, name) = self.node(ino)?.parent_and_name();
+                    self.remove_entry(parent, &name);
+                    return Err(FsError::NotFound);
+                }
+                Err(error) => return Err(error.into()),
+            },
+        }
+        Ok(())
+    }
+
+    /// The metadata of the marker `prefix` (a key ending in `/`); empty if there is none.
+    async fn marker_metadata(&self, store: &Arc<dyn ObjectStore>, prefix: &str) -> Result<Arc<Metadata>, FsError> {
+        if prefix.is_empty() {
+            return Ok(Arc::default()); // the bucket itself
+        }
+        match store.head(prefix).await {
+            Ok(info) => Ok(info.metadata.unwrap_or_default()),
+            Err(StoreError::NotFound) => Ok(Arc::default()),
+            Err(error) => Err(error.into()),
+        }
     }
 
     /// A file being written grew to `size`.
@@ -398,11 +553,13 @@ impl Namespace {
         }
     }
 
-    /// The upload of `ino` finished with this ETag: from now on it is an ordinary object.
-    pub fn upload_done(&self, ino: Ino, etag: Option<String>) {
+    /// The upload of `ino` finished with this ETag and metadata: from now on it is an
+    /// ordinary object.
+    pub fn upload_done(&self, ino: Ino, etag: Option<String>, metadata: Arc<Metadata>) {
         let mut table = self.table.write();
         if let Some(node) = table.nodes.get_mut(&ino) {
             node.etag = etag;
+            node.metadata = Some(metadata);
             node.mtime = SystemTime::now();
             node.valid_until = Some(Instant::now() + self.ttl);
             if let Some(names) = self.pending.lock().get_mut(&node.parent) {
@@ -423,11 +580,11 @@ impl Namespace {
         }
     }
 
-    /// Enters a directory just created in `parent`.
-    pub fn enter_dir(&self, parent: Ino, name: &str, source: usize, prefix: String) -> Node {
+    /// Enters a directory just created in `parent`, its marker having `metadata`.
+    pub fn enter_dir(&self, parent: Ino, name: &str, source: usize, prefix: String, metadata: Arc<Metadata>) -> Node {
         self.missing.lock().remove(&(parent, name.to_owned()));
         self.forget_listing(parent);
-        let attributes = Attributes { size: 0, mtime: SystemTime::now(), etag: None, valid_until: Some(Instant::now() + self.ttl) };
+        let attributes = Attributes::dir(SystemTime::now(), Some(metadata), Some(Instant::now() + self.ttl));
         self.table.write().upsert(parent, name, Location::Dir { source, prefix }, attributes)
     }
 
@@ -470,8 +627,8 @@ impl Namespace {
 
     fn enter_file(&self, parent: Ino, name: &str, source: usize, info: ObjectInfo, valid_until: Option<Instant>) -> Node {
         self.missing.lock().remove(&(parent, name.to_owned()));
-        let attributes = Attributes { size: info.size, mtime: info.mtime, etag: info.etag, valid_until };
-        self.table.write().upsert(parent, name, Location::File { source, key: info.key }, attributes)
+        let key = info.key.clone();
+        self.table.write().upsert(parent, name, Location::File { source, key }, Attributes::file(info, valid_until))
     }
 
     fn enter_listed(&self, dir: Ino, source: usize, prefix: &str, entries: Vec<Entry>) -> Vec<Listed> {
@@ -485,12 +642,11 @@ impl Namespace {
                 let (location, attributes) = match entry.kind {
                     EntryKind::Dir => (
                         Location::Dir { source, prefix: format!("{prefix}{}/", entry.name) },
-                        Attributes { size: 0, mtime: self.mounted_at, etag: None, valid_until },
+                        Attributes::dir(self.mounted_at, None, valid_until),
                     ),
-                    EntryKind::File(info) => (
-                        Location::File { source, key: info.key },
-                        Attributes { size: info.size, mtime: info.mtime, etag: info.etag, valid_until },
-                    ),
+                    EntryKind::File(info) => {
+                        (Location::File { source, key: info.key.clone() }, Attributes::file(info, valid_until))
+                    }
                 };
                 let node = table.upsert(dir, &entry.name, location, attributes);
                 Listed { name: entry.name, node }
@@ -664,7 +820,7 @@ mod tests {
         assert_eq!(store.lists.load(Ordering::Relaxed), lists, "second listing and lookup from memory");
         assert_eq!(store.heads.load(Ordering::Relaxed), heads);
         // A change through the mount makes the cache stale.
-        ns.enter_pending_file(d.ino, "c", 0, "d/c".into());
+        ns.enter_pending_file(d.ino, "c", 0, "d/c".into(), Arc::default());
         let after = names(ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page"));
         assert_eq!(after, ["a", "b", "c"]);
         assert!(store.lists.load(Ordering::Relaxed) > lists);
@@ -674,7 +830,7 @@ mod tests {
     async fn abandoned_overwrite_shows_the_stored_object_again() {
         let ns = namespace(&["f"]);
         let f = ns.lookup(ROOT_INO, "f").await.expect("f");
-        ns.enter_pending_file(ROOT_INO, "f", 0, "f".into());
+        ns.enter_pending_file(ROOT_INO, "f", 0, "f".into(), Arc::default());
         ns.set_pending_size(f.ino, 12345);
         ns.upload_abandoned(f.ino);
         let again = ns.getattr(f.ino).await.expect("still there");

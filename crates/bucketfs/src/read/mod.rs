@@ -64,8 +64,8 @@ struct State {
 
 pub struct ReadHandle {
     store: Arc<dyn ObjectStore>,
-    key: Arc<str>,
-    etag: Option<Arc<str>>,
+    /// The object read (key and pinned ETag); moves with a rename of the open file.
+    object: parking_lot::RwLock<(Arc<str>, Option<Arc<str>>)>,
     size: u64,
     config: ReadConfig,
     memory: Arc<MemoryLimiter>,
@@ -84,13 +84,17 @@ impl ReadHandle {
         let window = config.initial_window;
         Self {
             store,
-            key: key.into(),
-            etag: etag.map(Into::into),
+            object: parking_lot::RwLock::new((key.into(), etag.map(Into::into))),
             size,
             config,
             memory,
             state: Mutex::new(State { segments: BTreeMap::new(), frontier: 0, window, reads: 0 }),
         }
+    }
+
+    /// The file was renamed while open: read the same bytes from their new key.
+    pub fn relocate(&self, key: &str, etag: Option<&str>) {
+        *self.object.write() = (key.into(), etag.map(Into::into));
     }
 
     /// Reads up to `len` bytes at `offset` (fewer only at the end of the object).
@@ -111,7 +115,7 @@ impl ReadHandle {
                 Err(error) => {
                     self.forget_failed(range.start);
                     if matches!(error, StoreError::Changed) {
-                        tracing::warn!(key = %self.key, "object changed while open; failing the read");
+                        tracing::warn!(key = %self.object.read().0, "object changed while open; failing the read");
                     }
                     return Err(error.into());
                 }
@@ -191,8 +195,7 @@ impl ReadHandle {
 
     fn start_fetch(&self, state: &mut State, range: Range<u64>, memory: Reservation) {
         let store = self.store.clone();
-        let key = self.key.clone();
-        let etag = self.etag.clone();
+        let (key, etag) = self.object.read().clone();
         let task_range = range.clone();
         let task = tokio::spawn(async move { store.get_range(&key, task_range, etag.as_deref()).await });
         let abort = task.abort_handle();

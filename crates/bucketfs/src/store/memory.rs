@@ -6,24 +6,32 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use super::{ListPage, ObjectInfo, ObjectStore, StoreError};
+use super::{ListPage, Metadata, ObjectInfo, ObjectStore, StoreError};
+
+#[derive(Clone)]
+struct Stored {
+    data: Bytes,
+    version: u64,
+    metadata: Arc<Metadata>,
+}
 
 #[derive(Default)]
 pub struct MemoryStore {
-    objects: Mutex<BTreeMap<String, (Bytes, u64)>>, // key -> (data, version)
+    objects: Mutex<BTreeMap<String, Stored>>,
     /// Ranged GETs served, with their lengths, to check what a reader costs.
     pub gets: Mutex<Vec<Range<u64>>>,
     /// LIST and HEAD requests served.
     pub lists: AtomicUsize,
     pub heads: AtomicUsize,
     versions: AtomicUsize,
-    uploads: Mutex<BTreeMap<String, BTreeMap<i32, Bytes>>>,
+    uploads: Mutex<BTreeMap<String, (Metadata, BTreeMap<i32, Bytes>)>>,
 }
 
 impl MemoryStore {
@@ -36,8 +44,20 @@ impl MemoryStore {
     }
 
     pub fn put(&self, key: &str, data: Vec<u8>) {
+        self.store(key, Bytes::from(data), Metadata::default());
+    }
+
+    fn store(&self, key: &str, data: Bytes, metadata: Metadata) -> Option<String> {
         let version = self.versions.fetch_add(1, Ordering::Relaxed) as u64;
-        self.objects.lock().insert(key.to_owned(), (Bytes::from(data), version));
+        let stored = Stored { data, version, metadata: Arc::new(metadata) };
+        let etag = Self::info(key, &stored).etag;
+        self.objects.lock().insert(key.to_owned(), stored);
+        etag
+    }
+
+    /// The metadata `key` was last written with.
+    pub fn metadata(&self, key: &str) -> Option<Metadata> {
+        self.objects.lock().get(key).map(|s| (*s.metadata).clone())
     }
 
     /// Multipart uploads started and neither completed nor aborted.
@@ -45,12 +65,22 @@ impl MemoryStore {
         self.uploads.lock().len()
     }
 
-    fn info(key: &str, data: &Bytes, version: u64) -> ObjectInfo {
+    fn info(key: &str, stored: &Stored) -> ObjectInfo {
         ObjectInfo {
             key: key.to_owned(),
-            size: data.len() as u64,
+            size: stored.data.len() as u64,
             mtime: SystemTime::UNIX_EPOCH,
-            etag: Some(format!("\"v{version}\"")),
+            etag: Some(format!("\"v{}\"", stored.version)),
+            metadata: Some(stored.metadata.clone()),
+        }
+    }
+
+    /// The object `key`, if it is (still) version `if_match`.
+    fn current(&self, key: &str, if_match: Option<&str>) -> Result<Stored, StoreError> {
+        let stored = self.objects.lock().get(key).cloned().ok_or(StoreError::NotFound)?;
+        match if_match {
+            Some(etag) if Self::info(key, &stored).etag.as_deref() != Some(etag) => Err(StoreError::Changed),
+            _ => Ok(stored),
         }
     }
 
@@ -59,7 +89,7 @@ impl MemoryStore {
         let mut page = ListPage::default();
         let mut count = 0;
         let mut last_item: Option<String> = None;
-        for (key, (data, version)) in objects.range(prefix.to_owned()..) {
+        for (key, stored) in objects.range(prefix.to_owned()..) {
             if !key.starts_with(prefix) {
                 break;
             }
@@ -88,7 +118,7 @@ impl MemoryStore {
                         page.next_token = last_item;
                         return page;
                     }
-                    page.objects.push(Self::info(key, data, *version));
+                    page.objects.push(ObjectInfo { metadata: None, ..Self::info(key, stored) });
                     format!("k:{key}")
                 }
             };
@@ -106,42 +136,73 @@ impl ObjectStore for MemoryStore {
         Ok(self.list_sync(prefix, token, max_keys.unwrap_or(1000).max(1) as usize))
     }
 
+    async fn list_recursive(&self, prefix: &str, token: Option<String>) -> Result<ListPage, StoreError> {
+        self.lists.fetch_add(1, Ordering::Relaxed);
+        const PAGE: usize = 1000;
+        let objects = self.objects.lock();
+        let after = token.unwrap_or_default();
+        let mut page = ListPage::default();
+        for (key, stored) in objects.range(prefix.to_owned()..).filter(|(k, _)| k.as_str() > after.as_str()) {
+            if !key.starts_with(prefix) {
+                break;
+            }
+            if page.objects.len() == PAGE {
+                page.next_token = page.objects.last().map(|o| o.key.clone());
+                break;
+            }
+            page.objects.push(ObjectInfo { metadata: None, ..Self::info(key, stored) });
+        }
+        Ok(page)
+    }
+
     async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError> {
         self.heads.fetch_add(1, Ordering::Relaxed);
-        let objects = self.objects.lock();
-        let (data, version) = objects.get(key).ok_or(StoreError::NotFound)?;
-        Ok(Self::info(key, data, *version))
+        Ok(Self::info(key, &self.current(key, None)?))
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>, if_match: Option<&str>) -> Result<Bytes, StoreError> {
-        let objects = self.objects.lock();
-        let (data, version) = objects.get(key).ok_or(StoreError::NotFound)?;
-        if let Some(etag) = if_match {
-            if Self::info(key, data, *version).etag.as_deref() != Some(etag) {
-                return Err(StoreError::Changed);
-            }
-        }
+        let stored = self.current(key, if_match)?;
         self.gets.lock().push(range.clone());
-        Ok(data.slice(range.start as usize..range.end as usize))
+        Ok(stored.data.slice(range.start as usize..range.end as usize))
     }
 
-    async fn put(&self, key: &str, data: Bytes, create_only: bool) -> Result<Option<String>, StoreError> {
+    async fn put(&self, key: &str, data: Bytes, metadata: &Metadata, create_only: bool) -> Result<Option<String>, StoreError> {
         if create_only && self.objects.lock().contains_key(key) {
             return Err(StoreError::AlreadyExists);
         }
-        self.put(key, data.to_vec());
-        Ok(self.head(key).await?.etag)
+        Ok(self.store(key, data, metadata.clone()))
     }
 
-    async fn start_upload(&self, key: &str) -> Result<String, StoreError> {
+    async fn start_upload(&self, key: &str, metadata: &Metadata) -> Result<String, StoreError> {
         let id = format!("{key}#{}", self.versions.fetch_add(1, Ordering::Relaxed));
-        self.uploads.lock().insert(id.clone(), BTreeMap::new());
+        self.uploads.lock().insert(id.clone(), (metadata.clone(), BTreeMap::new()));
         Ok(id)
+    }
+
+    async fn copy(&self, source: &str, key: &str, if_match: Option<&str>, metadata: &Metadata) -> Result<Option<String>, StoreError> {
+        let stored = self.current(source, if_match)?;
+        Ok(self.store(key, stored.data, metadata.clone()))
+    }
+
+    async fn upload_part_copy(
+        &self,
+        _key: &str,
+        upload_id: &str,
+        number: i32,
+        source: &str,
+        range: Range<u64>,
+        if_match: Option<&str>,
+    ) -> Result<String, StoreError> {
+        let stored = self.current(source, if_match)?;
+        let data = stored.data.slice(range.start as usize..range.end as usize);
+        let mut uploads = self.uploads.lock();
+        uploads.get_mut(upload_id).ok_or(StoreError::NotFound)?.1.insert(number, data);
+        Ok(format!("\"part{number}\""))
     }
 
     async fn upload_part(&self, _key: &str, upload_id: &str, number: i32, data: Bytes) -> Result<String, StoreError> {
         let mut uploads = self.uploads.lock();
-        let parts = uploads.get_mut(upload_id).ok_or(StoreError::NotFound)?;
+        let (_, parts) = uploads.get_mut(upload_id).ok_or(StoreError::NotFound)?;
         parts.insert(number, data);
         Ok(format!("\"part{number}\""))
     }
@@ -156,13 +217,12 @@ impl ObjectStore for MemoryStore {
         if create_only && self.objects.lock().contains_key(key) {
             return Err(StoreError::AlreadyExists);
         }
-        let uploaded = self.uploads.lock().remove(upload_id).ok_or(StoreError::NotFound)?;
+        let (metadata, uploaded) = self.uploads.lock().remove(upload_id).ok_or(StoreError::NotFound)?;
         let mut data = Vec::new();
         for (number, _) in parts {
             data.extend_from_slice(uploaded.get(&number).ok_or(StoreError::NotFound)?);
         }
-        self.put(key, data);
-        Ok(self.head(key).await?.etag)
+        Ok(self.store(key, Bytes::from(data), metadata))
     }
 
     async fn abort_upload(&self, _key: &str, upload_id: &str) -> Result<(), StoreError> {

@@ -12,7 +12,9 @@
 pub mod memory;
 pub mod s3;
 
+use std::collections::BTreeMap;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -26,6 +28,16 @@ pub struct ObjectInfo {
     pub mtime: SystemTime,
     /// Entity tag, quotes included, exactly as the server sent it.
     pub etag: Option<String>,
+    /// What HEAD returns beyond LIST; `None` when the info came from a listing.
+    pub metadata: Option<Arc<Metadata>>,
+}
+
+/// An object's user metadata (`x-amz-meta-NAME`, stored under `NAME` in lower case) and
+/// content type: what is kept when bucketfs rewrites an object's metadata.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Metadata {
+    pub user: BTreeMap<String, String>,
+    pub content_type: Option<String>,
 }
 
 /// One page of a delimited listing (`delimiter = "/"`).
@@ -84,6 +96,9 @@ pub trait ObjectStore: Send + Sync + 'static {
         max_keys: Option<i32>,
     ) -> Result<ListPage, StoreError>;
 
+    /// One page of `ListObjectsV2(prefix)` without a delimiter: every key below `prefix`.
+    async fn list_recursive(&self, prefix: &str, continuation: Option<String>) -> Result<ListPage, StoreError>;
+
     /// `HeadObject(key)`; `Err(NotFound)` when there is no such object.
     async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError>;
 
@@ -98,10 +113,29 @@ pub trait ObjectStore: Send + Sync + 'static {
 
     /// `PutObject`; with `create_only`, fails with `AlreadyExists` if the key exists.
     /// Returns the new ETag.
-    async fn put(&self, key: &str, data: Bytes, create_only: bool) -> Result<Option<String>, StoreError>;
+    async fn put(&self, key: &str, data: Bytes, metadata: &Metadata, create_only: bool)
+        -> Result<Option<String>, StoreError>;
 
     /// `CreateMultipartUpload`; returns the upload id.
-    async fn start_upload(&self, key: &str) -> Result<String, StoreError>;
+    async fn start_upload(&self, key: &str, metadata: &Metadata) -> Result<String, StoreError>;
+
+    /// `CopyObject` (server side, up to 5 GiB) of `source` to `key` with `metadata` in
+    /// place of the source's; `source` may be `key` itself. With `if_match`, fails with
+    /// `Changed` if the source is no longer that version. Returns the new ETag.
+    async fn copy(&self, source: &str, key: &str, if_match: Option<&str>, metadata: &Metadata)
+        -> Result<Option<String>, StoreError>;
+
+    /// `UploadPartCopy`: bytes `range` of `source` (at version `if_match`) become part
+    /// `number` of the upload. Returns the part's ETag.
+    async fn upload_part_copy(
+        &self,
+        key: &str,
+        upload_id: &str,
+        number: i32,
+        source: &str,
+        range: Range<u64>,
+        if_match: Option<&str>,
+    ) -> Result<String, StoreError>;
 
     /// `UploadPart` (numbers start at 1); returns the part's ETag.
     async fn upload_part(&self, key: &str, upload_id: &str, number: i32, data: Bytes) -> Result<String, StoreError>;

@@ -15,13 +15,13 @@ use aws_config::BehaviorVersion;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::operation::RequestId;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, EncodingType};
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, EncodingType, MetadataDirective};
 use aws_sdk_s3::Client;
 use bytes::Bytes;
-use percent_encoding::percent_decode_str;
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use tokio::sync::Semaphore;
 
-use super::{ListPage, ObjectInfo, ObjectStore, StoreError};
+use super::{ListPage, Metadata, ObjectInfo, ObjectStore, StoreError};
 
 /// How to reach one bucket. Each source of a mount has its own.
 #[derive(Clone, Debug)]
@@ -163,22 +163,22 @@ fn to_system_time(t: Option<&aws_sdk_s3::primitives::DateTime>) -> SystemTime {
     t.and_then(|t| SystemTime::try_from(*t).ok()).unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
-#[async_trait]
-impl ObjectStore for S3Store {
-    async fn list(
+impl S3Store {
+    async fn list_objects(
         &self,
         prefix: &str,
+        delimiter: Option<&str>,
         continuation: Option<String>,
         max_keys: Option<i32>,
     ) -> Result<ListPage, StoreError> {
         let _permit = self.requests.acquire().await;
-        tracing::debug!(bucket = %self.bucket, prefix, "s3 LIST");
+        tracing::debug!(bucket = %self.bucket, prefix, recursive = delimiter.is_none(), "s3 LIST");
         let response = self
             .client
             .list_objects_v2()
             .bucket(&self.bucket)
             .prefix(prefix)
-            .delimiter("/")
+            .set_delimiter(delimiter.map(str::to_owned))
             .encoding_type(EncodingType::Url)
             .set_continuation_token(continuation)
             .set_max_keys(max_keys)
@@ -194,6 +194,7 @@ impl ObjectStore for S3Store {
                     size: object.size().unwrap_or(0).max(0) as u64,
                     mtime: to_system_time(object.last_modified()),
                     etag: object.e_tag().map(str::to_owned),
+                    metadata: None,
                 })
             })
             .collect();
@@ -208,6 +209,22 @@ impl ObjectStore for S3Store {
             None
         };
         Ok(ListPage { objects, prefixes, next_token })
+    }
+}
+
+#[async_trait]
+impl ObjectStore for S3Store {
+    async fn list(
+        &self,
+        prefix: &str,
+        continuation: Option<String>,
+        max_keys: Option<i32>,
+    ) -> Result<ListPage, StoreError> {
+        self.list_objects(prefix, Some("/"), continuation, max_keys).await
+    }
+
+    async fn list_recursive(&self, prefix: &str, continuation: Option<String>) -> Result<ListPage, StoreError> {
+        self.list_objects(prefix, None, continuation, None).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError> {
@@ -226,6 +243,15 @@ impl ObjectStore for S3Store {
             size: response.content_length().unwrap_or(0).max(0) as u64,
             mtime: to_system_time(response.last_modified()),
             etag: response.e_tag().map(str::to_owned),
+            metadata: Some(Arc::new(Metadata {
+                user: response
+                    .metadata()
+                    .into_iter()
+                    .flatten()
+                    .map(|(name, value)| (name.to_ascii_lowercase(), value.clone()))
+                    .collect(),
+                content_type: response.content_type().map(str::to_owned),
+            })),
         })
     }
 
@@ -273,7 +299,13 @@ impl ObjectStore for S3Store {
         Ok(Bytes::from(buffer))
     }
 
-    async fn put(&self, key: &str, data: Bytes, create_only: bool) -> Result<Option<String>, StoreError> {
+    async fn put(
+        &self,
+        key: &str,
+        data: Bytes,
+        metadata: &Metadata,
+        create_only: bool,
+    ) -> Result<Option<String>, StoreError> {
         let _permit = self.requests.acquire().await;
         tracing::debug!(bucket = %self.bucket, key, len = data.len(), create_only, "s3 PUT");
         let response = self
@@ -281,6 +313,8 @@ impl ObjectStore for S3Store {
             .put_object()
             .bucket(&self.bucket)
             .key(key)
+            .set_metadata(user_metadata(metadata))
+            .set_content_type(metadata.content_type.clone())
             .body(ByteStream::from(data))
             .set_if_none_match(create_only.then(|| "*".to_owned()))
             .customize()
@@ -291,7 +325,7 @@ impl ObjectStore for S3Store {
         Ok(response.e_tag().map(str::to_owned))
     }
 
-    async fn start_upload(&self, key: &str) -> Result<String, StoreError> {
+    async fn start_upload(&self, key: &str, metadata: &Metadata) -> Result<String, StoreError> {
         let _permit = self.requests.acquire().await;
         tracing::debug!(bucket = %self.bucket, key, "s3 CREATE-MULTIPART");
         let response = self
@@ -299,6 +333,8 @@ impl ObjectStore for S3Store {
             .create_multipart_upload()
             .bucket(&self.bucket)
             .key(key)
+            .set_metadata(user_metadata(metadata))
+            .set_content_type(metadata.content_type.clone())
             .send()
             .await
             .map_err(|e| self.map_error(e))?;
@@ -326,6 +362,61 @@ impl ObjectStore for S3Store {
             .map_err(|e| self.map_error(e))?;
         response.e_tag().map(str::to_owned).ok_or_else(|| StoreError::Other {
             message: format!("no ETag for part {number} of {key}"),
+            request_id: None,
+        })
+    }
+
+    async fn copy(
+        &self,
+        source: &str,
+        key: &str,
+        if_match: Option<&str>,
+        metadata: &Metadata,
+    ) -> Result<Option<String>, StoreError> {
+        let _permit = self.requests.acquire().await;
+        tracing::debug!(bucket = %self.bucket, source, key, "s3 COPY");
+        let response = self
+            .client
+            .copy_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .copy_source(self.copy_source(source))
+            .set_copy_source_if_match(if_match.map(str::to_owned))
+            .metadata_directive(MetadataDirective::Replace)
+            .set_metadata(user_metadata(metadata))
+            .set_content_type(metadata.content_type.clone())
+            .send()
+            .await
+            .map_err(|e| self.map_error(e))?;
+        Ok(response.copy_object_result().and_then(|r| r.e_tag()).map(str::to_owned))
+    }
+
+    async fn upload_part_copy(
+        &self,
+        key: &str,
+        upload_id: &str,
+        number: i32,
+        source: &str,
+        range: Range<u64>,
+        if_match: Option<&str>,
+    ) -> Result<String, StoreError> {
+        let _permit = self.requests.acquire().await;
+        tracing::debug!(bucket = %self.bucket, key, number, source, start = range.start, len = range.end - range.start, "s3 UPLOAD-PART-COPY");
+        let response = self
+            .client
+            .upload_part_copy()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .part_number(number)
+            .copy_source(self.copy_source(source))
+            .copy_source_range(format!("bytes={}-{}", range.start, range.end - 1))
+            .set_copy_source_if_match(if_match.map(str::to_owned))
+            .send()
+            .await
+            .map_err(|e| self.map_error(e))?;
+        response.copy_part_result().and_then(|r| r.e_tag()).map(str::to_owned).ok_or_else(|| StoreError::Other {
+            message: format!("no ETag for copied part {number} of {key}"),
             request_id: None,
         })
     }
@@ -383,6 +474,21 @@ impl ObjectStore for S3Store {
             .map_err(|e| self.map_error(e))?;
         Ok(())
     }
+}
+
+/// Characters kept as they are in an `x-amz-copy-source` key: RFC 3986's unreserved ones
+/// and the `/` between key segments.
+const COPY_SOURCE_KEEP: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~').remove(b'/');
+
+impl S3Store {
+    /// `bucket/key`, URL-encoded, as `x-amz-copy-source` wants it.
+    fn copy_source(&self, key: &str) -> String {
+        format!("{}/{}", self.bucket, utf8_percent_encode(key, COPY_SOURCE_KEEP))
+    }
+}
+
+fn user_metadata(metadata: &Metadata) -> Option<std::collections::HashMap<String, String>> {
+    (!metadata.user.is_empty()).then(|| metadata.user.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
 }
 
 /// For a create-only write, the failed precondition means someone else created the key.

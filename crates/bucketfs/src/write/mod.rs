@@ -16,23 +16,37 @@
 //! Writes may land anywhere at or after the first byte not yet sent (programs that seek
 //! back a little, or leave holes, work); rewriting bytes already sent to S3 is not
 //! supported yet and fails with EOPNOTSUPP.
+//!
+//! The object's metadata (modes, owners, times set while the file is open, as `tar`
+//! does with `fchmod`/`futimens` before `close`) goes with the upload; if it changes after
+//! a multipart upload started, the finished object's metadata is rewritten in place.
+//!
+//! [`copy_object`] copies inside the store, for metadata changes and renames.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
 use crate::fs::error::FsError;
 use crate::memory::{MemoryLimiter, Reservation};
-use crate::store::{ObjectStore, StoreError};
+use crate::store::{Metadata, ObjectStore, StoreError};
 
 /// S3's smallest part (except the last) and largest part.
 pub const MIN_PART: u64 = 5 * 1024 * 1024;
 const MAX_PART: u64 = 5 * 1024 * 1024 * 1024;
 /// Parts per size step: part `n` (from 1) is `base << ((n - 1) / PARTS_PER_STEP)`.
 const PARTS_PER_STEP: i32 = 1000;
+const MAX_PARTS: u64 = 10_000;
+/// Largest object one CopyObject may copy.
+const MAX_SINGLE_COPY: u64 = 5 * 1024 * 1024 * 1024;
+/// Parts of a multipart copy (raised so that 10,000 of them hold the object), and how
+/// many are copied at once.
+const COPY_PART: u64 = 512 * 1024 * 1024;
+const COPY_CONCURRENCY: usize = 8;
 
 /// Size of part `number` (from 1) for a base part size.
 pub fn part_size_for(base: u64, number: i32) -> u64 {
@@ -47,6 +61,8 @@ struct Part {
 }
 
 struct Multipart {
+    /// The key the upload was started for (the file may have been renamed since).
+    key: String,
     upload_id: String,
     in_flight: VecDeque<Part>,
     done: Vec<(i32, String)>,
@@ -63,13 +79,19 @@ struct State {
     outcome: Option<Result<Option<String>, StoreError>>,
     /// The file was unlinked while open: commit uploads nothing.
     discarded: bool,
-    /// The key now holds our own (empty) object: replace it without If-None-Match.
-    replace_own: bool,
+    /// Write without If-None-Match: the key holds our own (empty) object, or the file was
+    /// renamed over whatever holds it.
+    replace: bool,
+    /// The metadata the object is to have.
+    metadata: Metadata,
+    /// The metadata the multipart upload was started with.
+    started_with: Option<Metadata>,
 }
 
 pub struct Upload {
     store: Arc<dyn ObjectStore>,
-    key: String,
+    /// Where the object goes (changed by a rename while open).
+    key: parking_lot::Mutex<String>,
     /// Create-only (If-None-Match): a new file must not replace one another client created.
     create_only: bool,
     part_size: u64,
@@ -78,12 +100,49 @@ pub struct Upload {
 }
 
 impl Upload {
-    pub fn new(store: Arc<dyn ObjectStore>, key: String, create_only: bool, part_size: u64, memory: Arc<MemoryLimiter>) -> Self {
-        Self { store, key, create_only, part_size: part_size.max(MIN_PART), memory, state: Mutex::new(State::default()) }
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        key: String,
+        create_only: bool,
+        part_size: u64,
+        memory: Arc<MemoryLimiter>,
+        metadata: Metadata,
+    ) -> Self {
+        let state = State { metadata, ..State::default() };
+        let key = parking_lot::Mutex::new(key);
+        Self { store, key, create_only, part_size: part_size.max(MIN_PART), memory, state: Mutex::new(state) }
     }
 
-    pub fn key(&self) -> &str {
-        &self.key
+    /// The metadata the object will have (or has, once committed).
+    pub async fn metadata(&self) -> Metadata {
+        self.state.lock().await.metadata.clone()
+    }
+
+    /// Changes the metadata the object will have; `None` if it was already committed
+    /// (a later change is the object's own business, see [`copy_object`]).
+    pub async fn update_metadata(&self, change: impl FnOnce(&mut Metadata)) -> Option<Metadata> {
+        let mut state = self.state.lock().await;
+        if state.outcome.is_some() {
+            return None;
+        }
+        change(&mut state.metadata);
+        Some(state.metadata.clone())
+    }
+
+    pub fn key(&self) -> String {
+        self.key.lock().clone()
+    }
+
+    /// The file was renamed to `key` while open: the object goes there (replacing what
+    /// is there). `false` if it was already committed: then it is in the store to move.
+    pub async fn rename(&self, key: String) -> bool {
+        let mut state = self.state.lock().await;
+        if state.outcome.is_some() {
+            return false;
+        }
+        state.replace = true;
+        *self.key.lock() = key;
+        true
     }
 
     /// Accepts `data` at `offset`; returns the file size so far.
@@ -96,7 +155,7 @@ impl Upload {
             // that close committed an empty object, which the writes now replace.
             Some(Ok(_)) if state.sent == 0 && offset == 0 => {
                 state.outcome = None;
-                state.replace_own = true;
+                state.replace = true;
             }
             Some(Ok(_)) => return Err(FsError::Invalid("write after the file was committed by close or fsync")),
         }
@@ -159,14 +218,16 @@ impl Upload {
     }
 
     async fn finish(&self, state: &mut State) -> Result<Option<String>, StoreError> {
-        let create_only = self.create_only && !state.replace_own;
+        let create_only = self.create_only && !state.replace;
+        let key = self.key();
+        let size = state.sent + state.buffer.len() as u64;
         let buffer = Bytes::from(std::mem::take(&mut state.buffer));
         let Some(mut multipart) = state.multipart.take() else {
-            return self.store.put(&self.key, buffer, create_only).await;
+            return self.store.put(&key, buffer, &state.metadata, create_only).await;
         };
         if !buffer.is_empty() {
             let number = multipart.next_number;
-            let part = self.spawn_part(&multipart.upload_id, number, buffer, self.memory.reserve(0));
+            let part = self.spawn_part(&multipart, number, buffer, self.memory.reserve(0));
             multipart.in_flight.push_back(part);
         }
         let result = async {
@@ -174,7 +235,19 @@ impl Upload {
                 multipart.done.push((part.number, join(part.task).await?));
             }
             let parts = std::mem::take(&mut multipart.done);
-            self.store.finish_upload(&self.key, &multipart.upload_id, parts, create_only).await
+            let started = &multipart.key;
+            let create_only = create_only && *started == key;
+            let etag = self.store.finish_upload(started, &multipart.upload_id, parts, create_only).await?;
+            if *started == key && state.started_with.as_ref() == Some(&state.metadata) {
+                return Ok(etag);
+            }
+            // Renamed, or attributes changed, after the upload started: copy the object
+            // to where it belongs, with the metadata it must have.
+            let etag = copy_object(&self.store, started, &key, size, etag.as_deref(), &state.metadata).await?;
+            if *started != key {
+                self.store.delete(started).await?;
+            }
+            Ok(etag)
         }
         .await;
         if result.is_err() {
@@ -188,8 +261,8 @@ impl Upload {
             for part in &multipart.in_flight {
                 part.task.abort();
             }
-            if let Err(error) = self.store.abort_upload(&self.key, &multipart.upload_id).await {
-                tracing::warn!(key = %self.key, "could not abort multipart upload {}: {error}", multipart.upload_id);
+            if let Err(error) = self.store.abort_upload(&multipart.key, &multipart.upload_id).await {
+                tracing::warn!(key = %multipart.key, "could not abort multipart upload {}: {error}", multipart.upload_id);
             }
         }
     }
@@ -203,8 +276,10 @@ impl Upload {
     /// when the memory budget is spent (so a fast writer slows down instead of growing).
     async fn send_part(&self, state: &mut State, len: usize) -> Result<(), FsError> {
         if state.multipart.is_none() {
-            let upload_id = self.store.start_upload(&self.key).await?;
-            state.multipart = Some(Multipart { upload_id, in_flight: VecDeque::new(), done: Vec::new(), next_number: 1 });
+            let key = self.key();
+            let upload_id = self.store.start_upload(&key, &state.metadata).await?;
+            state.started_with = Some(state.metadata.clone());
+            state.multipart = Some(Multipart { key, upload_id, in_flight: VecDeque::new(), done: Vec::new(), next_number: 1 });
         }
         let rest = state.buffer.split_off(len);
         let data = Bytes::from(std::mem::replace(&mut state.buffer, rest));
@@ -227,19 +302,65 @@ impl Upload {
         };
         let number = multipart.next_number;
         multipart.next_number += 1;
-        let part = self.spawn_part(&multipart.upload_id, number, data, memory);
+        let part = self.spawn_part(multipart, number, data, memory);
         multipart.in_flight.push_back(part);
         state.sent += len as u64;
         Ok(())
     }
 
-    fn spawn_part(&self, upload_id: &str, number: i32, data: Bytes, memory: Reservation) -> Part {
+    fn spawn_part(&self, multipart: &Multipart, number: i32, data: Bytes, memory: Reservation) -> Part {
         let store = self.store.clone();
-        let key = self.key.clone();
-        let upload_id = upload_id.to_owned();
+        let key = multipart.key.clone();
+        let upload_id = multipart.upload_id.clone();
         let task = tokio::spawn(async move { store.upload_part(&key, &upload_id, number, data).await });
         Part { number, task, _memory: memory }
     }
+}
+
+/// Copies `source` (at version `etag`, `size` bytes) to `key` with `metadata`, inside the
+/// store: one CopyObject up to 5 GiB, a multipart copy above. `source` may be `key`.
+pub async fn copy_object(
+    store: &Arc<dyn ObjectStore>,
+    source: &str,
+    key: &str,
+    size: u64,
+    etag: Option<&str>,
+    metadata: &Metadata,
+) -> Result<Option<String>, StoreError> {
+    copy_object_in_parts_above(MAX_SINGLE_COPY, store, source, key, size, etag, metadata).await
+}
+
+async fn copy_object_in_parts_above(
+    single_copy_limit: u64,
+    store: &Arc<dyn ObjectStore>,
+    source: &str,
+    key: &str,
+    size: u64,
+    etag: Option<&str>,
+    metadata: &Metadata,
+) -> Result<Option<String>, StoreError> {
+    if size <= single_copy_limit {
+        return store.copy(source, key, etag, metadata).await;
+    }
+    let part_size = COPY_PART.min(single_copy_limit).max(size.div_ceil(MAX_PARTS));
+    let upload_id = store.start_upload(key, metadata).await?;
+    let copies = (0..size.div_ceil(part_size)).map(|index| {
+        let range = index * part_size..((index + 1) * part_size).min(size);
+        let number = index as i32 + 1;
+        let upload_id = &upload_id;
+        async move { Ok::<_, StoreError>((number, store.upload_part_copy(key, upload_id, number, source, range, etag).await?)) }
+    });
+    let result = async {
+        let parts: Vec<(i32, String)> = futures::stream::iter(copies).buffered(COPY_CONCURRENCY).try_collect().await?;
+        store.finish_upload(key, &upload_id, parts, false).await
+    }
+    .await;
+    if result.is_err() {
+        if let Err(error) = store.abort_upload(key, &upload_id).await {
+            tracing::warn!(key, "could not abort multipart copy {upload_id}: {error}");
+        }
+    }
+    result
 }
 
 async fn join(task: JoinHandle<Result<String, StoreError>>) -> Result<String, StoreError> {
@@ -273,7 +394,7 @@ mod tests {
     fn streamed_writes_with_holes_become_the_same_object() {
         let rt = runtime();
         let store = Arc::new(MemoryStore::default());
-        let upload = Upload::new(store.clone(), "k".into(), true, MIN_PART, MemoryLimiter::new(64 * MIB));
+        let upload = Upload::new(store.clone(), "k".into(), true, MIN_PART, MemoryLimiter::new(64 * MIB), Metadata::default());
         let mut expected = Vec::new();
         rt.block_on(async {
             let mut offset = 0u64;
@@ -299,7 +420,7 @@ mod tests {
     fn failed_create_is_reported_at_commit_and_aborted() {
         let rt = runtime();
         let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), b"theirs".to_vec())]));
-        let upload = Upload::new(store.clone(), "k".into(), true, MIN_PART, MemoryLimiter::new(64 * MIB));
+        let upload = Upload::new(store.clone(), "k".into(), true, MIN_PART, MemoryLimiter::new(64 * MIB), Metadata::default());
         rt.block_on(async {
             upload.write(0, &vec![1; 12 * MIB as usize]).await.expect("write");
             let error = upload.commit().await.expect_err("key exists");
@@ -314,7 +435,7 @@ mod tests {
     fn rewriting_sent_bytes_is_refused() {
         let rt = runtime();
         let store = Arc::new(MemoryStore::default());
-        let upload = Upload::new(store, "k".into(), false, MIN_PART, MemoryLimiter::new(64 * MIB));
+        let upload = Upload::new(store, "k".into(), false, MIN_PART, MemoryLimiter::new(64 * MIB), Metadata::default());
         rt.block_on(async {
             upload.write(0, &vec![1; 6 * MIB as usize]).await.expect("write");
             let error = upload.write(10, b"x").await.expect_err("already sent");

@@ -1,0 +1,219 @@
+//! Modes, owners and mtimes kept in object metadata (docs/SEMANTICS.md, "Attributes"):
+//! set through the mount they are stored in s3fs's format and read back after a remount;
+//! set by another client in that format they show through the mount; `tar x` restores
+//! them as on a local disk.
+
+mod common;
+
+use std::collections::HashMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::*;
+
+fn stored_metadata(bucket: &str, key: &str) -> HashMap<String, String> {
+    let out = block_on(s3().head_object().bucket(bucket).key(key).send()).expect("head");
+    out.metadata().cloned().unwrap_or_default()
+}
+
+fn put_with_metadata(bucket: &str, key: &str, data: &[u8], metadata: &[(&str, &str)]) {
+    let mut request = s3().put_object().bucket(bucket).key(key).body(data.to_vec().into());
+    for (name, value) in metadata {
+        request = request.metadata(*name, *value);
+    }
+    block_on(request.send()).expect("put with metadata");
+}
+
+fn run(command: &mut Command) -> String {
+    let out = command.output().expect("spawn");
+    assert!(out.status.success(), "{command:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Type, mode, owner, size and mtime of every entry under `root`, sorted by path.
+fn tree_attributes(root: &Path) -> String {
+    let listing = run(Command::new("find").arg(root).args(["-mindepth", "1", "-printf", "%P %y %m %U:%G %s %T@\n"]));
+    let mut lines: Vec<&str> = listing.lines().collect();
+    lines.sort_unstable();
+    // Directory sizes differ between file systems; everything else must match.
+    lines
+        .iter()
+        .map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            match fields.as_slice() {
+                [path, "d", mode, owner, _size, time] => format!("{path} d {mode} {owner} {time}"),
+                _ => line.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn at(seconds: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(seconds)
+}
+
+/// chmod, chown and utimes on existing objects are stored with s3fs's keys, keep the
+/// content, the content type and foreign metadata, and read back after a remount.
+#[test]
+fn changes_are_stored_in_s3fs_format() {
+    let b = create_bucket("attrs-store");
+    block_on(
+        s3().put_object()
+            .bucket(&b)
+            .key("f")
+            .content_type("text/plain")
+            .metadata("origin", "camera")
+            .body(b"content".to_vec().into())
+            .send(),
+    )
+    .expect("put");
+    put(&b, "d/inner", b"x".to_vec()); // an implicit directory
+    let etag = head(&b, "f").etag;
+    let m = MountBuilder::new().bucket(&b).mount();
+    let f = m.join("f");
+
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o750)).expect("chmod");
+    std::os::unix::fs::chown(&f, Some(1234), Some(5678)).expect("chown");
+    let file = std::fs::File::open(&f).expect("open");
+    file.set_modified(at(1_000_000_000)).expect("utime");
+    drop(file);
+
+    let stored = stored_metadata(&b, "f");
+    assert_eq!(stored.get("mode").map(String::as_str), Some("33256"), "{stored:?}"); // S_IFREG | 0750
+    assert_eq!(stored.get("uid").map(String::as_str), Some("1234"));
+    assert_eq!(stored.get("gid").map(String::as_str), Some("5678"));
+    assert_eq!(stored.get("mtime").map(String::as_str), Some("1000000000"));
+    assert_eq!(stored.get("origin").map(String::as_str), Some("camera"), "foreign metadata kept");
+    let out = block_on(s3().head_object().bucket(&b).key("f").send()).expect("head");
+    assert_eq!(out.content_type(), Some("text/plain"), "content type kept");
+    assert_eq!(head(&b, "f").etag, etag, "content unchanged");
+    assert_eq!(get(&b, "f"), b"content");
+
+    std::fs::set_permissions(m.join("d"), std::fs::Permissions::from_mode(0o700)).expect("chmod dir");
+    assert_eq!(stored_metadata(&b, "d/").get("mode").map(String::as_str), Some("16832")); // S_IFDIR | 0700
+
+    drop(m);
+    let m = MountBuilder::new().bucket(&b).mount();
+    let meta = std::fs::metadata(m.join("f")).expect("stat after remount");
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o750);
+    assert_eq!((meta.uid(), meta.gid()), (1234, 5678));
+    assert_eq!(meta.modified().expect("mtime"), at(1_000_000_000));
+    assert_eq!(std::fs::metadata(m.join("d")).expect("stat dir").permissions().mode() & 0o7777, 0o700);
+    assert_eq!(std::fs::read(m.join("d/inner")).expect("read below"), b"x");
+
+    // touch sets the time to now.
+    let before = SystemTime::now() - Duration::from_secs(2);
+    assert!(Command::new("touch").arg(m.join("f")).status().expect("touch").success());
+    assert!(std::fs::metadata(m.join("f")).expect("stat").modified().expect("mtime") >= before);
+    assert_ne!(stored_metadata(&b, "f").get("mtime").map(String::as_str), Some("1000000000"));
+
+    // The bucket itself has no object to keep attributes in: they last until unmount.
+    std::fs::set_permissions(m.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod of the root");
+    assert_eq!(std::fs::metadata(m.path()).expect("stat root").permissions().mode() & 0o7777, 0o700);
+    drop(m);
+    let m = MountBuilder::new().bucket(&b).mount();
+    assert_eq!(std::fs::metadata(m.path()).expect("stat root").permissions().mode() & 0o7777, 0o755);
+}
+
+/// Attributes another client stored in s3fs's format show in `ls -l` and `stat`.
+#[test]
+fn attributes_stored_by_others_show() {
+    let b = create_bucket("attrs-foreign");
+    put_with_metadata(&b, "dir/script", b"#!/bin/sh\n", &[("mode", "33261"), ("uid", "12"), ("gid", "34"), ("mtime", "1577934245.5")]);
+    put_with_metadata(&b, "dir/", b"", &[("mode", "16832"), ("mtime", "1500000000")]);
+    put(&b, "dir/plain", b"p".to_vec());
+    for i in 0..40 {
+        put_with_metadata(&b, &format!("many/f{i:02}"), b"m", &[("mode", "33152")]); // 0600
+    }
+    let m = MountBuilder::new().bucket(&b).mount();
+
+    // Listed first, then stat'ed, as `ls -l` does.
+    let listing = run(Command::new("ls").arg("-ln").arg("--time-style=+%s").arg(m.join("dir")));
+    let listing = listing.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(listing.contains("-rwxr-xr-x 1 12 34 10 1577934245 script"), "{listing}");
+    assert!(listing.contains("-rw-r--r-- 1 0 0 1 "), "defaults for an object without metadata: {listing}");
+    let dir = std::fs::metadata(m.join("dir")).expect("stat dir");
+    assert_eq!(dir.permissions().mode() & 0o7777, 0o700);
+    assert_eq!(dir.modified().expect("mtime"), at(1_500_000_000));
+    let script = std::fs::metadata(m.join("dir/script")).expect("stat");
+    assert_eq!(script.modified().expect("mtime"), at(1_577_934_245) + Duration::from_millis(500));
+
+    // Every entry of a larger directory, listed then stat'ed, shows its stored mode.
+    let listing = run(Command::new("ls").arg("-l").arg(m.join("many")));
+    assert_eq!(listing.lines().filter(|l| l.starts_with("-rw------- ")).count(), 40, "{listing}");
+}
+
+/// `tar x` into the mount restores modes, owners and mtimes of files and directories
+/// as on a local disk, also for a file uploaded in several parts, and they stay after a
+/// remount.
+#[test]
+fn untar_restores_attributes() {
+    let b = create_bucket("attrs-tar");
+    let work = tempfile::tempdir().expect("tempdir");
+    let source = work.path().join("src");
+    let tree = [("a", 0o755), ("a/b", 0o700), ("c", 0o750)];
+    for (dir, _) in tree {
+        std::fs::create_dir_all(source.join(dir)).expect("mkdir");
+    }
+    let files: [(&str, usize, u32); 5] =
+        [("a/x.sh", 100, 0o755), ("a/b/secret", 10, 0o600), ("c/big", 6 * MIB + 3, 0o640), ("top", 0, 0o444), ("a/y", 5000, 0o644)];
+    for (i, (path, size, mode)) in files.iter().enumerate() {
+        let path = source.join(path);
+        std::fs::write(&path, gen_data(i as u64, *size)).expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode)).expect("chmod");
+        std::os::unix::fs::chown(&path, Some(1000 + i as u32), Some(2000)).expect("chown");
+        let file = std::fs::File::options().write(true).open(&path).expect("open");
+        file.set_modified(at(1_400_000_000 + i as u64 * 1000)).expect("utime");
+    }
+    for (i, (dir, mode)) in tree.iter().enumerate().rev() {
+        std::fs::set_permissions(source.join(dir), std::fs::Permissions::from_mode(*mode)).expect("chmod dir");
+        let status = Command::new("touch").arg("-d").arg(format!("@{}", 1_300_000_000 + i * 100)).arg(source.join(dir)).status();
+        assert!(status.expect("touch").success());
+    }
+    let archive = work.path().join("tree.tar");
+    run(Command::new("tar").arg("cf").arg(&archive).arg("-C").arg(&source).arg("."));
+    let local = work.path().join("local");
+    std::fs::create_dir(&local).expect("mkdir");
+    run(Command::new("tar").arg("xf").arg(&archive).arg("-C").arg(&local));
+
+    let m = MountBuilder::new().bucket(&b).args(["--part-size", "5MiB"]).mount();
+    run(Command::new("tar").arg("xf").arg(&archive).arg("-C").arg(m.path()));
+    let expected = tree_attributes(&local);
+    assert_eq!(tree_attributes(m.path()), expected, "after tar x");
+    run(Command::new("diff").arg("-r").arg(&local).arg(m.path()));
+    drop(m);
+
+    let m = MountBuilder::new().bucket(&b).mount();
+    assert_eq!(tree_attributes(m.path()), expected, "after a remount");
+}
+
+/// Replacing a file's content (O_TRUNC) keeps its mode and owner; its mtime becomes that
+/// of the new content. `cp -p` keeps mode and times.
+#[test]
+fn overwrite_keeps_mode_and_cp_p_keeps_times() {
+    let b = create_bucket("attrs-over");
+    put_with_metadata(&b, "f", b"old", &[("mode", "33216"), ("mtime", "1000")]); // 0700
+    let m = MountBuilder::new().bucket(&b).mount();
+    let before = SystemTime::now() - Duration::from_secs(2);
+    std::fs::write(m.join("f"), b"new content").expect("overwrite");
+    let meta = std::fs::metadata(m.join("f")).expect("stat");
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o700);
+    assert!(meta.modified().expect("mtime") >= before, "mtime is the new content's");
+    assert_eq!(stored_metadata(&b, "f").get("mode").map(String::as_str), Some("33216"));
+    assert_eq!(get(&b, "f"), b"new content");
+
+    let work = tempfile::tempdir().expect("tempdir");
+    let local = work.path().join("kept");
+    std::fs::write(&local, b"keep my time").expect("write");
+    std::fs::set_permissions(&local, std::fs::Permissions::from_mode(0o604)).expect("chmod");
+    std::fs::File::options().write(true).open(&local).expect("open").set_modified(at(1_234_567_890)).expect("utime");
+    run(Command::new("cp").arg("-p").arg(&local).arg(m.join("copied")));
+    drop(m);
+    let m = MountBuilder::new().bucket(&b).mount();
+    let meta = std::fs::metadata(m.join("copied")).expect("stat");
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o604);
+    assert_eq!(meta.modified().expect("mtime"), at(1_234_567_890));
+}
