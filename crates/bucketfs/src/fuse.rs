@@ -356,15 +356,28 @@ impl Filesystem for FuseAdapter {
     fn rename(
         &self,
         _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _newparent: INodeNo,
-        _newname: &OsStr,
-        _flags: RenameFlags,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        // Not yet: EXDEV makes mv(1) fall back to copy and delete, which works.
-        reply.error(if self.fs.read_only() { Errno::EROFS } else { Errno::EXDEV });
+        let (name, newname) = (name.to_owned(), newname.to_owned());
+        self.spawn(move |fs| async move {
+            let result = async {
+                if flags.contains(RenameFlags::RENAME_EXCHANGE) || flags.contains(RenameFlags::RENAME_WHITEOUT) {
+                    return Err(FsError::Invalid("rename flags other than RENAME_NOREPLACE"));
+                }
+                let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+                fs.rename((parent.0, existing_name(&name)?), (newparent.0, new_name(&newname)?), no_replace).await
+            }
+            .await;
+            match result {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(log_error("rename", &e)),
+            }
+        });
     }
 
     // Special files cannot be stored in S3.

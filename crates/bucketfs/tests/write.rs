@@ -133,19 +133,6 @@ fn refused_upload_is_reported_and_leaves_no_entry() {
     assert_errno(std::fs::metadata(m.join("doomed")), libc::ENOENT, "failed file is gone");
 }
 
-/// rename is not done in place yet: EXDEV, so mv(1) copies and deletes, which works.
-#[test]
-fn mv_falls_back_to_copy() {
-    let b = create_bucket("write-mv");
-    put(&b, "a.txt", b"moving".to_vec());
-    let m = MountBuilder::new().bucket(&b).mount();
-    assert_errno(std::fs::rename(m.join("a.txt"), m.join("b.txt")), libc::EXDEV, "rename(2)");
-    let status = Command::new("mv").arg(m.join("a.txt")).arg(m.join("b.txt")).status().expect("mv");
-    assert!(status.success());
-    assert_eq!(list_keys(&b, ""), ["b.txt"]);
-    assert_eq!(get(&b, "b.txt"), b"moving");
-}
-
 /// A child forked while a file is open closes its inherited copy of the descriptor (at
 /// exec); that close must not end the parent's file.
 #[test]

@@ -27,6 +27,10 @@ pub enum FsError {
     NotPermitted,
     #[error("directory not empty")]
     NotEmpty,
+    #[error("busy: {0}")]
+    Busy(&'static str),
+    #[error("crosses sources: {0}")]
+    CrossDevice(&'static str),
     #[error("invalid argument: {0}")]
     Invalid(&'static str),
     #[error("not supported yet: {0}")]
@@ -47,6 +51,8 @@ impl FsError {
             FsError::Exists => Errno::EEXIST,
             FsError::NotPermitted => Errno::EPERM,
             FsError::NotEmpty => Errno::ENOTEMPTY,
+            FsError::Busy(_) => Errno::EBUSY,
+            FsError::CrossDevice(_) => Errno::EXDEV,
             FsError::Invalid(_) => Errno::EINVAL,
             FsError::Unsupported(_) => Errno::EOPNOTSUPP,
             FsError::Store(store) => match store {

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
 use fuser::{FileAttr, FileType, INodeNo};
 use parking_lot::Mutex;
 
@@ -33,6 +34,8 @@ const S_IFREG: u32 = libc::S_IFREG as u32;
 const S_IFDIR: u32 = libc::S_IFDIR as u32;
 /// Content type of directory markers, as s3fs writes them.
 const DIRECTORY_CONTENT_TYPE: &str = "application/x-directory";
+/// Objects copied (then deleted) at once when renaming a directory.
+const RENAME_CONCURRENCY: usize = 16;
 
 /// Ownership and permission bits shown for entries whose metadata does not set them.
 #[derive(Clone, Debug)]
@@ -91,7 +94,7 @@ pub struct Fs {
     write_config: WriteConfig,
     writers: Mutex<HashMap<u64, Arc<Writer>>>,
     memory: Arc<MemoryLimiter>,
-    files: Mutex<HashMap<u64, Arc<ReadHandle>>>,
+    files: Mutex<HashMap<u64, (Ino, Arc<ReadHandle>)>>,
     dirs: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<DirCursor>>>>,
     /// ETag each file had when last opened: if it is unchanged, the kernel may keep the
     /// pages it cached from an earlier open.
@@ -196,12 +199,12 @@ impl Fs {
             None => false,
         };
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        self.files.lock().insert(handle, Arc::new(reader));
+        self.files.lock().insert(handle, (ino, Arc::new(reader)));
         Ok(Opened { handle, keep_cache })
     }
 
     pub async fn read(&self, handle: u64, offset: u64, size: u32) -> Result<Bytes, FsError> {
-        let reader = self.files.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?;
+        let reader = self.files.lock().get(&handle).map(|(_, r)| r.clone()).ok_or(FsError::BadHandle)?;
         reader.read(offset, u64::from(size)).await
     }
 
@@ -338,15 +341,136 @@ impl Fs {
         let Location::Dir { source, prefix } = &node.location else {
             return Err(FsError::NotDir);
         };
-        let store = self.namespace.store(*source);
+        self.check_empty_dir(&node).await?;
+        self.namespace.store(*source).delete(prefix).await?;
+        self.namespace.remove_entry(parent, name);
+        Ok(())
+    }
+
+    /// `rename()`: a server-side copy to the new key, then a delete of the old one (S3
+    /// has no rename). A directory is moved key by key: every copy first, then the
+    /// deletes, so a failure part-way leaves the source whole (not atomic: SEMANTICS.md).
+    /// Open files move with it: readers read the new key, writers upload there.
+    pub async fn rename(&self, from: (Ino, &str), to: (Ino, &str), no_replace: bool) -> Result<(), FsError> {
+        self.check_writable()?;
+        let node = self.namespace.lookup(from.0, from.1).await?;
+        let (to_source, to_key) = self.namespace.entry_key(to.0, to.1)?;
+        let target = match self.namespace.lookup(to.0, to.1).await {
+            Ok(target) => Some(target),
+            Err(FsError::NotFound) => None,
+            Err(error) => return Err(error),
+        };
+        if target.as_ref().is_some_and(|t| t.ino == node.ino) {
+            return Ok(()); // a name onto itself
+        }
+        if no_replace && target.is_some() {
+            return Err(FsError::Exists);
+        }
+        match (&node.location, target.as_ref().map(|t| t.location.is_dir())) {
+            (Location::File { source, .. } | Location::Dir { source, .. }, _) if *source != to_source => {
+                Err(FsError::CrossDevice("a different bucket or prefix"))
+            }
+            (Location::File { .. }, Some(true)) => Err(FsError::IsDir),
+            (Location::File { key, .. }, _) => self.rename_file(&node, key, from, to, to_key).await,
+            (Location::Dir { .. }, Some(false)) => Err(FsError::NotDir),
+            (Location::Dir { prefix, .. }, _) => {
+                if let Some(target) = &target {
+                    self.check_empty_dir(target).await?;
+                }
+                self.rename_dir(&node, prefix, from, to, format!("{to_key}/"), target.is_some()).await
+            }
+            (Location::SourceList, _) => Err(FsError::NotPermitted),
+        }
+    }
+
+    async fn rename_file(&self, node: &Node, key: &str, from: (Ino, &str), to: (Ino, &str), to_key: String) -> Result<(), FsError> {
+        let writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == node.ino).cloned().collect();
+        let mut uploading = false;
+        for writer in &writers {
+            uploading |= writer.upload.rename(to_key.clone()).await;
+        }
+        if !uploading {
+            let Location::File { source, .. } = node.location else { return Err(FsError::IsDir) };
+            let store = self.namespace.store(source);
+            let metadata = self.stored_metadata(node.clone()).await?;
+            let etag = copy_object(store, key, &to_key, node.size, node.etag.as_deref(), &metadata).await?;
+            store.delete(key).await?;
+            let readers: Vec<_> =
+                self.files.lock().values().filter(|(ino, _)| *ino == node.ino).map(|(_, r)| r.clone()).collect();
+            for reader in readers {
+                reader.relocate(&to_key, etag.as_deref());
+            }
+            self.namespace.set_metadata(node.ino, Arc::new(metadata), Some(etag));
+        }
+        self.namespace.rename_entry(from, to, key, &to_key);
+        Ok(())
+    }
+
+    async fn rename_dir(
+        &self,
+        node: &Node,
+        prefix: &str,
+        from: (Ino, &str),
+        to: (Ino, &str),
+        to_prefix: String,
+        replacing: bool,
+    ) -> Result<(), FsError> {
+        let Location::Dir { source, .. } = node.location else { return Err(FsError::NotDir) };
+        if to_prefix.starts_with(prefix) {
+            return Err(FsError::Invalid("moving a directory into itself"));
+        }
+        if self.writers.lock().values().any(|w| w.upload.key().starts_with(prefix)) {
+            return Err(FsError::Busy("files below the directory are being written"));
+        }
+        let store = self.namespace.store(source).clone();
+        let mut keys = Vec::new();
+        let mut token = None;
+        loop {
+            let page = store.list_recursive(prefix, token).await?;
+            keys.extend(page.objects.into_iter().map(|o| o.key));
+            token = page.next_token;
+            if token.is_none() {
+                break;
+            }
+        }
+        // Each object's metadata (not in the listing) is read as it is copied.
+        let copies: Vec<_> = keys
+            .iter()
+            .map(|key| {
+                let (store, key, to_key) = (store.clone(), key.clone(), format!("{to_prefix}{}", &key[prefix.len()..]));
+                async move {
+                    let info = store.head(&key).await?;
+                    let metadata = info.metadata.as_deref().cloned().unwrap_or_default();
+                    copy_object(&store, &key, &to_key, info.size, info.etag.as_deref(), &metadata).await
+                }
+            })
+            .collect();
+        futures::stream::iter(copies).buffer_unordered(RENAME_CONCURRENCY).try_collect::<Vec<_>>().await?;
+        if replacing && !keys.iter().any(|key| key == prefix) {
+            // The replaced empty directory's marker would lend it its attributes.
+            store.delete(&to_prefix).await?;
+        }
+        let deletes: Vec<_> = keys
+            .into_iter()
+            .map(|key| {
+                let store = store.clone();
+                async move { store.delete(&key).await }
+            })
+            .collect();
+        futures::stream::iter(deletes).buffer_unordered(RENAME_CONCURRENCY).try_collect::<Vec<_>>().await?;
+        self.namespace.rename_entry(from, to, prefix, &to_prefix);
+        Ok(())
+    }
+
+    /// `Ok` if the directory `node` holds nothing (its own marker aside).
+    async fn check_empty_dir(&self, node: &Node) -> Result<(), FsError> {
+        let Location::Dir { source, prefix } = &node.location else { return Err(FsError::NotDir) };
         // Two keys are enough to tell: the marker `dir/` itself, and anything else.
-        let page = store.list(prefix, None, Some(2)).await?;
+        let page = self.namespace.store(*source).list(prefix, None, Some(2)).await?;
         let only_marker = page.prefixes.is_empty() && page.objects.iter().all(|o| o.key == *prefix);
         if !only_marker || self.namespace.has_pending_children(node.ino) {
             return Err(FsError::NotEmpty);
         }
-        store.delete(prefix).await?;
-        self.namespace.remove_entry(parent, name);
         Ok(())
     }
 

@@ -416,15 +416,62 @@ impl Namespace {
 
     /// Checks that `name` can be created in `parent`; returns the key it would have.
     pub async fn new_entry_key(&self, parent: Ino, name: &str) -> Result<(usize, String), FsError> {
+        let (source, key) = self.entry_key(parent, name)?;
+        match self.lookup(parent, name).await {
+            Ok(_) => Err(FsError::Exists),
+            Err(FsError::NotFound) => Ok((source, key)),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// The (source, key) that `name` in `parent` has or would have.
+    pub fn entry_key(&self, parent: Ino, name: &str) -> Result<(usize, String), FsError> {
         let (source, prefix) = self.dir_location(parent)?;
         if names::check_component(name).is_err() {
             return Err(if name.len() > names::NAME_MAX { FsError::NameTooLong } else { FsError::Invalid("file name") });
         }
-        match self.lookup(parent, name).await {
-            Ok(_) => Err(FsError::Exists),
-            Err(FsError::NotFound) => Ok((source, format!("{prefix}{name}"))),
-            Err(other) => Err(other),
+        Ok((source, format!("{prefix}{name}")))
+    }
+
+    /// `(parent, name)` was renamed to `(new_parent, new_name)`, its key (for a directory:
+    /// prefix) `old_key` to `new_key`; what was at the new name is gone. The inode keeps
+    /// its number (the kernel moved its dentry already) and everything below a renamed
+    /// directory moves with it.
+    pub fn rename_entry(&self, (parent, name): (Ino, &str), (new_parent, new_name): (Ino, &str), old_key: &str, new_key: &str) {
+        self.forget_listing(parent);
+        self.forget_listing(new_parent);
+        let mut table = self.table.write();
+        let Some(ino) = table.children.remove(&(parent, name.to_owned())) else { return };
+        if let Some(replaced) = table.children.insert((new_parent, new_name.to_owned()), ino) {
+            table.nodes.remove(&replaced);
         }
+        let renamed_dir = old_key.ends_with('/');
+        for node in table.nodes.values_mut() {
+            if node.ino != ino && !renamed_dir {
+                continue;
+            }
+            let key = match &mut node.location {
+                Location::File { key, .. } => key,
+                Location::Dir { prefix, .. } => prefix,
+                Location::SourceList => continue,
+            };
+            if let Some(rest) = key.strip_prefix(old_key) {
+                *key = format!("{new_key}{rest}");
+            }
+        }
+        if let Some(node) = table.nodes.get_mut(&ino) {
+            node.parent = new_parent;
+            node.name = new_name.to_owned();
+        }
+        drop(table);
+        let mut pending = self.pending.lock();
+        if pending.get_mut(&parent).is_some_and(|names| names.remove(name)) {
+            pending.entry(new_parent).or_default().insert(new_name.to_owned());
+        }
+        drop(pending);
+        let mut missing = self.missing.lock();
+        missing.remove(&(new_parent, new_name.to_owned()));
+        missing.insert((parent, name.to_owned()), Instant::now() + self.ttl);
     }
 
     /// Enters a file being written: shown at once, trusted until its upload finishes.

@@ -1,0 +1,149 @@
+//! rename(2) and mv (docs/SEMANTICS.md, "Rename"): files move by server-side copy and
+//! delete with their metadata, directories move key by key, open files move with their
+//! name, and what POSIX forbids is refused with its errno.
+
+mod common;
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+use common::*;
+
+fn open_uploads(bucket: &str) -> usize {
+    let out = block_on(s3().list_multipart_uploads().bucket(bucket).send()).expect("list uploads");
+    out.uploads().len()
+}
+
+/// A small and a multipart file move with their content and stored mode; a rename over
+/// an existing file replaces it.
+#[test]
+fn files_move_with_content_and_mode() {
+    let b = create_bucket("mv-files");
+    let big = gen_data(1, 12 * MIB + 5);
+    put(&b, "small", b"small file".to_vec());
+    put(&b, "big", big.clone());
+    put(&b, "victim", b"to be replaced".to_vec());
+    let m = MountBuilder::new().bucket(&b).mount();
+    std::fs::set_permissions(m.join("small"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    std::fs::create_dir(m.join("d")).expect("mkdir");
+
+    std::fs::rename(m.join("small"), m.join("d/moved")).expect("rename small");
+    std::fs::rename(m.join("big"), m.join("victim")).expect("rename over an existing file");
+
+    assert_eq!(list_keys(&b, ""), ["d/", "d/moved", "victim"]);
+    assert_eq!(get(&b, "d/moved"), b"small file");
+    assert_eq!(sha256_hex(&get(&b, "victim")), sha256_hex(&big));
+    assert_eq!(ls(m.path()), ["d", "victim"]);
+    assert_errno(std::fs::metadata(m.join("small")), libc::ENOENT, "old name");
+    let moved = std::fs::metadata(m.join("d/moved")).expect("stat new name");
+    assert_eq!(moved.permissions().mode() & 0o7777, 0o600, "mode moves with the file");
+    assert_eq!(sha256_hex(&std::fs::read(m.join("victim")).expect("read")), sha256_hex(&big));
+    assert_eq!(open_uploads(&b), 0);
+}
+
+/// A directory tree moves whole (markers, nested entries, attributes); the old names are
+/// gone from the mount and the bucket.
+#[test]
+fn directories_move_recursively() {
+    let b = create_bucket("mv-dirs");
+    put(&b, "src/", Vec::new());
+    put(&b, "src/a", b"a".to_vec());
+    put(&b, "src/sub/b", b"b".to_vec());
+    put(&b, "src/sub/deeper/c", b"c".to_vec());
+    put(&b, "srcsibling", b"not moved".to_vec());
+    let m = MountBuilder::new().bucket(&b).mount();
+    std::fs::set_permissions(m.join("src/sub"), std::fs::Permissions::from_mode(0o700)).expect("chmod dir");
+    let (_, files_before) = walk(&m.join("src"));
+
+    let status = Command::new("mv").arg(m.join("src")).arg(m.join("dst")).status().expect("mv");
+    assert!(status.success());
+
+    assert_eq!(
+        list_keys(&b, ""),
+        ["dst/", "dst/a", "dst/sub/", "dst/sub/b", "dst/sub/deeper/c", "srcsibling"]
+    );
+    assert_eq!(get(&b, "dst/sub/deeper/c"), b"c");
+    let (_, files_after) = walk(&m.join("dst"));
+    assert_eq!(files_after, files_before);
+    assert_eq!(std::fs::read(m.join("dst/sub/deeper/c")).expect("read moved"), b"c");
+    assert_eq!(std::fs::metadata(m.join("dst/sub")).expect("stat").permissions().mode() & 0o7777, 0o700);
+    assert_errno(std::fs::metadata(m.join("src")), libc::ENOENT, "old directory");
+    assert_eq!(ls(m.path()), ["dst", "srcsibling"]);
+    // A new directory of the old name is a new, empty directory.
+    std::fs::create_dir(m.join("src")).expect("mkdir old name");
+    assert!(ls(&m.join("src")).is_empty());
+}
+
+/// What POSIX refuses: a directory over a non-empty one or a file, a file over a
+/// directory, a directory into itself, and RENAME_NOREPLACE over an existing name.
+#[test]
+fn forbidden_renames_are_refused() {
+    let b = create_bucket("mv-refused");
+    put(&b, "d1/x", b"x".to_vec());
+    put(&b, "d2/y", b"y".to_vec());
+    put(&b, "f", b"f".to_vec());
+    put(&b, "g", b"g".to_vec());
+    let m = MountBuilder::new().bucket(&b).mount();
+    assert_errno(std::fs::rename(m.join("d1"), m.join("d2")), libc::ENOTEMPTY, "dir over non-empty dir");
+    assert_errno(std::fs::rename(m.join("d1"), m.join("f")), libc::ENOTDIR, "dir over file");
+    assert_errno(std::fs::rename(m.join("f"), m.join("d1")), libc::EISDIR, "file over dir");
+    assert_errno(std::fs::rename(m.join("d1"), m.join("d1/inner")), libc::EINVAL, "dir into itself");
+    let status = Command::new("mv").arg("--no-clobber").arg("-T").arg(m.join("f")).arg(m.join("g")).status().expect("mv -n");
+    assert!(status.success());
+    assert_eq!(get(&b, "g"), b"g", "mv -n keeps the target");
+    assert_eq!(list_keys(&b, ""), ["d1/x", "d2/y", "f", "g"], "nothing moved");
+    // An empty directory may be replaced.
+    std::fs::create_dir(m.join("empty")).expect("mkdir");
+    std::fs::rename(m.join("d1"), m.join("empty")).expect("dir over an empty dir");
+    assert_eq!(list_keys(&b, "empty/"), ["empty/x"]);
+}
+
+/// A file open for reading keeps reading after it is renamed; a file open for writing is
+/// stored under its new name at close (small, and in several parts).
+#[test]
+fn open_files_move_with_their_name() {
+    let b = create_bucket("mv-open");
+    let data = gen_data(3, 3 * MIB);
+    put(&b, "reading", data.clone());
+    let m = MountBuilder::new().bucket(&b).args(["--part-size", "5MiB"]).mount();
+
+    let mut reader = File::open(m.join("reading")).expect("open");
+    let mut head = vec![0; 1000];
+    reader.read_exact(&mut head).expect("read before");
+    std::fs::rename(m.join("reading"), m.join("read-moved")).expect("rename while open");
+    let mut rest = Vec::new();
+    reader.read_to_end(&mut rest).expect("read after the rename");
+    head.extend_from_slice(&rest);
+    assert_eq!(sha256_hex(&head), sha256_hex(&data));
+
+    for (name, size) in [("small-writing", 1000), ("big-writing", 12 * MIB)] {
+        let content = gen_data(size as u64, size);
+        let mut writer = File::create(m.join(name)).expect("create");
+        let (first, second) = content.split_at(size / 2);
+        writer.write_all(first).expect("write");
+        let new_name = format!("{name}-moved");
+        std::fs::rename(m.join(name), m.join(&new_name)).expect("rename while writing");
+        writer.write_all(second).expect("write after the rename");
+        drop(writer);
+        assert_eq!(sha256_hex(&get(&b, &new_name)), sha256_hex(&content), "{new_name} in the bucket");
+        assert_eq!(sha256_hex(&std::fs::read(m.join(&new_name)).expect("read")), sha256_hex(&content));
+    }
+    assert_eq!(list_keys(&b, ""), ["big-writing-moved", "read-moved", "small-writing-moved"]);
+    assert_eq!(open_uploads(&b), 0);
+}
+
+/// Between two buckets of one mount rename(2) gives EXDEV, so mv copies and deletes.
+#[test]
+fn across_sources_mv_copies() {
+    let one = create_bucket("mv-one");
+    let two = create_bucket("mv-two");
+    put(&one, "f", b"travelling".to_vec());
+    let m = MountBuilder::new().source(format!("s3://{one}=one")).source(format!("s3://{two}=two")).mount();
+    assert_errno(std::fs::rename(m.join("one/f"), m.join("two/f")), libc::EXDEV, "rename across buckets");
+    let status = Command::new("mv").arg(m.join("one/f")).arg(m.join("two/f")).status().expect("mv");
+    assert!(status.success());
+    assert!(list_keys(&one, "").is_empty());
+    assert_eq!(get(&two, "f"), b"travelling");
+}
