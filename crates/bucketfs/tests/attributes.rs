@@ -146,14 +146,8 @@ fn attributes_stored_by_others_show() {
     assert_eq!(listing.lines().filter(|l| l.starts_with("-rw------- ")).count(), 40, "{listing}");
 }
 
-/// `tar x` into the mount restores modes, owners and mtimes of files and directories
-/// as on a local disk, also for a file uploaded in several parts, and they stay after a
-/// remount.
-#[test]
-fn untar_restores_attributes() {
-    let b = create_bucket("attrs-tar");
-    let work = tempfile::tempdir().expect("tempdir");
-    let source = work.path().join("src");
+/// A small tree with varied modes, owners and mtimes, and a file above 5 MiB.
+fn make_tree(source: &Path) {
     let tree = [("a", 0o755), ("a/b", 0o700), ("c", 0o750)];
     for (dir, _) in tree {
         std::fs::create_dir_all(source.join(dir)).expect("mkdir");
@@ -173,6 +167,17 @@ fn untar_restores_attributes() {
         let status = Command::new("touch").arg("-d").arg(format!("@{}", 1_300_000_000 + i * 100)).arg(source.join(dir)).status();
         assert!(status.expect("touch").success());
     }
+}
+
+/// `tar x` into the mount restores modes, owners and mtimes of files and directories
+/// as on a local disk, also for a file uploaded in several parts, and they stay after a
+/// remount.
+#[test]
+fn untar_restores_attributes() {
+    let b = create_bucket("attrs-tar");
+    let work = tempfile::tempdir().expect("tempdir");
+    let source = work.path().join("src");
+    make_tree(&source);
     let archive = work.path().join("tree.tar");
     run(Command::new("tar").arg("cf").arg(&archive).arg("-C").arg(&source).arg("."));
     let local = work.path().join("local");
@@ -216,4 +221,29 @@ fn overwrite_keeps_mode_and_cp_p_keeps_times() {
     let meta = std::fs::metadata(m.join("copied")).expect("stat");
     assert_eq!(meta.permissions().mode() & 0o7777, 0o604);
     assert_eq!(meta.modified().expect("mtime"), at(1_234_567_890));
+}
+
+/// `rsync -a` into the mount and back out keeps content, modes, owners and mtimes; a
+/// second run finds nothing to update (sizes and times read back exactly).
+#[test]
+fn rsync_in_and_out() {
+    let b = create_bucket("attrs-rsync");
+    let work = tempfile::tempdir().expect("tempdir");
+    let source = work.path().join("src");
+    make_tree(&source);
+    let m = MountBuilder::new().bucket(&b).args(["--part-size", "5MiB"]).mount();
+    let into = m.join("copy");
+    let rsync = |from: &Path, to: &Path| {
+        run(Command::new("rsync").arg("-a").arg("--itemize-changes").arg(format!("{}/", from.display())).arg(to))
+    };
+    rsync(&source, &into);
+    let expected = tree_attributes(&source);
+    assert_eq!(tree_attributes(&into), expected, "after rsync -a into the mount");
+    assert_eq!(rsync(&source, &into), "", "a second rsync finds nothing to update");
+
+    let back = work.path().join("back");
+    rsync(&into, &back);
+    assert_eq!(tree_attributes(&back), expected, "after rsync -a out of the mount");
+    run(Command::new("diff").arg("-r").arg(&source).arg(&back));
+    assert!(list_keys(&b, "").iter().all(|k| !k.contains("/.")), "rsync's temporary files are gone: {:?}", list_keys(&b, ""));
 }
