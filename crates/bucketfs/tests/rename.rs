@@ -11,11 +11,6 @@ use std::process::Command;
 
 use common::*;
 
-fn open_uploads(bucket: &str) -> usize {
-    let out = block_on(s3().list_multipart_uploads().bucket(bucket).send()).expect("list uploads");
-    out.uploads().len()
-}
-
 /// A small and a multipart file move with their content and stored mode; a rename over
 /// an existing file replaces it.
 #[test]

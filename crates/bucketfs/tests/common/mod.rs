@@ -8,6 +8,9 @@
 //! * [`MountBuilder`] / [`Mount`]: runs the real `bucketfs` binary against MinIO, waits until
 //!   the mount shows up in /proc/self/mountinfo, and unmounts + reaps it on drop; with
 //!   [`MountBuilder::request_log`] the S3 requests bucketfs sends can be inspected;
+//! * restricted identities: [`restricted_credentials`] / [`read_only_credentials`] get
+//!   temporary credentials from MinIO's STS (AssumeRole with a session policy), which
+//!   [`MountBuilder::credentials`] and [`s3_client_with`] use;
 //! * small utilities: deterministic data, sha256 of a file read with a given buffer size,
 //!   positional reads, byte-slice comparison with a readable failure message.
 //!
@@ -561,6 +564,119 @@ pub fn bucket_snapshot(bucket: &str) -> Vec<(String, u64, String)> {
         .collect()
 }
 
+/// Multipart uploads started and neither completed nor aborted in the bucket.
+pub fn open_uploads(bucket: &str) -> usize {
+    let out = block_on(s3().list_multipart_uploads().bucket(bucket).send())
+        .unwrap_or_else(|e| panic!("list multipart uploads of {bucket}: {}", err_text(e)));
+    out.uploads().len()
+}
+
+/// Multipart uploads of exactly `key` still open (MinIO lists a key's uploads from disk,
+/// independently of the bucket-wide listing above).
+pub fn open_uploads_of(bucket: &str, key: &str) -> usize {
+    let out = block_on(s3().list_multipart_uploads().bucket(bucket).prefix(key).send())
+        .unwrap_or_else(|e| panic!("list multipart uploads of s3://{bucket}/{key}: {}", err_text(e)));
+    out.uploads().iter().filter(|u| u.key() == Some(key)).count()
+}
+
+// ---------------------------------------------------------------------------------------------
+// restricted identities (STS)
+// ---------------------------------------------------------------------------------------------
+
+/// Temporary credentials handed out by MinIO's STS.
+#[derive(Clone, Debug)]
+pub struct TempCredentials {
+    pub access_key: String,
+    pub secret_key: String,
+    pub session_token: String,
+}
+
+/// An IAM policy allowing only to list and read `bucket` (no PutObject, no DeleteObject,
+/// no multipart uploads).
+pub fn read_only_policy(bucket: &str) -> String {
+    format!(
+        r#"{{
+  "Version": "2012-10-17",
+  "Statement": [
+    {{"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+      "Resource": ["arn:aws:s3:::{bucket}"]}},
+    {{"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": ["arn:aws:s3:::{bucket}/*"]}}
+  ]
+}}"#
+    )
+}
+
+/// Temporary credentials limited to `policy`: an STS `AssumeRole` call by the root user
+/// with `policy` as the inline session policy. MinIO evaluates the session policy even for
+/// credentials derived from the root user (they are then no longer treated as the owner),
+/// so the result can do exactly what `policy` allows. Needs no tool besides MinIO.
+pub fn restricted_credentials(policy: &str) -> TempCredentials {
+    let m = minio();
+    let conf = aws_sdk_sts::Config::builder()
+        .behavior_version(aws_sdk_sts::config::BehaviorVersion::latest())
+        .region(aws_sdk_sts::config::Region::new(REGION))
+        .endpoint_url(&m.endpoint)
+        .credentials_provider(aws_sdk_sts::config::Credentials::new(
+            ACCESS_KEY,
+            SECRET_KEY,
+            None,
+            None,
+            "bucketfs-tests",
+        ))
+        .build();
+    let sts = aws_sdk_sts::Client::from_conf(conf);
+    let out = block_on(
+        sts.assume_role()
+            // MinIO ignores the role (the policy comes from the caller and the session
+            // policy), but the API requires one.
+            .role_arn("arn:minio:iam:::role/bucketfs-tests")
+            .role_session_name("bucketfs-tests")
+            .policy(policy)
+            .duration_seconds(3600)
+            .send(),
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "cannot create a restricted identity: STS AssumeRole at {} with a session policy \
+             failed: {}\npolicy: {policy}\nMinIO log:\n{}",
+            m.endpoint,
+            aws_sdk_s3::error::DisplayErrorContext(&e),
+            m.log()
+        )
+    });
+    let c = out.credentials().unwrap_or_else(|| {
+        panic!("cannot create a restricted identity: STS AssumeRole returned no credentials: {out:?}")
+    });
+    TempCredentials {
+        access_key: c.access_key_id().to_string(),
+        secret_key: c.secret_access_key().to_string(),
+        session_token: c.session_token().to_string(),
+    }
+}
+
+/// Temporary credentials that can list and read `bucket` and nothing else.
+pub fn read_only_credentials(bucket: &str) -> TempCredentials {
+    restricted_credentials(&read_only_policy(bucket))
+}
+
+/// An S3 client (configured only from the arguments) using temporary credentials.
+pub fn s3_client_with(creds: &TempCredentials) -> aws_sdk_s3::Client {
+    let conf = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(REGION))
+        .endpoint_url(&minio().endpoint)
+        .force_path_style(true)
+        .credentials_provider(Credentials::new(
+            &creds.access_key,
+            &creds.secret_key,
+            Some(creds.session_token.clone()),
+            None,
+            "bucketfs-tests",
+        ))
+        .build();
+    aws_sdk_s3::Client::from_conf(conf)
+}
+
 // ---------------------------------------------------------------------------------------------
 // data + file utilities
 // ---------------------------------------------------------------------------------------------
@@ -807,6 +923,8 @@ pub fn errno_name(errno: i32) -> &'static str {
         libc::EISDIR => "EISDIR",
         libc::ENAMETOOLONG => "ENAMETOOLONG",
         libc::ENOSYS => "ENOSYS",
+        libc::EEXIST => "EEXIST",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
         _ => "?",
     }
 }
@@ -1099,6 +1217,7 @@ pub struct MountBuilder {
     endpoint: String,
     access_key: String,
     secret_key: String,
+    session_token: Option<String>,
     sources: Vec<String>,
     extra: Vec<String>,
     mountpoint: Option<PathBuf>,
@@ -1114,6 +1233,7 @@ impl MountBuilder {
             endpoint: minio().endpoint.clone(),
             access_key: ACCESS_KEY.into(),
             secret_key: SECRET_KEY.into(),
+            session_token: None,
             sources: Vec::new(),
             extra: Vec::new(),
             mountpoint: None,
@@ -1160,6 +1280,24 @@ impl MountBuilder {
         self
     }
 
+    pub fn access_key(mut self, k: impl Into<String>) -> Self {
+        self.access_key = k.into();
+        self
+    }
+
+    /// Passed to bucketfs as `AWS_SESSION_TOKEN` (temporary credentials).
+    pub fn session_token(mut self, t: impl Into<String>) -> Self {
+        self.session_token = Some(t.into());
+        self
+    }
+
+    /// Mounts with these temporary credentials (access key, secret key, session token).
+    pub fn credentials(self, c: &TempCredentials) -> Self {
+        self.access_key(&c.access_key)
+            .secret_key(&c.secret_key)
+            .session_token(&c.session_token)
+    }
+
     /// Uses this path as the mount point instead of a fresh temp dir (not removed afterwards).
     pub fn mountpoint(mut self, p: impl Into<PathBuf>) -> Self {
         self.mountpoint = Some(p.into());
@@ -1180,6 +1318,9 @@ impl MountBuilder {
 
     fn command(&self, mountpoint: &Path) -> (Command, Vec<OsString>) {
         let mut cmd = bucketfs_command(&self.access_key, &self.secret_key);
+        if let Some(token) = &self.session_token {
+            cmd.env("AWS_SESSION_TOKEN", token);
+        }
         let mut args: Vec<OsString> = vec!["mount".into()];
         if self.foreground {
             args.push("--foreground".into());
