@@ -228,11 +228,11 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
+    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, flags: i32, reply: ReplyCreate) {
         let name = name.to_owned();
         let caller = caller(req);
         self.spawn(move |fs| async move {
-            let result = async { fs.create(parent.0, new_name(&name)?, mode, caller).await }.await;
+            let result = async { fs.create(parent.0, new_name(&name)?, mode, flags, caller).await }.await;
             match result {
                 Ok((attr, opened)) => {
                     reply.created(&fs.ttl(), &attr, Generation(0), FileHandle(opened.handle), FopenFlags::empty())

@@ -49,6 +49,23 @@ impl MemoryLimiter {
     }
 }
 
+impl Reservation {
+    /// Adds `bytes` to this reservation if they fit in what is left of the budget.
+    pub fn try_grow(&mut self, bytes: u64) -> bool {
+        let Some(mut more) = self.limiter.try_reserve(bytes) else { return false };
+        more.bytes = 0; // now counted in `self`
+        self.bytes += bytes;
+        true
+    }
+
+    /// Gives back all but `bytes`.
+    pub fn shrink_to(&mut self, bytes: u64) {
+        let freed = self.bytes.saturating_sub(bytes);
+        self.limiter.used.fetch_sub(freed, Ordering::AcqRel);
+        self.bytes -= freed;
+    }
+}
+
 impl Drop for Reservation {
     fn drop(&mut self) {
         self.limiter.used.fetch_sub(self.bytes, Ordering::AcqRel);

@@ -91,6 +91,13 @@ pub struct MountArgs {
     /// Memory the daemon may use for buffered data (e.g. 2GiB). Default: 1/8 of RAM, at most 4 GiB.
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     pub memory_limit: Option<u64>,
+    /// Where staging files go (files changed in place: append, random writes, O_RDWR,
+    /// truncate). They are unlinked as soon as created, so nothing is left behind.
+    #[arg(long, default_value = "/var/tmp", value_name = "DIR")]
+    pub cache_dir: PathBuf,
+    /// Most bytes all staging files may hold together; a write past it fails with ENOSPC.
+    #[arg(long, default_value = "16GiB", value_parser = parse_size, value_name = "BYTES")]
+    pub staging_limit: u64,
 
     /// Log level: error, warn, info, debug, trace (or a tracing filter such as bucketfs=debug).
     #[arg(long, default_value = "warn")]

@@ -18,6 +18,7 @@ use fuser::{Config, MountOption, SessionACL};
 use super::args::MountArgs;
 use super::source::{check_layout, SourceSpec};
 use crate::fs::{Fs, Presentation, WriteConfig};
+use crate::write::staging::StagingConfig;
 use crate::fuse::FuseAdapter;
 use crate::memory::MemoryLimiter;
 use crate::namespace::{Namespace, Source};
@@ -32,6 +33,11 @@ const FUSE_THREADS: usize = 4;
 pub fn run(args: MountArgs) -> Result<()> {
     let (mountpoint, sources) = split_arguments(&args.sources_and_mountpoint)?;
     let mountpoint = check_mountpoint(Path::new(mountpoint))?;
+    if !args.read_only {
+        // A staging directory we cannot write to would only show up at the first append.
+        tempfile::tempfile_in(&args.cache_dir)
+            .with_context(|| format!("cache directory {} is not writable", args.cache_dir.display()))?;
+    }
     if !args.foreground {
         return spawn_daemon();
     }
@@ -58,7 +64,8 @@ pub fn run(args: MountArgs) -> Result<()> {
         dir_mode: args.dir_mode,
         attributes_from_listing: args.attributes_from_listing,
     };
-    let write_config = WriteConfig { read_only: args.read_only, part_size: args.part_size };
+    let staging = StagingConfig { dir: args.cache_dir.clone(), limit: MemoryLimiter::new(args.staging_limit) };
+    let write_config = WriteConfig { read_only: args.read_only, part_size: args.part_size, staging };
     let fs = Fs::new(
         Namespace::new(namespace_sources, args.metadata_ttl),
         presentation,

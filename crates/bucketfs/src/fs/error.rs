@@ -27,6 +27,10 @@ pub enum FsError {
     NotPermitted,
     #[error("directory not empty")]
     NotEmpty,
+    #[error("no space left for staging files")]
+    NoSpace,
+    #[error("local file error: {0}")]
+    Local(String),
     #[error("busy: {0}")]
     Busy(&'static str),
     #[error("crosses sources: {0}")]
@@ -52,6 +56,8 @@ impl FsError {
             FsError::NotPermitted => Errno::EPERM,
             FsError::NotEmpty => Errno::ENOTEMPTY,
             FsError::Busy(_) => Errno::EBUSY,
+            FsError::NoSpace => Errno::ENOSPC,
+            FsError::Local(_) => Errno::EIO,
             FsError::CrossDevice(_) => Errno::EXDEV,
             FsError::Invalid(_) => Errno::EINVAL,
             FsError::Unsupported(_) => Errno::EOPNOTSUPP,

@@ -25,7 +25,8 @@ use crate::memory::MemoryLimiter;
 use crate::namespace::{DirStream, Ino, Listed, Location, Namespace, Node};
 use crate::read::{ReadConfig, ReadHandle};
 use crate::store::{Metadata, StoreError};
-use crate::write::{copy_object, Upload};
+use crate::write::staging::{Base, Staged, StagingConfig};
+use crate::write::{copy_object, Output, Upload};
 use attrs::StoredAttrs;
 use error::FsError;
 
@@ -62,6 +63,7 @@ pub struct Caller {
 pub struct WriteConfig {
     pub read_only: bool,
     pub part_size: u64,
+    pub staging: StagingConfig,
 }
 
 /// What a `setattr` asks to change (an atime alone is not kept: see SEMANTICS).
@@ -84,7 +86,7 @@ struct Writer {
     ino: Ino,
     parent: Ino,
     name: String,
-    upload: Upload,
+    output: Output,
 }
 
 pub struct Fs {
@@ -94,12 +96,19 @@ pub struct Fs {
     write_config: WriteConfig,
     writers: Mutex<HashMap<u64, Arc<Writer>>>,
     memory: Arc<MemoryLimiter>,
-    files: Mutex<HashMap<u64, (Ino, Arc<ReadHandle>)>>,
+    files: Mutex<HashMap<u64, (Ino, Reader)>>,
     dirs: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<DirCursor>>>>,
     /// ETag each file had when last opened: if it is unchanged, the kernel may keep the
     /// pages it cached from an earlier open.
     opened_etags: Mutex<HashMap<Ino, String>>,
     next_handle: AtomicU64,
+}
+
+/// A file open for reading: the object in the store, or the staging file of a writer.
+#[derive(Clone)]
+enum Reader {
+    Object(Arc<ReadHandle>),
+    Staged(Arc<Writer>),
 }
 
 /// An open file.
@@ -182,6 +191,17 @@ impl Fs {
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
             return self.open_for_writing(ino, flags, caller.pid).await;
         }
+        let writer = self.writers.lock().values().find(|w| w.ino == ino).cloned();
+        if let Some(writer) = writer {
+            // Read what was written so far: possible from a staging file, not from an
+            // upload whose parts are already on their way.
+            if !matches!(writer.output, Output::Staged(_)) {
+                return Err(FsError::Busy("the file is being written; it can be read once closed"));
+            }
+            let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+            self.files.lock().insert(handle, (ino, Reader::Staged(writer)));
+            return Ok(Opened { handle, keep_cache: false });
+        }
         let node = self.namespace.getattr(ino).await?;
         let Location::File { source, key } = &node.location else {
             return Err(FsError::IsDir);
@@ -199,23 +219,44 @@ impl Fs {
             None => false,
         };
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        self.files.lock().insert(handle, (ino, Arc::new(reader)));
+        self.files.lock().insert(handle, (ino, Reader::Object(Arc::new(reader))));
         Ok(Opened { handle, keep_cache })
     }
 
     pub async fn read(&self, handle: u64, offset: u64, size: u32) -> Result<Bytes, FsError> {
-        let reader = self.files.lock().get(&handle).map(|(_, r)| r.clone()).ok_or(FsError::BadHandle)?;
-        reader.read(offset, u64::from(size)).await
+        let reader = match self.files.lock().get(&handle) {
+            Some((_, reader)) => reader.clone(),
+            None => Reader::Staged(self.writers.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?),
+        };
+        match reader {
+            Reader::Object(reader) => reader.read(offset, u64::from(size)).await,
+            Reader::Staged(writer) => match &writer.output {
+                Output::Staged(staged) => staged.read(offset, u64::from(size)).await,
+                Output::Streamed(_) => Err(FsError::BadHandle), // opened write-only
+            },
+        }
     }
 
-    /// Creates `name` in `parent` with permission bits `mode` and opens it for writing.
-    pub async fn create(&self, parent: Ino, name: &str, mode: u32, caller: Caller) -> Result<(FileAttr, Opened), FsError> {
+    /// Creates `name` in `parent` with permission bits `mode` and opens it for writing:
+    /// streamed, or staged if also opened for reading (`O_RDWR`).
+    pub async fn create(
+        &self,
+        parent: Ino,
+        name: &str,
+        mode: u32,
+        flags: i32,
+        caller: Caller,
+    ) -> Result<(FileAttr, Opened), FsError> {
         self.check_writable()?;
         let (source, key) = self.namespace.new_entry_key(parent, name).await?;
         let metadata = self.new_entry_metadata(S_IFREG | (mode & 0o7777), caller);
-        let node = self.namespace.enter_pending_file(parent, name, source, key.clone(), Arc::new(metadata.clone()));
-        let upload = self.new_upload(source, key, true, metadata);
-        let writer = Writer { opener: caller.pid, created: true, ino: node.ino, parent, name: name.to_owned(), upload };
+        let output = if flags & libc::O_ACCMODE == libc::O_RDWR {
+            Output::Staged(self.new_staged(source, key.clone(), None, metadata.clone())?)
+        } else {
+            Output::Streamed(self.new_upload(source, key.clone(), true, metadata.clone()))
+        };
+        let node = self.namespace.enter_pending_file(parent, name, source, key, Arc::new(metadata));
+        let writer = Writer { opener: caller.pid, created: true, ino: node.ino, parent, name: name.to_owned(), output };
         let opened = self.add_writer(writer);
         Ok((self.attr(&node), opened))
     }
@@ -236,29 +277,42 @@ impl Fs {
         metadata
     }
 
-    /// Opening an existing file for writing: with O_TRUNC the object is replaced by what
-    /// is written; changing an object in place needs a staging file (not yet).
+    /// Opening an existing file for writing. With `O_TRUNC` and write-only, what is
+    /// written replaces the object, streamed; anything else (append, writes in place,
+    /// `O_RDWR`) goes through a staging file that starts as the object.
     async fn open_for_writing(&self, ino: Ino, flags: i32, opener: u32) -> Result<Opened, FsError> {
         self.check_writable()?;
         let node = self.namespace.getattr(ino).await?;
         let Location::File { source, key } = &node.location else {
             return Err(FsError::IsDir);
         };
-        if flags & libc::O_TRUNC == 0 && node.size > 0 {
-            return Err(FsError::Unsupported("changing an existing object in place (open without O_TRUNC)"));
-        }
+        let truncate = flags & libc::O_TRUNC != 0;
         // The file keeps its mode and owner; its time becomes that of the new content.
         let mut metadata = self.stored_metadata(node.clone()).await?;
         StoredAttrs::forget_mtime(&mut metadata);
+        let output = if truncate && flags & libc::O_ACCMODE == libc::O_WRONLY {
+            Output::Streamed(self.new_upload(*source, key.clone(), false, metadata.clone()))
+        } else {
+            let base = (!truncate).then(|| Base { etag: node.etag.clone(), size: node.size });
+            let staged = self.new_staged(*source, key.clone(), base, metadata.clone())?;
+            staged.allow_replace().await;
+            Output::Staged(staged)
+        };
         let (parent, name) = node.parent_and_name();
-        self.namespace.enter_pending_file(parent, &name, *source, key.clone(), Arc::new(metadata.clone()));
-        let upload = self.new_upload(*source, key.clone(), false, metadata);
-        Ok(self.add_writer(Writer { opener, created: false, ino, parent, name, upload }))
+        self.namespace.enter_pending_file(parent, &name, *source, key.clone(), Arc::new(metadata));
+        self.namespace.set_pending_size(ino, if truncate { 0 } else { node.size });
+        Ok(self.add_writer(Writer { opener, created: false, ino, parent, name, output }))
+    }
+
+    fn new_staged(&self, source: usize, key: String, base: Option<Base>, metadata: Metadata) -> Result<Staged, FsError> {
+        let store = self.namespace.store(source).clone();
+        let config = &self.write_config;
+        Staged::new(store, key, base, metadata, config.part_size, &config.staging, self.memory.clone())
     }
 
     pub async fn write(&self, handle: u64, offset: u64, data: &[u8]) -> Result<u32, FsError> {
         let writer = self.writers.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?;
-        let size = writer.upload.write(offset, data).await?;
+        let size = writer.output.write(offset, data).await?;
         self.namespace.set_pending_size(writer.ino, size);
         Ok(data.len() as u32)
     }
@@ -282,13 +336,18 @@ impl Fs {
         let Some(writer) = self.writers.lock().get(&handle).cloned() else {
             return Ok(()); // a read handle: nothing to do
         };
-        match writer.upload.commit().await {
-            Ok(etag) => {
-                self.namespace.upload_done(writer.ino, etag, Arc::new(writer.upload.metadata().await));
+        match writer.output.commit().await {
+            Ok(stored) => {
+                // Nothing stored: an unchanged staging file; the object is as it was.
+                let etag = match stored {
+                    Some(etag) => etag,
+                    None => self.namespace.node(writer.ino)?.etag,
+                };
+                self.namespace.upload_done(writer.ino, etag, Arc::new(writer.output.metadata().await));
                 Ok(())
             }
             Err(error) => {
-                tracing::warn!(key = writer.upload.key(), "upload failed: {error}");
+                tracing::warn!(key = writer.output.key(), "upload failed: {error}");
                 if writer.created {
                     self.namespace.remove_entry(writer.parent, &writer.name);
                 } else {
@@ -328,7 +387,7 @@ impl Fs {
         };
         let open_writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == node.ino).cloned().collect();
         for writer in &open_writers {
-            writer.upload.discard().await;
+            writer.output.discard().await;
         }
         self.namespace.store(*source).delete(key).await?;
         self.namespace.remove_entry(parent, name);
@@ -387,7 +446,7 @@ impl Fs {
         let writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == node.ino).cloned().collect();
         let mut uploading = false;
         for writer in &writers {
-            uploading |= writer.upload.rename(to_key.clone()).await;
+            uploading |= writer.output.rename(to_key.clone()).await;
         }
         if !uploading {
             let Location::File { source, .. } = node.location else { return Err(FsError::IsDir) };
@@ -395,10 +454,20 @@ impl Fs {
             let metadata = self.stored_metadata(node.clone()).await?;
             let etag = copy_object(store, key, &to_key, node.size, node.etag.as_deref(), &metadata).await?;
             store.delete(key).await?;
-            let readers: Vec<_> =
-                self.files.lock().values().filter(|(ino, _)| *ino == node.ino).map(|(_, r)| r.clone()).collect();
+            let readers: Vec<_> = self
+                .files
+                .lock()
+                .values()
+                .filter_map(|(ino, reader)| match reader {
+                    Reader::Object(reader) if *ino == node.ino => Some(reader.clone()),
+                    _ => None,
+                })
+                .collect();
             for reader in readers {
                 reader.relocate(&to_key, etag.as_deref());
+            }
+            for writer in &writers {
+                writer.output.relocated(to_key.clone(), etag.clone()).await;
             }
             self.namespace.set_metadata(node.ino, Arc::new(metadata), Some(etag));
         }
@@ -419,7 +488,7 @@ impl Fs {
         if to_prefix.starts_with(prefix) {
             return Err(FsError::Invalid("moving a directory into itself"));
         }
-        if self.writers.lock().values().any(|w| w.upload.key().starts_with(prefix)) {
+        if self.writers.lock().values().any(|w| w.output.key().starts_with(prefix)) {
             return Err(FsError::Busy("files below the directory are being written"));
         }
         let store = self.namespace.store(source).clone();
@@ -507,7 +576,7 @@ impl Fs {
     async fn change_pending_metadata(&self, ino: Ino, wanted: StoredAttrs) -> Option<Metadata> {
         let writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == ino).cloned().collect();
         for writer in writers {
-            if let Some(metadata) = writer.upload.update_metadata(|m| wanted.apply_to(m)).await {
+            if let Some(metadata) = writer.output.update_metadata(|m| wanted.apply_to(m)).await {
                 return Some(metadata);
             }
         }
@@ -568,7 +637,10 @@ impl Fs {
         Ok(node.metadata.as_deref().cloned().unwrap_or_default())
     }
 
-    /// `truncate()` without an open handle: only to 0 (a new empty object) or the current size.
+    /// `truncate()`/`ftruncate()`. A file open with a staging file changes there (stored
+    /// at close); one being streamed can only keep its size. Without an open handle the
+    /// object is replaced at once: by an empty one, or through a staging file that keeps
+    /// the unchanged part by server-side copy.
     async fn truncate(&self, ino: Ino, size: u64) -> Result<FileAttr, FsError> {
         self.check_writable()?;
         let node = self.namespace.getattr(ino).await?;
@@ -578,16 +650,26 @@ impl Fs {
         if size == node.size {
             return Ok(self.attr(&node));
         }
-        if size != 0 {
-            return Err(FsError::Unsupported("truncating to a size other than 0"));
-        }
-        if self.writers.lock().values().any(|w| w.ino == ino) {
-            return Err(FsError::Unsupported("truncating a file while it is being written"));
+        let writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == ino).cloned().collect();
+        if let Some(writer) = writers.first() {
+            let Output::Staged(staged) = &writer.output else {
+                return Err(FsError::Unsupported("truncating a file being written front to back (open it O_RDWR)"));
+            };
+            staged.truncate(size).await?;
+            self.namespace.set_pending_size(ino, size);
+            return Ok(self.attr(&self.namespace.node(ino)?));
         }
         let mut metadata = self.stored_metadata(node.clone()).await?;
         StoredAttrs::forget_mtime(&mut metadata);
-        let etag = self.namespace.store(*source).put(key, Bytes::new(), &metadata, false).await?;
-        self.namespace.set_pending_size(ino, 0);
+        let etag = if size == 0 {
+            self.namespace.store(*source).put(key, Bytes::new(), &metadata, false).await?
+        } else {
+            let base = Base { etag: node.etag.clone(), size: node.size };
+            let staged = self.new_staged(*source, key.clone(), Some(base), metadata.clone())?;
+            staged.truncate(size).await?;
+            staged.commit().await?.flatten()
+        };
+        self.namespace.set_pending_size(ino, size);
         self.namespace.upload_done(ino, etag, Arc::new(metadata));
         Ok(self.attr(&self.namespace.node(ino)?))
     }

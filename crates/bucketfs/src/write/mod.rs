@@ -23,6 +23,8 @@
 //!
 //! [`copy_object`] copies inside the store, for metadata changes and renames.
 
+pub mod staging;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -41,6 +43,8 @@ const MAX_PART: u64 = 5 * 1024 * 1024 * 1024;
 /// Parts per size step: part `n` (from 1) is `base << ((n - 1) / PARTS_PER_STEP)`.
 const PARTS_PER_STEP: i32 = 1000;
 const MAX_PARTS: u64 = 10_000;
+/// Parts of a staging file uploaded at once.
+const UPLOAD_CONCURRENCY: usize = 4;
 /// Largest object one CopyObject may copy.
 const MAX_SINGLE_COPY: u64 = 5 * 1024 * 1024 * 1024;
 /// Parts of a multipart copy (raised so that 10,000 of them hold the object), and how
@@ -314,6 +318,79 @@ impl Upload {
         let upload_id = multipart.upload_id.clone();
         let task = tokio::spawn(async move { store.upload_part(&key, &upload_id, number, data).await });
         Part { number, task, _memory: memory }
+    }
+}
+
+/// What a file open for writing writes into: a streamed upload (new or truncated files
+/// written front to back) or a staging file (changes in place, `O_RDWR`).
+pub enum Output {
+    Streamed(Upload),
+    Staged(staging::Staged),
+}
+
+impl Output {
+    /// Accepts `data` at `offset`; returns the file size.
+    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<u64, FsError> {
+        match self {
+            Output::Streamed(upload) => upload.write(offset, data).await,
+            Output::Staged(staged) => staged.write(offset, data).await,
+        }
+    }
+
+    /// Stores what was written; `Some(etag)` when an object was stored (a streamed upload
+    /// answers the same again after its one commit), `None` when nothing had changed.
+    pub async fn commit(&self) -> Result<Option<Option<String>>, FsError> {
+        match self {
+            Output::Streamed(upload) => upload.commit().await.map(Some),
+            Output::Staged(staged) => staged.commit().await,
+        }
+    }
+
+    pub async fn metadata(&self) -> Metadata {
+        match self {
+            Output::Streamed(upload) => upload.metadata().await,
+            Output::Staged(staged) => staged.metadata().await,
+        }
+    }
+
+    /// Changes the metadata the object will have; `None` if this output can no longer
+    /// carry it (a streamed upload already committed).
+    pub async fn update_metadata(&self, change: impl FnOnce(&mut Metadata)) -> Option<Metadata> {
+        match self {
+            Output::Streamed(upload) => upload.update_metadata(change).await,
+            Output::Staged(staged) => Some(staged.update_metadata(change).await),
+        }
+    }
+
+    /// The file was renamed to `key`. `true` if the output takes care of it (nothing of it
+    /// is in the store yet); `false` if the stored object must be moved by the caller,
+    /// who then calls [`Output::relocated`].
+    pub async fn rename(&self, key: String) -> bool {
+        match self {
+            Output::Streamed(upload) => upload.rename(key).await,
+            Output::Staged(staged) => staged.rename_unstored(key).await,
+        }
+    }
+
+    /// The stored object was moved to `key`, where it has `etag`.
+    pub async fn relocated(&self, key: String, etag: Option<String>) {
+        if let Output::Staged(staged) = self {
+            staged.relocated(key, etag).await;
+        }
+    }
+
+    pub async fn discard(&self) {
+        match self {
+            Output::Streamed(upload) => upload.discard().await,
+            Output::Staged(staged) => staged.discard().await,
+        }
+    }
+
+    pub fn key(&self) -> String {
+        match self {
+            Output::Streamed(upload) => upload.key(),
+            Output::Staged(staged) => staged.key(),
+        }
     }
 }
 

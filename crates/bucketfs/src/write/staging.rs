@@ -1,0 +1,411 @@
+//! Staging files: files changed in place (append, random writes, `truncate`, `O_RDWR`)
+//! are edited in a local, already-unlinked temporary file and uploaded whole at
+//! `close`/`fsync`.
+//!
+//! The existing object (the *base*) is not downloaded up front: bytes are fetched into
+//! the staging file only when read or when the upload needs them, pinned to the base's
+//! ETag. At commit, the unchanged leading part of the base, if at least one part long,
+//! is copied server side (`UploadPartCopy`) and only the rest is uploaded from the file:
+//! appending to a large object costs the appended bytes, not the object. Staging files
+//! count against `--staging-limit` (writes past it fail with ENOSPC).
+
+use std::fs::File;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use rangemap::RangeSet;
+use tokio::sync::Mutex;
+
+use super::{part_size_for, MAX_PARTS, MIN_PART, UPLOAD_CONCURRENCY};
+use crate::fs::error::FsError;
+use crate::memory::{MemoryLimiter, Reservation};
+use crate::store::{Metadata, ObjectStore, StoreError};
+
+/// The object a staging file started from.
+#[derive(Clone, Debug)]
+pub struct Base {
+    pub etag: Option<String>,
+    pub size: u64,
+}
+
+/// Largest part of the unchanged prefix copied by one `UploadPartCopy`.
+const COPY_PART: u64 = 512 * 1024 * 1024;
+
+struct State {
+    file: File,
+    size: u64,
+    base: Option<Base>,
+    /// Bytes `[0, base_end)` of the file are those of the base unless written; beyond,
+    /// the file holds them (zeros where nothing was written).
+    base_end: u64,
+    /// Ranges below `base_end` already in the file.
+    local: RangeSet<u64>,
+    /// Lowest offset changed since the last commit, if any.
+    dirty_from: Option<u64>,
+    metadata: Metadata,
+    metadata_changed: bool,
+    /// A new file: the first commit must not replace another client's object.
+    create_only: bool,
+    discarded: bool,
+    /// The file's size, counted against the staging limit.
+    disk: Reservation,
+}
+
+pub struct Staged {
+    store: Arc<dyn ObjectStore>,
+    key: parking_lot::Mutex<String>,
+    part_size: u64,
+    memory: Arc<MemoryLimiter>,
+    state: Mutex<State>,
+}
+
+/// Where staging files live and how much they may hold.
+#[derive(Clone, Debug)]
+pub struct StagingConfig {
+    pub dir: std::path::PathBuf,
+    pub limit: Arc<MemoryLimiter>,
+}
+
+impl Staged {
+    /// A staging file for `key`, starting from the object `base` (or empty).
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        key: String,
+        base: Option<Base>,
+        metadata: Metadata,
+        part_size: u64,
+        staging: &StagingConfig,
+        memory: Arc<MemoryLimiter>,
+    ) -> Result<Self, FsError> {
+        let file = temp_file(&staging.dir)?;
+        let base_end = base.as_ref().map_or(0, |b| b.size);
+        file.set_len(base_end).map_err(local_error)?;
+        let disk = staging.limit.try_reserve(base_end).ok_or(FsError::NoSpace)?;
+        let state = State {
+            file,
+            size: base_end,
+            create_only: base.is_none(),
+            // A new file is stored at its first commit even if nothing is written.
+            dirty_from: base.is_none().then_some(0),
+            base,
+            base_end,
+            local: RangeSet::new(),
+            metadata,
+            metadata_changed: false,
+            discarded: false,
+            disk,
+        };
+        Ok(Self {
+            store,
+            key: parking_lot::Mutex::new(key),
+            part_size: part_size.max(MIN_PART),
+            memory,
+            state: Mutex::new(state),
+        })
+    }
+
+    pub fn key(&self) -> String {
+        self.key.lock().clone()
+    }
+
+    /// Renamed to `key` while nothing of it is stored yet: `true`, the first commit goes
+    /// there (replacing what is there). `false` if an object is stored (to be moved).
+    pub async fn rename_unstored(&self, key: String) -> bool {
+        let mut state = self.state.lock().await;
+        if state.base.is_some() {
+            return false;
+        }
+        state.create_only = false;
+        *self.key.lock() = key;
+        true
+    }
+
+    /// The stored object was moved to `key`, where it has `etag`.
+    pub async fn relocated(&self, key: String, etag: Option<String>) {
+        let mut state = self.state.lock().await;
+        if let Some(base) = &mut state.base {
+            base.etag = etag;
+        }
+        *self.key.lock() = key;
+    }
+
+    /// Replaces whatever is at the key at the first commit (`O_TRUNC` of an existing file).
+    pub async fn allow_replace(&self) {
+        self.state.lock().await.create_only = false;
+    }
+
+    pub async fn metadata(&self) -> Metadata {
+        self.state.lock().await.metadata.clone()
+    }
+
+    pub async fn update_metadata(&self, change: impl FnOnce(&mut Metadata)) -> Metadata {
+        let mut state = self.state.lock().await;
+        change(&mut state.metadata);
+        state.metadata_changed = true;
+        state.metadata.clone()
+    }
+
+    pub async fn discard(&self) {
+        self.state.lock().await.discarded = true;
+    }
+
+    /// Writes `data` at `offset`; returns the file size.
+    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<u64, FsError> {
+        let mut state = self.state.lock().await;
+        let end = offset + data.len() as u64;
+        self.grow_to(&mut state, end)?;
+        state.file.write_all_at(data, offset).map_err(local_error)?;
+        let base_end = state.base_end;
+        if offset < base_end {
+            state.local.insert(offset..end.min(base_end));
+        }
+        mark_dirty(&mut state, offset);
+        Ok(state.size)
+    }
+
+    /// Up to `len` bytes at `offset` of the file as it is now.
+    pub async fn read(&self, offset: u64, len: u64) -> Result<Bytes, FsError> {
+        let mut state = self.state.lock().await;
+        let end = offset.saturating_add(len).min(state.size);
+        if offset >= end {
+            return Ok(Bytes::new());
+        }
+        self.fetch_base(&mut state, offset..end).await?;
+        let mut buffer = vec![0; (end - offset) as usize];
+        state.file.read_exact_at(&mut buffer, offset).map_err(local_error)?;
+        Ok(Bytes::from(buffer))
+    }
+
+    /// `truncate`/`ftruncate` to `size`.
+    pub async fn truncate(&self, size: u64) -> Result<(), FsError> {
+        let mut state = self.state.lock().await;
+        if size == state.size {
+            return Ok(());
+        }
+        let changed_from = size.min(state.size);
+        if size < state.size {
+            state.file.set_len(size).map_err(local_error)?;
+            state.size = size;
+            state.disk.shrink_to(size);
+            // Bytes past the new end are gone, also if the file grows again.
+            state.base_end = state.base_end.min(size);
+            let base_end = state.base_end;
+            state.local.remove(base_end..u64::MAX);
+        } else {
+            self.grow_to(&mut state, size)?;
+        }
+        mark_dirty(&mut state, changed_from);
+        Ok(())
+    }
+
+    /// Uploads the file if it changed since the last commit; the file stays open for more
+    /// changes. Returns the object's ETag when something was stored.
+    pub async fn commit(&self) -> Result<Option<Option<String>>, FsError> {
+        let mut state = self.state.lock().await;
+        if state.discarded {
+            return Ok(None);
+        }
+        let key = self.key();
+        let etag = match state.dirty_from {
+            Some(dirty_from) => self.upload(&mut state, &key, dirty_from).await?,
+            None if state.metadata_changed => match &state.base {
+                Some(base) => {
+                    let etag = base.etag.clone();
+                    super::copy_object(&self.store, &key, &key, base.size, etag.as_deref(), &state.metadata).await?
+                }
+                None => self.upload(&mut state, &key, 0).await?,
+            },
+            None => return Ok(None),
+        };
+        // The file now holds the new object's bytes wherever it held bytes before, and
+        // all past the old base's end.
+        let (old_end, size) = (state.base_end, state.size);
+        if old_end < size {
+            state.local.insert(old_end..size);
+        }
+        state.base = Some(Base { etag: etag.clone(), size });
+        state.base_end = size;
+        state.dirty_from = None;
+        state.metadata_changed = false;
+        state.create_only = false;
+        Ok(Some(etag))
+    }
+
+    fn grow_to(&self, state: &mut State, end: u64) -> Result<(), FsError> {
+        if end > state.size {
+            if !state.disk.try_grow(end - state.size) {
+                return Err(FsError::NoSpace);
+            }
+            state.file.set_len(end).map_err(local_error)?;
+            state.size = end;
+        }
+        Ok(())
+    }
+
+    /// Makes `range` (clamped to the base) present in the file, fetching missing pieces.
+    async fn fetch_base(&self, state: &mut State, range: Range<u64>) -> Result<(), FsError> {
+        let range = range.start..range.end.min(state.base_end);
+        if range.is_empty() {
+            return Ok(());
+        }
+        let etag = state.base.as_ref().and_then(|b| b.etag.clone());
+        let key = self.key();
+        let gaps: Vec<Range<u64>> = state.local.gaps(&range).collect();
+        for gap in gaps {
+            let bytes = self.store.get_range(&key, gap.clone(), etag.as_deref()).await?;
+            state.file.write_all_at(&bytes, gap.start).map_err(local_error)?;
+            state.local.insert(gap);
+        }
+        Ok(())
+    }
+
+    /// Stores the file as the object `key`: the unchanged prefix of the base by
+    /// server-side copy when it is at least a part long, the rest from the file.
+    async fn upload(&self, state: &mut State, key: &str, dirty_from: u64) -> Result<Option<String>, FsError> {
+        let size = state.size;
+        let kept = dirty_from.min(state.base_end);
+        let copy_prefix = state.base.is_some() && kept >= MIN_PART;
+        let upload_from = if copy_prefix { kept } else { 0 };
+        self.fetch_base(state, upload_from..size).await?;
+        let create_only = state.create_only;
+        if !copy_prefix && size <= self.part_size {
+            let data = read_range(&state.file, 0..size)?;
+            return Ok(self.store.put(key, data, &state.metadata, create_only).await?);
+        }
+        let upload_id = self.store.start_upload(key, &state.metadata).await?;
+        let result = self.upload_parts(state, key, &upload_id, copy_prefix.then_some(kept), upload_from).await;
+        let result = match result {
+            Ok(parts) => self.store.finish_upload(key, &upload_id, parts, create_only).await,
+            Err(error) => Err(error),
+        };
+        if result.is_err() {
+            if let Err(error) = self.store.abort_upload(key, &upload_id).await {
+                tracing::warn!(key, "could not abort multipart upload {upload_id}: {error}");
+            }
+        }
+        Ok(result?)
+    }
+
+    async fn upload_parts(
+        &self,
+        state: &State,
+        key: &str,
+        upload_id: &str,
+        copied_prefix: Option<u64>,
+        upload_from: u64,
+    ) -> Result<Vec<(i32, String)>, StoreError> {
+        let mut pieces: Vec<(Range<u64>, bool)> = Vec::new(); // (range, copied from the base)
+        if let Some(prefix) = copied_prefix {
+            let count = prefix.div_ceil(COPY_PART);
+            let each = prefix.div_ceil(count);
+            pieces.extend((0..count).map(|i| (i * each..((i + 1) * each).min(prefix), true)));
+        }
+        let mut offset = upload_from;
+        while offset < state.size {
+            let number = pieces.len() as i32 + 1;
+            let len = part_size_for(self.part_size, number).max(state.size.div_ceil(MAX_PARTS));
+            pieces.push((offset..(offset + len).min(state.size), false));
+            offset += len;
+        }
+        let base_etag = state.base.as_ref().and_then(|b| b.etag.clone());
+        let file = &state.file;
+        let parts = pieces.into_iter().enumerate().map(|(index, (range, copied))| {
+            let number = index as i32 + 1;
+            let base_etag = base_etag.clone();
+            async move {
+                let etag = if copied {
+                    self.store.upload_part_copy(key, upload_id, number, key, range, base_etag.as_deref()).await?
+                } else {
+                    let _memory = self.memory.reserve(range.end - range.start);
+                    let data = read_range(file, range).map_err(|e| StoreError::Other {
+                        message: format!("reading the staging file: {e}"),
+                        request_id: None,
+                    })?;
+                    self.store.upload_part(key, upload_id, number, data).await?
+                };
+                Ok::<_, StoreError>((number, etag))
+            }
+        });
+        futures::stream::iter(parts).buffered(UPLOAD_CONCURRENCY).try_collect().await
+    }
+}
+
+fn mark_dirty(state: &mut State, offset: u64) {
+    state.dirty_from = Some(state.dirty_from.map_or(offset, |d| d.min(offset)));
+}
+
+fn read_range(file: &File, range: Range<u64>) -> Result<Bytes, FsError> {
+    let mut buffer = vec![0; (range.end - range.start) as usize];
+    file.read_exact_at(&mut buffer, range.start).map_err(local_error)?;
+    Ok(Bytes::from(buffer))
+}
+
+fn temp_file(dir: &Path) -> Result<File, FsError> {
+    tempfile::tempfile_in(dir).map_err(|error| {
+        tracing::error!("cannot create a staging file in {}: {error}", dir.display());
+        local_error(error)
+    })
+}
+
+fn local_error(error: std::io::Error) -> FsError {
+    match error.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => FsError::NoSpace,
+        _ => FsError::Local(error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+
+    const MIB: usize = 1024 * 1024;
+
+    fn staged(store: &Arc<MemoryStore>, base: Option<Base>) -> Staged {
+        let staging = StagingConfig { dir: std::env::temp_dir(), limit: MemoryLimiter::new(1 << 30) };
+        let store: Arc<dyn ObjectStore> = store.clone();
+        Staged::new(store, "k".into(), base, Metadata::default(), MIN_PART, &staging, MemoryLimiter::new(1 << 30))
+            .expect("staging file")
+    }
+
+    #[tokio::test]
+    async fn append_and_shrink_keep_the_prefix_server_side() {
+        let original: Vec<u8> = (0..12 * MIB).map(|i| (i % 251) as u8).collect();
+        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), original.clone())]));
+        let info = store.head("k").await.expect("head");
+        let file = staged(&store, Some(Base { etag: info.etag, size: info.size }));
+        file.write(original.len() as u64, b"tail").await.expect("append");
+        file.commit().await.expect("commit");
+        assert!(store.gets.lock().is_empty(), "nothing downloaded to append: {:?}", store.gets.lock());
+        let mut expected = original.clone();
+        expected.extend_from_slice(b"tail");
+        let stored = store.get_range("k", 0..expected.len() as u64, None).await.expect("get");
+        assert!(stored[..] == expected[..], "appended object differs");
+
+        store.gets.lock().clear();
+        file.truncate(6 * MIB as u64).await.expect("shrink");
+        file.commit().await.expect("commit");
+        assert!(store.gets.lock().is_empty(), "nothing downloaded to shrink: {:?}", store.gets.lock());
+        assert_eq!(store.head("k").await.expect("head").size, 6 * MIB as u64);
+        assert_eq!(store.open_uploads(), 0);
+    }
+
+    #[tokio::test]
+    async fn reads_fetch_the_base_lazily_and_see_writes() {
+        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), b"0123456789".to_vec())]));
+        let info = store.head("k").await.expect("head");
+        let file = staged(&store, Some(Base { etag: info.etag, size: info.size }));
+        file.write(4, b"ab").await.expect("write");
+        assert!(store.gets.lock().is_empty(), "nothing fetched before a read");
+        assert_eq!(&file.read(2, 6).await.expect("read")[..], b"23ab67");
+        file.truncate(12).await.expect("grow");
+        assert_eq!(&file.read(8, 10).await.expect("read")[..], b"89\0\0");
+        assert_eq!(file.commit().await.expect("commit").is_some(), true);
+        assert_eq!(&store.get_range("k", 0..12, None).await.expect("get")[..], b"0123ab6789\0\0");
+        assert_eq!(file.commit().await.expect("again"), None, "nothing changed since");
+    }
+}
