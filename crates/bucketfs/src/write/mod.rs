@@ -509,6 +509,29 @@ mod tests {
     }
 
     #[test]
+    fn large_copies_go_in_parts_with_the_new_metadata() {
+        let rt = runtime();
+        let data: Vec<u8> = (0..20 * MIB as usize).map(|i| (i % 253) as u8).collect();
+        let memory_store = Arc::new(MemoryStore::with_keys([("src".to_owned(), data.clone())]));
+        let store: Arc<dyn ObjectStore> = memory_store.clone();
+        let mut metadata = Metadata::default();
+        metadata.user.insert("mode".into(), "33188".into());
+        rt.block_on(async {
+            let etag = store.head("src").await.expect("head").etag;
+            let limit = 6 * MIB; // parts of 6 MiB: 6 + 6 + 6 + 2
+            copy_object_in_parts_above(limit, &store, "src", "dst", data.len() as u64, etag.as_deref(), &metadata)
+                .await
+                .expect("copy");
+            let copied = store.get_range("dst", 0..data.len() as u64, None).await.expect("get");
+            assert!(copied[..] == data[..], "copy differs");
+            let stale = copy_object_in_parts_above(limit, &store, "src", "dst", data.len() as u64, Some("\"old\""), &metadata);
+            assert!(matches!(stale.await, Err(StoreError::Changed)), "copies are pinned to the ETag");
+        });
+        assert_eq!(memory_store.metadata("dst").expect("dst"), metadata);
+        assert_eq!(memory_store.open_uploads(), 0, "the failed copy was aborted");
+    }
+
+    #[test]
     fn rewriting_sent_bytes_is_refused() {
         let rt = runtime();
         let store = Arc::new(MemoryStore::default());
