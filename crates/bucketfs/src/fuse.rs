@@ -52,6 +52,17 @@ fn new_name(name: &OsStr) -> Result<&str, FsError> {
     name.to_str().ok_or(FsError::Invalid("file names must be UTF-8"))
 }
 
+/// Answers a size probe (`size` 0) or the value itself, or ERANGE if it does not fit.
+fn reply_xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
+    if size == 0 {
+        reply.size(value.len() as u32)
+    } else if value.len() > size as usize {
+        reply.error(Errno::ERANGE)
+    } else {
+        reply.data(value)
+    }
+}
+
 fn caller(req: &Request) -> Caller {
     Caller { pid: req.pid(), uid: req.uid(), gid: req.gid() }
 }
@@ -216,16 +227,65 @@ impl Filesystem for FuseAdapter {
         reply.statfs(BLOCKS, BLOCKS, BLOCKS, FILES, FILES, BLOCK, 255, BLOCK);
     }
 
-    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::ENODATA); // no extended attributes yet
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let Some(name) = name.to_str().map(str::to_owned) else {
+            return reply.error(Errno::ENODATA);
+        };
+        self.spawn(move |fs| async move {
+            match fs.getxattr(ino.0, &name).await {
+                Ok(value) => reply_xattr(reply, size, &value),
+                Err(e) => reply.error(log_error("getxattr", &e)),
+            }
+        });
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if size == 0 {
-            reply.size(0)
-        } else {
-            reply.data(&[])
-        }
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.spawn(move |fs| async move {
+            match fs.listxattr(ino.0).await {
+                Ok(names) => reply_xattr(reply, size, &names),
+                Err(e) => reply.error(log_error("listxattr", &e)),
+            }
+        });
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let (name, value) = (name.to_owned(), value.to_vec());
+        self.spawn(move |fs| async move {
+            let result = async { fs.setxattr(ino.0, existing_name(&name)?, Some(&value), flags).await }.await;
+            match result {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(log_error("setxattr", &e)),
+            }
+        });
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.to_owned();
+        self.spawn(move |fs| async move {
+            let result = async { fs.setxattr(ino.0, existing_name(&name)?, None, 0).await }.await;
+            match result {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(log_error("removexattr", &e)),
+            }
+        });
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.spawn(move |fs| async move {
+            match fs.readlink(ino.0).await {
+                Ok(target) => reply.data(&target),
+                Err(e) => reply.error(log_error("readlink", &e)),
+            }
+        });
     }
 
     fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, flags: i32, reply: ReplyCreate) {
@@ -386,7 +446,19 @@ impl Filesystem for FuseAdapter {
         reply.error(if self.fs.read_only() { Errno::EROFS } else { Errno::EPERM });
     }
 
-    fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _t: &Path, reply: ReplyEntry) {
-        reply.error(if self.fs.read_only() { Errno::EROFS } else { Errno::EPERM });
+    fn symlink(&self, req: &Request, parent: INodeNo, name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let (name, target) = (name.to_owned(), target.to_owned());
+        let caller = caller(req);
+        self.spawn(move |fs| async move {
+            let result = async {
+                let target = target.to_str().ok_or(FsError::Invalid("symlink target is not UTF-8"))?;
+                fs.symlink(parent.0, new_name(&name)?, target, caller).await
+            }
+            .await;
+            match result {
+                Ok(attr) => reply.entry(&fs.ttl(), &attr, Generation(0)),
+                Err(e) => reply.error(log_error("symlink", &e)),
+            }
+        });
     }
 }

@@ -146,7 +146,7 @@ fn attributes_stored_by_others_show() {
     assert_eq!(listing.lines().filter(|l| l.starts_with("-rw------- ")).count(), 40, "{listing}");
 }
 
-/// A small tree with varied modes, owners and mtimes, and a file above 5 MiB.
+/// A small tree with varied modes, owners and mtimes, a symlink, and a file above 5 MiB.
 fn make_tree(source: &Path) {
     let tree = [("a", 0o755), ("a/b", 0o700), ("c", 0o750)];
     for (dir, _) in tree {
@@ -162,6 +162,9 @@ fn make_tree(source: &Path) {
         let file = std::fs::File::options().write(true).open(&path).expect("open");
         file.set_modified(at(1_400_000_000 + i as u64 * 1000)).expect("utime");
     }
+    std::os::unix::fs::symlink("x.sh", source.join("a/link")).expect("symlink");
+    let status = Command::new("touch").args(["-h", "-d", "@1350000000"]).arg(source.join("a/link")).status();
+    assert!(status.expect("touch -h").success());
     for (i, (dir, mode)) in tree.iter().enumerate().rev() {
         std::fs::set_permissions(source.join(dir), std::fs::Permissions::from_mode(*mode)).expect("chmod dir");
         let status = Command::new("touch").arg("-d").arg(format!("@{}", 1_300_000_000 + i * 100)).arg(source.join(dir)).status();
@@ -246,4 +249,80 @@ fn rsync_in_and_out() {
     assert_eq!(tree_attributes(&back), expected, "after rsync -a out of the mount");
     run(Command::new("diff").arg("-r").arg(&source).arg(&back));
     assert!(list_keys(&b, "").iter().all(|k| !k.contains("/.")), "rsync's temporary files are gone: {:?}", list_keys(&b, ""));
+}
+
+/// Symlinks are stored as s3fs stores them (the target as content, `S_IFLNK` in the mode),
+/// read back after a remount, and s3fs's own show as symlinks.
+#[test]
+fn symlinks_round_trip_in_s3fs_format() {
+    let b = create_bucket("attrs-symlink");
+    put_with_metadata(&b, "from-s3fs", b"some/target", &[("mode", "41471")]);
+    let m = MountBuilder::new().bucket(&b).mount();
+    std::os::unix::fs::symlink("../elsewhere/file name", m.join("made-here")).expect("symlink");
+    assert_eq!(get(&b, "made-here"), b"../elsewhere/file name");
+    assert_eq!(stored_metadata(&b, "made-here").get("mode").map(String::as_str), Some("41471"));
+    assert_errno(std::os::unix::fs::symlink("x", m.join("made-here")), libc::EEXIST, "symlink over an existing name");
+    drop(m);
+    let m = MountBuilder::new().bucket(&b).mount();
+    for (name, target) in [("made-here", "../elsewhere/file name"), ("from-s3fs", "some/target")] {
+        assert_eq!(std::fs::read_link(m.join(name)).expect("readlink"), Path::new(target));
+        let meta = std::fs::symlink_metadata(m.join(name)).expect("lstat");
+        assert!(meta.file_type().is_symlink(), "{name} is a symlink");
+        assert_eq!(meta.len(), target.len() as u64);
+    }
+}
+
+fn xattr_get(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
+    let c_name = std::ffi::CString::new(name).expect("name");
+    let mut buffer = vec![0u8; 4096];
+    let n = unsafe { libc::getxattr(c_path.as_ptr(), c_name.as_ptr(), buffer.as_mut_ptr().cast(), buffer.len()) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    buffer.truncate(n as usize);
+    Ok(buffer)
+}
+
+fn xattr_set(path: &Path, name: &str, value: &[u8], flags: i32) -> std::io::Result<()> {
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
+    let c_name = std::ffi::CString::new(name).expect("name");
+    let rc = unsafe { libc::setxattr(c_path.as_ptr(), c_name.as_ptr(), value.as_ptr().cast(), value.len(), flags) };
+    if rc < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+}
+
+fn xattr_list(path: &Path) -> Vec<String> {
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
+    let mut buffer = vec![0u8; 4096];
+    let n = unsafe { libc::listxattr(c_path.as_ptr(), buffer.as_mut_ptr().cast(), buffer.len()) };
+    assert!(n >= 0, "listxattr: {}", std::io::Error::last_os_error());
+    buffer.truncate(n as usize);
+    buffer.split(|&b| b == 0).filter(|n| !n.is_empty()).map(|n| String::from_utf8_lossy(n).into_owned()).collect()
+}
+
+/// `user.*` extended attributes are the object's S3 metadata, both ways.
+#[test]
+fn user_xattrs_are_object_metadata() {
+    let b = create_bucket("attrs-xattr");
+    put_with_metadata(&b, "f", b"x", &[("project", "apollo"), ("mode", "33188")]);
+    let m = MountBuilder::new().bucket(&b).mount();
+    let f = m.join("f");
+    assert_eq!(xattr_get(&f, "user.project").expect("getxattr"), b"apollo");
+    assert_eq!(xattr_list(&f), ["user.project"], "s3fs's attribute keys are not xattrs");
+    xattr_set(&f, "user.origin", b"camera 7", 0).expect("setxattr");
+    assert_eq!(stored_metadata(&b, "f").get("origin").map(String::as_str), Some("camera 7"));
+    assert_eq!(get(&b, "f"), b"x", "content unchanged");
+    assert_errno(xattr_set(&f, "user.origin", b"again", libc::XATTR_CREATE), libc::EEXIST, "XATTR_CREATE on an existing name");
+    assert_errno(xattr_set(&f, "user.mode", b"1", 0), libc::EOPNOTSUPP, "a name holding an attribute");
+    assert_errno(xattr_set(&f, "user.note", "café".as_bytes(), 0), libc::EOPNOTSUPP, "a value S3 metadata cannot hold");
+    assert_errno(xattr_get(&f, "user.absent"), libc::ENODATA, "missing attribute");
+    let c_path = std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).expect("path");
+    let c_name = std::ffi::CString::new("user.project").expect("name");
+    assert_eq!(unsafe { libc::removexattr(c_path.as_ptr(), c_name.as_ptr()) }, 0, "removexattr");
+    drop(m);
+    let m = MountBuilder::new().bucket(&b).mount();
+    assert_eq!(xattr_list(&m.join("f")), ["user.origin"]);
+    let stored = stored_metadata(&b, "f");
+    assert!(!stored.contains_key("project"));
+    assert_eq!(stored.get("mode").map(String::as_str), Some("33188"), "attributes kept");
 }

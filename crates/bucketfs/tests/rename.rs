@@ -125,7 +125,18 @@ fn open_files_move_with_their_name() {
         assert_eq!(sha256_hex(&get(&b, &new_name)), sha256_hex(&content), "{new_name} in the bucket");
         assert_eq!(sha256_hex(&std::fs::read(m.join(&new_name)).expect("read")), sha256_hex(&content));
     }
-    assert_eq!(list_keys(&b, ""), ["big-writing-moved", "read-moved", "small-writing-moved"]);
+    // An existing object being replaced (O_TRUNC) and renamed before close: only the new
+    // name remains, with the new content.
+    put(&b, "replaced", b"old".to_vec());
+    let mut writer = File::create(m.join("replaced")).expect("open O_TRUNC");
+    writer.write_all(b"new").expect("write");
+    std::fs::rename(m.join("replaced"), m.join("replaced-moved")).expect("rename while replacing");
+    drop(writer);
+    assert_eq!(get(&b, "replaced-moved"), b"new");
+    assert_eq!(
+        list_keys(&b, ""),
+        ["big-writing-moved", "read-moved", "replaced-moved", "small-writing-moved"]
+    );
     assert_eq!(open_uploads(&b), 0);
 }
 

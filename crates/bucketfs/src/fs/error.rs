@@ -27,6 +27,10 @@ pub enum FsError {
     NotPermitted,
     #[error("directory not empty")]
     NotEmpty,
+    #[error("no such extended attribute")]
+    NoAttribute,
+    #[error("extended attribute not supported: {0}")]
+    XattrUnsupported(&'static str),
     #[error("no space left for staging files")]
     NoSpace,
     #[error("local file error: {0}")]
@@ -57,6 +61,8 @@ impl FsError {
             FsError::NotEmpty => Errno::ENOTEMPTY,
             FsError::Busy(_) => Errno::EBUSY,
             FsError::NoSpace => Errno::ENOSPC,
+            FsError::NoAttribute => Errno::ENODATA,
+            FsError::XattrUnsupported(_) => Errno::EOPNOTSUPP,
             FsError::Local(_) => Errno::EIO,
             FsError::CrossDevice(_) => Errno::EXDEV,
             FsError::Invalid(_) => Errno::EINVAL,

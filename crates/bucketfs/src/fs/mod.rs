@@ -10,6 +10,7 @@
 
 pub mod attrs;
 pub mod error;
+mod xattrs;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +34,7 @@ use error::FsError;
 const S_IFMT: u32 = libc::S_IFMT as u32;
 const S_IFREG: u32 = libc::S_IFREG as u32;
 const S_IFDIR: u32 = libc::S_IFDIR as u32;
+const S_IFLNK: u32 = libc::S_IFLNK as u32;
 /// Content type of directory markers, as s3fs writes them.
 const DIRECTORY_CONTENT_TYPE: &str = "application/x-directory";
 /// Objects copied (then deleted) at once when renaming a directory.
@@ -265,9 +267,13 @@ impl Fs {
     /// the mount's defaults is stored.
     fn new_entry_metadata(&self, mode: u32, caller: Caller) -> Metadata {
         let p = &self.presentation;
-        let default_perm = if mode & S_IFMT == S_IFDIR { p.dir_mode } else { p.file_mode };
+        let default_mode = match mode & S_IFMT {
+            S_IFDIR => Some(S_IFDIR | u32::from(p.dir_mode)),
+            S_IFREG => Some(S_IFREG | u32::from(p.file_mode)),
+            _ => None, // a symlink must say so
+        };
         let attrs = StoredAttrs {
-            mode: (mode & 0o7777 != u32::from(default_perm)).then_some(mode),
+            mode: (Some(mode) != default_mode).then_some(mode),
             uid: (caller.uid != p.uid).then_some(caller.uid),
             gid: (caller.gid != p.gid).then_some(caller.gid),
             mtime: None,
@@ -406,6 +412,70 @@ impl Fs {
         Ok(())
     }
 
+    /// `symlink()`: an object holding the target path, with mode `S_IFLNK | 0777` in its
+    /// metadata (as s3fs stores symlinks).
+    pub async fn symlink(&self, parent: Ino, name: &str, target: &str, caller: Caller) -> Result<FileAttr, FsError> {
+        self.check_writable()?;
+        let (source, key) = self.namespace.new_entry_key(parent, name).await?;
+        let metadata = self.new_entry_metadata(S_IFLNK | 0o777, caller);
+        let target = Bytes::from(target.to_owned());
+        let size = target.len() as u64;
+        let etag = self.namespace.store(source).put(&key, target, &metadata, true).await?;
+        let metadata = Arc::new(metadata);
+        let node = self.namespace.enter_pending_file(parent, name, source, key, metadata.clone());
+        self.namespace.set_pending_size(node.ino, size);
+        self.namespace.upload_done(node.ino, etag, metadata);
+        Ok(self.attr(&self.namespace.node(node.ino)?))
+    }
+
+    /// `readlink()`: the content of a symlink's object.
+    pub async fn readlink(&self, ino: Ino) -> Result<Bytes, FsError> {
+        let node = self.complete(self.namespace.getattr(ino).await?).await?;
+        let Location::File { source, key } = &node.location else { return Err(FsError::Invalid("not a symlink")) };
+        if self.attr(&node).kind != FileType::Symlink {
+            return Err(FsError::Invalid("not a symlink"));
+        }
+        Ok(self.namespace.store(*source).get_range(key, 0..node.size, node.etag.as_deref()).await?)
+    }
+
+    /// `getxattr()`: extended attribute `user.NAME` is the object's metadata `NAME`
+    /// (`x-amz-meta-NAME`), except the names that hold modes, owners and times.
+    pub async fn getxattr(&self, ino: Ino, name: &str) -> Result<Vec<u8>, FsError> {
+        let Some(key) = xattrs::metadata_key(name) else { return Err(FsError::NoAttribute) };
+        let node = self.namespace.with_metadata(self.namespace.getattr(ino).await?).await?;
+        let value = node.metadata.as_deref().and_then(|m| m.user.get(key)).ok_or(FsError::NoAttribute)?;
+        Ok(value.clone().into_bytes())
+    }
+
+    /// `listxattr()`: `user.NAME` for each metadata entry that is not an attribute.
+    pub async fn listxattr(&self, ino: Ino) -> Result<Vec<u8>, FsError> {
+        let node = self.namespace.with_metadata(self.namespace.getattr(ino).await?).await?;
+        Ok(node.metadata.as_deref().map(xattrs::list).unwrap_or_default())
+    }
+
+    /// `setxattr()` / `removexattr()` (`value` `None`): stored like `chmod`.
+    pub async fn setxattr(&self, ino: Ino, name: &str, value: Option<&[u8]>, flags: i32) -> Result<(), FsError> {
+        let key = xattrs::settable_key(name)?;
+        let value = value.map(xattrs::settable_value).transpose()?;
+        let node = self.namespace.with_metadata(self.namespace.getattr(ino).await?).await?;
+        let exists = node.metadata.as_deref().is_some_and(|m| m.user.contains_key(key));
+        match (value.is_some(), exists) {
+            (true, true) if flags & libc::XATTR_CREATE != 0 => return Err(FsError::Exists),
+            (true, false) if flags & libc::XATTR_REPLACE != 0 => return Err(FsError::NoAttribute),
+            (false, false) => return Err(FsError::NoAttribute),
+            _ => {}
+        }
+        self.change_metadata(ino, |metadata| match &value {
+            Some(value) => {
+                metadata.user.insert(key.to_owned(), value.clone());
+            }
+            None => {
+                metadata.user.remove(key);
+            }
+        })
+        .await
+    }
+
     /// `rename()`: a server-side copy to the new key, then a delete of the old one (S3
     /// has no rename). A directory is moved key by key: every copy first, then the
     /// deletes, so a failure part-way leaves the source whole (not atomic: SEMANTICS.md).
@@ -448,9 +518,13 @@ impl Fs {
         for writer in &writers {
             uploading |= writer.output.rename(to_key.clone()).await;
         }
-        if !uploading {
-            let Location::File { source, .. } = node.location else { return Err(FsError::IsDir) };
-            let store = self.namespace.store(source);
+        let Location::File { source, .. } = node.location else { return Err(FsError::IsDir) };
+        let store = self.namespace.store(source);
+        if uploading {
+            // The new content goes to the new key at close; an object the file is
+            // replacing (O_TRUNC) must not stay behind under the old name.
+            store.delete(key).await?;
+        } else {
             let metadata = self.stored_metadata(node.clone()).await?;
             let etag = copy_object(store, key, &to_key, node.size, node.etag.as_deref(), &metadata).await?;
             store.delete(key).await?;
@@ -552,7 +626,11 @@ impl Fs {
         if let Some(size) = change.size {
             current = self.truncate(ino, size).await?;
         }
-        let type_bits = if current.kind == FileType::Directory { S_IFDIR } else { S_IFREG };
+        let type_bits = match current.kind {
+            FileType::Directory => S_IFDIR,
+            FileType::Symlink => S_IFLNK,
+            _ => S_IFREG,
+        };
         let wanted = StoredAttrs {
             mode: change.mode.filter(|&mode| mode != current.perm).map(|mode| type_bits | u32::from(mode)),
             uid: change.uid.filter(|&uid| uid != current.uid),
@@ -562,29 +640,26 @@ impl Fs {
         if wanted == StoredAttrs::default() {
             return Ok(current);
         }
-        self.check_writable()?;
-        if let Some(metadata) = self.change_pending_metadata(ino, wanted).await {
-            self.namespace.set_metadata(ino, Arc::new(metadata), None);
-        } else {
-            self.rewrite_metadata(ino, wanted).await?;
-        }
+        self.change_metadata(ino, |metadata| wanted.apply_to(metadata)).await?;
         Ok(self.attr(&self.namespace.node(ino)?))
     }
 
-    /// Applies `wanted` to the upload of `ino` if it is open for writing and not yet
-    /// committed; returns the metadata the object will have.
-    async fn change_pending_metadata(&self, ino: Ino, wanted: StoredAttrs) -> Option<Metadata> {
+    /// Changes the metadata of `ino`: in its upload if it is open for writing (stored at
+    /// close), else in the store right away.
+    async fn change_metadata(&self, ino: Ino, change: impl Fn(&mut Metadata)) -> Result<(), FsError> {
+        self.check_writable()?;
         let writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == ino).cloned().collect();
         for writer in writers {
-            if let Some(metadata) = writer.output.update_metadata(|m| wanted.apply_to(m)).await {
-                return Some(metadata);
+            if let Some(metadata) = writer.output.update_metadata(&change).await {
+                self.namespace.set_metadata(ino, Arc::new(metadata), None);
+                return Ok(());
             }
         }
-        None
+        self.rewrite_metadata(ino, change).await
     }
 
-    /// Stores `wanted` in the metadata of the object (or directory marker) behind `ino`.
-    async fn rewrite_metadata(&self, ino: Ino, wanted: StoredAttrs) -> Result<(), FsError> {
+    /// Applies `change` to the metadata of the object (or directory marker) behind `ino`.
+    async fn rewrite_metadata(&self, ino: Ino, change: impl Fn(&mut Metadata)) -> Result<(), FsError> {
         let node = self.namespace.getattr(ino).await?;
         match &node.location {
             Location::File { source, key } => {
@@ -594,7 +669,7 @@ impl Fs {
                 // read it again once (its content and metadata are what we must keep).
                 for attempt in 0..2 {
                     let mut metadata = self.stored_metadata(node.clone()).await?;
-                    wanted.apply_to(&mut metadata);
+                    change(&mut metadata);
                     match copy_object(store, key, key, node.size, node.etag.as_deref(), &metadata).await {
                         Ok(etag) => {
                             self.namespace.set_metadata(ino, Arc::new(metadata), Some(etag));
@@ -613,7 +688,7 @@ impl Fs {
                 // A marker is empty: writing it again with the new metadata is the update
                 // (and turns an implicit directory into an explicit one).
                 let mut metadata = self.stored_metadata(node.clone()).await?;
-                wanted.apply_to(&mut metadata);
+                change(&mut metadata);
                 metadata.content_type.get_or_insert_with(|| DIRECTORY_CONTENT_TYPE.into());
                 self.namespace.store(*source).put(prefix, Bytes::new(), &metadata, false).await?;
                 self.namespace.set_metadata(ino, Arc::new(metadata), None);
@@ -624,7 +699,7 @@ impl Fs {
             // `rsync -a` of a tree rooted at "." work (SEMANTICS.md says so).
             _ => {
                 let mut metadata = node.metadata.as_deref().cloned().unwrap_or_default();
-                wanted.apply_to(&mut metadata);
+                change(&mut metadata);
                 self.namespace.set_metadata(ino, Arc::new(metadata), None);
                 Ok(())
             }
@@ -756,8 +831,11 @@ impl Fs {
 
     fn attr_of(&self, ino: Ino, size: u64, mtime: SystemTime, is_dir: bool, stored: StoredAttrs) -> FileAttr {
         let p = &self.presentation;
-        let (kind, default_perm) =
-            if is_dir { (FileType::Directory, p.dir_mode) } else { (FileType::RegularFile, p.file_mode) };
+        let (kind, default_perm) = match stored.mode {
+            _ if is_dir => (FileType::Directory, p.dir_mode),
+            Some(mode) if mode & S_IFMT == S_IFLNK => (FileType::Symlink, 0o777),
+            _ => (FileType::RegularFile, p.file_mode),
+        };
         let perm = stored.mode.map_or(default_perm, |mode| (mode & 0o7777) as u16);
         let mtime = stored.mtime.unwrap_or(mtime);
         // nlink 1 tells find(1) not to count subdirectories from the link count.

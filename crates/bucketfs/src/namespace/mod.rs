@@ -46,7 +46,7 @@ const LISTING_BATCHES_FOR_LOOKUPS: usize = 10;
 /// HEAD. After this many such HEADs in one directory within the TTL (`ls -l`, `stat *`,
 /// `grep -r` walking it), each one also fetches the next entries of the directory's
 /// listing, `METADATA_BATCH` of them, `METADATA_CONCURRENCY` at a time.
-const METADATA_FETCHES_BEFORE_BATCHING: u32 = 4;
+const METADATA_FETCHES_BEFORE_BATCHING: u32 = 2;
 const METADATA_BATCH: usize = 64;
 const METADATA_CONCURRENCY: usize = 16;
 
@@ -399,9 +399,20 @@ impl Namespace {
         self.listings.lock().insert(dir, listing);
     }
 
-    /// A change made through the mount: the directory's cached listing is out of date.
-    fn forget_listing(&self, dir: Ino) {
-        self.listings.lock().remove(&dir);
+    /// A change made through the mount: `name` now is (or is not) in `dir`, also in its
+    /// cached listing, which stays complete. (`tar x` into a new directory then costs no
+    /// lookup request per file.)
+    fn update_listing(&self, dir: Ino, name: &str, present: bool) {
+        let mut listings = self.listings.lock();
+        let Some(listing) = listings.get_mut(&dir) else { return };
+        let names = Arc::make_mut(&mut listing.names);
+        match (names.binary_search_by(|n| n.as_str().cmp(name)), present) {
+            (Err(at), true) => names.insert(at, name.to_owned()),
+            (Ok(at), false) => {
+                names.remove(at);
+            }
+            _ => {}
+        }
     }
 
     /// The directory `parent` as (source, key prefix), for creating entries in it.
@@ -438,8 +449,8 @@ impl Namespace {
     /// its number (the kernel moved its dentry already) and everything below a renamed
     /// directory moves with it.
     pub fn rename_entry(&self, (parent, name): (Ino, &str), (new_parent, new_name): (Ino, &str), old_key: &str, new_key: &str) {
-        self.forget_listing(parent);
-        self.forget_listing(new_parent);
+        self.update_listing(parent, name, false);
+        self.update_listing(new_parent, new_name, true);
         let mut table = self.table.write();
         let Some(ino) = table.children.remove(&(parent, name.to_owned())) else { return };
         if let Some(replaced) = table.children.insert((new_parent, new_name.to_owned()), ino) {
@@ -477,7 +488,7 @@ impl Namespace {
     /// Enters a file being written: shown at once, trusted until its upload finishes.
     pub fn enter_pending_file(&self, parent: Ino, name: &str, source: usize, key: String, metadata: Arc<Metadata>) -> Node {
         self.missing.lock().remove(&(parent, name.to_owned()));
-        self.forget_listing(parent);
+        self.update_listing(parent, name, true);
         self.pending.lock().entry(parent).or_default().insert(name.to_owned());
         let attributes =
             Attributes { size: 0, mtime: SystemTime::now(), etag: None, metadata: Some(metadata), valid_until: None };
@@ -630,9 +641,12 @@ impl Namespace {
     /// Enters a directory just created in `parent`, its marker having `metadata`.
     pub fn enter_dir(&self, parent: Ino, name: &str, source: usize, prefix: String, metadata: Arc<Metadata>) -> Node {
         self.missing.lock().remove(&(parent, name.to_owned()));
-        self.forget_listing(parent);
+        self.update_listing(parent, name, true);
         let attributes = Attributes::dir(SystemTime::now(), Some(metadata), Some(Instant::now() + self.ttl));
-        self.table.write().upsert(parent, name, Location::Dir { source, prefix }, attributes)
+        let node = self.table.write().upsert(parent, name, Location::Dir { source, prefix }, attributes);
+        // Just created, so empty: names in it are known to be missing without asking.
+        self.remember_listing(node.ino, Instant::now(), Vec::new());
+        node
     }
 
     /// Whether files are being written directly in directory `dir`.
@@ -643,10 +657,11 @@ impl Namespace {
     /// Forgets (parent, name) after it was deleted (or its creation failed): later lookups
     /// say ENOENT without asking the store, until the TTL passes.
     pub fn remove_entry(&self, parent: Ino, name: &str) {
-        self.forget_listing(parent);
+        self.update_listing(parent, name, false);
         let mut table = self.table.write();
         if let Some(ino) = table.children.remove(&(parent, name.to_owned())) {
             table.nodes.remove(&ino);
+            self.listings.lock().remove(&ino);
         }
         if let Some(names) = self.pending.lock().get_mut(&parent) {
             names.remove(name);
@@ -866,11 +881,12 @@ mod tests {
         assert!(matches!(ns.lookup(d.ino, "missing").await, Err(FsError::NotFound)));
         assert_eq!(store.lists.load(Ordering::Relaxed), lists, "second listing and lookup from memory");
         assert_eq!(store.heads.load(Ordering::Relaxed), heads);
-        // A change through the mount makes the cache stale.
+        // Changes through the mount update the cached listing.
         ns.enter_pending_file(d.ino, "c", 0, "d/c".into(), Arc::default());
+        ns.remove_entry(d.ino, "a");
         let after = names(ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page"));
-        assert_eq!(after, ["a", "b", "c"]);
-        assert!(store.lists.load(Ordering::Relaxed) > lists);
+        assert_eq!(after, ["b", "c"]);
+        assert_eq!(store.lists.load(Ordering::Relaxed), lists, "still from memory");
     }
 
     #[tokio::test]
