@@ -1,12 +1,15 @@
 //! The thin adapter from kernel requests to [`Fs`].
 //!
-//! Each request is decoded, handed to the tokio runtime, and answered from there, so a
-//! FUSE worker thread never waits on the network. No state lives here.
+//! Each request is decoded and run on the FUSE worker thread until it first has to wait;
+//! what is left is handed to the tokio runtime and answered from there. So a request
+//! answered from memory costs no thread switch, and a FUSE worker thread never waits on
+//! the network. No state lives here.
 
 use std::ffi::OsStr;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
+use std::task::Context;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -32,13 +35,20 @@ impl FuseAdapter {
         Self { fs, runtime }
     }
 
-    /// Runs `work` on the runtime with its own handle on the filesystem.
+    /// Runs `work` with its own handle on the filesystem: polled once here (inside the
+    /// runtime's context, so it may start I/O and spawn), and if it has to wait, moved to
+    /// the runtime as it is, which polls it again with a real waker. Polling never blocks.
     fn spawn<F, Fut>(&self, work: F)
     where
         F: FnOnce(Arc<Fs>) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.runtime.spawn(work(self.fs.clone()));
+        let _context = self.runtime.enter();
+        let mut task = Box::pin(work(self.fs.clone()));
+        let waker = futures::task::noop_waker();
+        if task.as_mut().poll(&mut Context::from_waker(&waker)).is_pending() {
+            self.runtime.spawn(task);
+        }
     }
 }
 
