@@ -153,7 +153,8 @@ fn forked_child_does_not_end_the_upload() {
     assert_eq!(sha256_hex(&get(&b, "f")), sha256_hex(&data));
 }
 
-/// If the daemon is killed in the middle of a large upload, no partial object appears.
+/// If the daemon is killed in the middle of a large upload, no partial object appears,
+/// and the next mount aborts the unfinished multipart upload.
 #[test]
 fn killed_daemon_leaves_no_partial_object() {
     let b = create_bucket("write-kill");
@@ -164,6 +165,11 @@ fn killed_daemon_leaves_no_partial_object() {
     assert!(m.wait_exit(std::time::Duration::from_secs(10)).is_some(), "daemon did not die");
     drop(file); // the mount is gone: this close cannot commit anything
     assert!(list_keys(&b, "").is_empty(), "objects after the kill: {:?}", list_keys(&b, ""));
+    // The killed daemon could not abort its multipart upload; the next mount of the
+    // bucket finds it in the upload journal and aborts it.
+    assert!(open_uploads(&b) >= 1, "the killed daemon's upload should still be open");
+    let _again = MountBuilder::new().bucket(&b).mount();
+    assert_eq!(open_uploads(&b), 0, "the next mount aborts uploads left by a killed daemon");
 }
 
 /// Peak resident memory of a process, from /proc (kB).

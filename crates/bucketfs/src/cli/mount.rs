@@ -18,6 +18,7 @@ use fuser::{Config, MountOption, SessionACL};
 use super::args::MountArgs;
 use super::source::{check_layout, SourceSpec};
 use crate::fs::{Fs, Presentation, WriteConfig};
+use crate::write::journal::Journal;
 use crate::write::staging::StagingConfig;
 use crate::fuse::FuseAdapter;
 use crate::memory::MemoryLimiter;
@@ -65,7 +66,8 @@ pub fn run(args: MountArgs) -> Result<()> {
         attributes_from_listing: args.attributes_from_listing,
     };
     let staging = StagingConfig { dir: args.cache_dir.clone(), limit: MemoryLimiter::new(args.staging_limit) };
-    let write_config = WriteConfig { read_only: args.read_only, part_size: args.part_size, staging };
+    let journal = if args.read_only { None } else { open_journal(&args, &runtime, &namespace_sources) };
+    let write_config = WriteConfig { read_only: args.read_only, part_size: args.part_size, staging, journal };
     let fs = Fs::new(
         Namespace::new(namespace_sources, args.metadata_ttl),
         presentation,
@@ -186,6 +188,24 @@ fn unescape_mountinfo(field: &str) -> String {
 
 /// Builds one store client per source and checks, with one LIST each, that the bucket
 /// exists and can be read with these credentials.
+/// The upload journal under the cache directory, after aborting the uploads that
+/// stopped daemons left in these sources' buckets.
+fn open_journal(args: &MountArgs, runtime: &tokio::runtime::Runtime, sources: &[Source]) -> Option<Arc<Journal>> {
+    let journal = match Journal::open(&args.cache_dir) {
+        Ok(journal) => journal,
+        Err(error) => {
+            tracing::warn!("no upload journal in {}: {error}", args.cache_dir.display());
+            return None;
+        }
+    };
+    let stores: Vec<_> = sources.iter().map(|s| s.store.clone()).collect();
+    let aborted = runtime.block_on(journal.recover(&stores));
+    if aborted > 0 {
+        tracing::info!("aborted {aborted} unfinished uploads left by stopped daemons");
+    }
+    Some(Arc::new(journal))
+}
+
 async fn connect_sources(args: &MountArgs, specs: &[SourceSpec]) -> Result<Vec<Source>> {
     let checks = specs.iter().map(|spec| async move {
         let store = S3Store::new(&StoreConfig {

@@ -9,7 +9,9 @@
 //! they reach us).
 
 pub mod attrs;
+mod change;
 pub mod error;
+mod rename;
 mod xattrs;
 
 use std::collections::HashMap;
@@ -18,16 +20,16 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
 use fuser::{FileAttr, FileType, INodeNo};
 use parking_lot::Mutex;
 
 use crate::memory::MemoryLimiter;
 use crate::namespace::{DirStream, Ino, Listed, Location, Namespace, Node};
 use crate::read::{ReadConfig, ReadHandle};
-use crate::store::{Metadata, StoreError};
+use crate::store::Metadata;
+use crate::write::journal::Journal;
 use crate::write::staging::{Base, Staged, StagingConfig};
-use crate::write::{copy_object, Output, Upload};
+use crate::write::{Output, Upload};
 use attrs::StoredAttrs;
 use error::FsError;
 
@@ -66,6 +68,8 @@ pub struct WriteConfig {
     pub read_only: bool,
     pub part_size: u64,
     pub staging: StagingConfig,
+    /// Where uploads in progress are recorded (see `write::journal`).
+    pub journal: Option<Arc<Journal>>,
 }
 
 /// What a `setattr` asks to change (an atime alone is not kept: see SEMANTICS).
@@ -106,11 +110,11 @@ pub struct Fs {
     next_handle: AtomicU64,
 }
 
-/// A file open for reading: the object in the store, or the staging file of a writer.
+/// A file open for reading: the object in the store, or what a writer has written.
 #[derive(Clone)]
 enum Reader {
     Object(Arc<ReadHandle>),
-    Staged(Arc<Writer>),
+    Writer(Arc<Writer>),
 }
 
 /// An open file.
@@ -193,50 +197,56 @@ impl Fs {
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
             return self.open_for_writing(ino, flags, caller.pid).await;
         }
+        // A file being written here is read from what was written (read-your-writes).
         let writer = self.writers.lock().values().find(|w| w.ino == ino).cloned();
         if let Some(writer) = writer {
-            // Read what was written so far: possible from a staging file, not from an
-            // upload whose parts are already on their way.
-            if !matches!(writer.output, Output::Staged(_)) {
-                return Err(FsError::Busy("the file is being written; it can be read once closed"));
-            }
             let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
-            self.files.lock().insert(handle, (ino, Reader::Staged(writer)));
+            self.files.lock().insert(handle, (ino, Reader::Writer(writer)));
             return Ok(Opened { handle, keep_cache: false });
         }
+        let (reader, etag) = self.object_reader(ino).await?;
+        let keep_cache = match etag {
+            Some(etag) => self.opened_etags.lock().insert(ino, etag.clone()).as_deref() == Some(&etag),
+            None => false,
+        };
+        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        self.files.lock().insert(handle, (ino, Reader::Object(reader)));
+        Ok(Opened { handle, keep_cache })
+    }
+
+    /// A reader of the object behind `ino`, pinned to its current ETag (also returned).
+    async fn object_reader(&self, ino: Ino) -> Result<(Arc<ReadHandle>, Option<String>), FsError> {
         let node = self.namespace.getattr(ino).await?;
         let Location::File { source, key } = &node.location else {
             return Err(FsError::IsDir);
         };
-        let reader = ReadHandle::new(
-            self.namespace.store(*source).clone(),
-            key,
-            node.etag.as_deref(),
-            node.size,
-            self.read_config.clone(),
-            self.memory.clone(),
-        );
-        let keep_cache = match &node.etag {
-            Some(etag) => self.opened_etags.lock().insert(ino, etag.clone()).as_deref() == Some(etag),
-            None => false,
-        };
-        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        self.files.lock().insert(handle, (ino, Reader::Object(Arc::new(reader))));
-        Ok(Opened { handle, keep_cache })
+        let store = self.namespace.store(*source).clone();
+        let config = self.read_config.clone();
+        let reader = ReadHandle::new(store, key, node.etag.as_deref(), node.size, config, self.memory.clone());
+        Ok((Arc::new(reader), node.etag))
     }
 
     pub async fn read(&self, handle: u64, offset: u64, size: u32) -> Result<Bytes, FsError> {
+        let len = u64::from(size);
         let reader = match self.files.lock().get(&handle) {
             Some((_, reader)) => reader.clone(),
-            None => Reader::Staged(self.writers.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?),
+            None => Reader::Writer(self.writers.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?),
         };
-        match reader {
-            Reader::Object(reader) => reader.read(offset, u64::from(size)).await,
-            Reader::Staged(writer) => match &writer.output {
-                Output::Staged(staged) => staged.read(offset, u64::from(size)).await,
-                Output::Streamed(_) => Err(FsError::BadHandle), // opened write-only
-            },
+        let writer = match reader {
+            Reader::Object(reader) => return reader.read(offset, len).await,
+            Reader::Writer(writer) => writer,
+        };
+        let upload = match &writer.output {
+            Output::Staged(staged) => return staged.read(offset, len).await,
+            Output::Streamed(upload) => upload,
+        };
+        if let Some(bytes) = upload.read(offset, len).await? {
+            return Ok(bytes);
         }
+        // Committed since this handle was opened: read the object from now on.
+        let (reader, _) = self.object_reader(writer.ino).await?;
+        self.files.lock().insert(handle, (writer.ino, Reader::Object(reader.clone())));
+        reader.read(offset, len).await
     }
 
     /// Creates `name` in `parent` with permission bits `mode` and opens it for writing:
@@ -438,317 +448,6 @@ impl Fs {
         Ok(self.namespace.store(*source).get_range(key, 0..node.size, node.etag.as_deref()).await?)
     }
 
-    /// `getxattr()`: extended attribute `user.NAME` is the object's metadata `NAME`
-    /// (`x-amz-meta-NAME`), except the names that hold modes, owners and times.
-    pub async fn getxattr(&self, ino: Ino, name: &str) -> Result<Vec<u8>, FsError> {
-        let Some(key) = xattrs::metadata_key(name) else { return Err(FsError::NoAttribute) };
-        let node = self.namespace.with_metadata(self.namespace.getattr(ino).await?).await?;
-        let value = node.metadata.as_deref().and_then(|m| m.user.get(key)).ok_or(FsError::NoAttribute)?;
-        Ok(value.clone().into_bytes())
-    }
-
-    /// `listxattr()`: `user.NAME` for each metadata entry that is not an attribute.
-    pub async fn listxattr(&self, ino: Ino) -> Result<Vec<u8>, FsError> {
-        let node = self.namespace.with_metadata(self.namespace.getattr(ino).await?).await?;
-        Ok(node.metadata.as_deref().map(xattrs::list).unwrap_or_default())
-    }
-
-    /// `setxattr()` / `removexattr()` (`value` `None`): stored like `chmod`.
-    pub async fn setxattr(&self, ino: Ino, name: &str, value: Option<&[u8]>, flags: i32) -> Result<(), FsError> {
-        let key = xattrs::settable_key(name)?;
-        let value = value.map(xattrs::settable_value).transpose()?;
-        let node = self.namespace.with_metadata(self.namespace.getattr(ino).await?).await?;
-        let exists = node.metadata.as_deref().is_some_and(|m| m.user.contains_key(key));
-        match (value.is_some(), exists) {
-            (true, true) if flags & libc::XATTR_CREATE != 0 => return Err(FsError::Exists),
-            (true, false) if flags & libc::XATTR_REPLACE != 0 => return Err(FsError::NoAttribute),
-            (false, false) => return Err(FsError::NoAttribute),
-            _ => {}
-        }
-        self.change_metadata(ino, |metadata| match &value {
-            Some(value) => {
-                metadata.user.insert(key.to_owned(), value.clone());
-            }
-            None => {
-                metadata.user.remove(key);
-            }
-        })
-        .await
-    }
-
-    /// `rename()`: a server-side copy to the new key, then a delete of the old one (S3
-    /// has no rename). A directory is moved key by key: every copy first, then the
-    /// deletes, so a failure part-way leaves the source whole (not atomic: SEMANTICS.md).
-    /// Open files move with it: readers read the new key, writers upload there.
-    pub async fn rename(&self, from: (Ino, &str), to: (Ino, &str), no_replace: bool) -> Result<(), FsError> {
-        self.check_writable()?;
-        let node = self.namespace.lookup(from.0, from.1).await?;
-        let (to_source, to_key) = self.namespace.entry_key(to.0, to.1)?;
-        let target = match self.namespace.lookup(to.0, to.1).await {
-            Ok(target) => Some(target),
-            Err(FsError::NotFound) => None,
-            Err(error) => return Err(error),
-        };
-        if target.as_ref().is_some_and(|t| t.ino == node.ino) {
-            return Ok(()); // a name onto itself
-        }
-        if no_replace && target.is_some() {
-            return Err(FsError::Exists);
-        }
-        match (&node.location, target.as_ref().map(|t| t.location.is_dir())) {
-            (Location::File { source, .. } | Location::Dir { source, .. }, _) if *source != to_source => {
-                Err(FsError::CrossDevice("a different bucket or prefix"))
-            }
-            (Location::File { .. }, Some(true)) => Err(FsError::IsDir),
-            (Location::File { key, .. }, _) => self.rename_file(&node, key, from, to, to_key).await,
-            (Location::Dir { .. }, Some(false)) => Err(FsError::NotDir),
-            (Location::Dir { prefix, .. }, _) => {
-                if let Some(target) = &target {
-                    self.check_empty_dir(target).await?;
-                }
-                self.rename_dir(&node, prefix, from, to, format!("{to_key}/"), target.is_some()).await
-            }
-            (Location::SourceList, _) => Err(FsError::NotPermitted),
-        }
-    }
-
-    async fn rename_file(&self, node: &Node, key: &str, from: (Ino, &str), to: (Ino, &str), to_key: String) -> Result<(), FsError> {
-        let writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == node.ino).cloned().collect();
-        let mut uploading = false;
-        for writer in &writers {
-            uploading |= writer.output.rename(to_key.clone()).await;
-        }
-        let Location::File { source, .. } = node.location else { return Err(FsError::IsDir) };
-        let store = self.namespace.store(source);
-        if uploading {
-            // The new content goes to the new key at close; an object the file is
-            // replacing (O_TRUNC) must not stay behind under the old name.
-            store.delete(key).await?;
-        } else {
-            let metadata = self.stored_metadata(node.clone()).await?;
-            let etag = copy_object(store, key, &to_key, node.size, node.etag.as_deref(), &metadata).await?;
-            store.delete(key).await?;
-            let readers: Vec<_> = self
-                .files
-                .lock()
-                .values()
-                .filter_map(|(ino, reader)| match reader {
-                    Reader::Object(reader) if *ino == node.ino => Some(reader.clone()),
-                    _ => None,
-                })
-                .collect();
-            for reader in readers {
-                reader.relocate(&to_key, etag.as_deref());
-            }
-            for writer in &writers {
-                writer.output.relocated(to_key.clone(), etag.clone()).await;
-            }
-            self.namespace.set_metadata(node.ino, Arc::new(metadata), Some(etag));
-        }
-        self.namespace.rename_entry(from, to, key, &to_key);
-        Ok(())
-    }
-
-    async fn rename_dir(
-        &self,
-        node: &Node,
-        prefix: &str,
-        from: (Ino, &str),
-        to: (Ino, &str),
-        to_prefix: String,
-        replacing: bool,
-    ) -> Result<(), FsError> {
-        let Location::Dir { source, .. } = node.location else { return Err(FsError::NotDir) };
-        if to_prefix.starts_with(prefix) {
-            return Err(FsError::Invalid("moving a directory into itself"));
-        }
-        if self.writers.lock().values().any(|w| w.output.key().starts_with(prefix)) {
-            return Err(FsError::Busy("files below the directory are being written"));
-        }
-        let store = self.namespace.store(source).clone();
-        let mut keys = Vec::new();
-        let mut token = None;
-        loop {
-            let page = store.list_recursive(prefix, token).await?;
-            keys.extend(page.objects.into_iter().map(|o| o.key));
-            token = page.next_token;
-            if token.is_none() {
-                break;
-            }
-        }
-        // Each object's metadata (not in the listing) is read as it is copied.
-        let copies: Vec<_> = keys
-            .iter()
-            .map(|key| {
-                let (store, key, to_key) = (store.clone(), key.clone(), format!("{to_prefix}{}", &key[prefix.len()..]));
-                async move {
-                    let info = store.head(&key).await?;
-                    let metadata = info.metadata.as_deref().cloned().unwrap_or_default();
-                    copy_object(&store, &key, &to_key, info.size, info.etag.as_deref(), &metadata).await
-                }
-            })
-            .collect();
-        futures::stream::iter(copies).buffer_unordered(RENAME_CONCURRENCY).try_collect::<Vec<_>>().await?;
-        if replacing && !keys.iter().any(|key| key == prefix) {
-            // The replaced empty directory's marker would lend it its attributes.
-            store.delete(&to_prefix).await?;
-        }
-        let deletes: Vec<_> = keys
-            .into_iter()
-            .map(|key| {
-                let store = store.clone();
-                async move { store.delete(&key).await }
-            })
-            .collect();
-        futures::stream::iter(deletes).buffer_unordered(RENAME_CONCURRENCY).try_collect::<Vec<_>>().await?;
-        self.namespace.rename_entry(from, to, prefix, &to_prefix);
-        Ok(())
-    }
-
-    /// `Ok` if the directory `node` holds nothing (its own marker aside).
-    async fn check_empty_dir(&self, node: &Node) -> Result<(), FsError> {
-        let Location::Dir { source, prefix } = &node.location else { return Err(FsError::NotDir) };
-        // Two keys are enough to tell: the marker `dir/` itself, and anything else.
-        let page = self.namespace.store(*source).list(prefix, None, Some(2)).await?;
-        let only_marker = page.prefixes.is_empty() && page.objects.iter().all(|o| o.key == *prefix);
-        if !only_marker || self.namespace.has_pending_children(node.ino) {
-            return Err(FsError::NotEmpty);
-        }
-        Ok(())
-    }
-
-    /// `chmod`, `chown`, `utimens`, `truncate`. Modes, owners and mtimes are stored in
-    /// the object's metadata: carried by the upload while the file is open for writing
-    /// (as `tar` sets them before `close`), else rewritten in place with a server-side
-    /// copy, which returns only once stored. Asking for what is already shown costs nothing.
-    pub async fn setattr(&self, ino: Ino, change: AttrChange) -> Result<FileAttr, FsError> {
-        let mut current = self.getattr(ino).await?;
-        if let Some(size) = change.size {
-            current = self.truncate(ino, size).await?;
-        }
-        let type_bits = match current.kind {
-            FileType::Directory => S_IFDIR,
-            FileType::Symlink => S_IFLNK,
-            _ => S_IFREG,
-        };
-        let wanted = StoredAttrs {
-            mode: change.mode.filter(|&mode| mode != current.perm).map(|mode| type_bits | u32::from(mode)),
-            uid: change.uid.filter(|&uid| uid != current.uid),
-            gid: change.gid.filter(|&gid| gid != current.gid),
-            mtime: change.mtime.filter(|&mtime| mtime != current.mtime),
-        };
-        if wanted == StoredAttrs::default() {
-            return Ok(current);
-        }
-        self.change_metadata(ino, |metadata| wanted.apply_to(metadata)).await?;
-        Ok(self.attr(&self.namespace.node(ino)?))
-    }
-
-    /// Changes the metadata of `ino`: in its upload if it is open for writing (stored at
-    /// close), else in the store right away.
-    async fn change_metadata(&self, ino: Ino, change: impl Fn(&mut Metadata)) -> Result<(), FsError> {
-        self.check_writable()?;
-        let writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == ino).cloned().collect();
-        for writer in writers {
-            if let Some(metadata) = writer.output.update_metadata(&change).await {
-                self.namespace.set_metadata(ino, Arc::new(metadata), None);
-                return Ok(());
-            }
-        }
-        self.rewrite_metadata(ino, change).await
-    }
-
-    /// Applies `change` to the metadata of the object (or directory marker) behind `ino`.
-    async fn rewrite_metadata(&self, ino: Ino, change: impl Fn(&mut Metadata)) -> Result<(), FsError> {
-        let node = self.namespace.getattr(ino).await?;
-        match &node.location {
-            Location::File { source, key } => {
-                let store = self.namespace.store(*source);
-                let mut node = node.clone();
-                // Copy from the version we know; if another client changed it meanwhile,
-                // read it again once (its content and metadata are what we must keep).
-                for attempt in 0..2 {
-                    let mut metadata = self.stored_metadata(node.clone()).await?;
-                    change(&mut metadata);
-                    match copy_object(store, key, key, node.size, node.etag.as_deref(), &metadata).await {
-                        Ok(etag) => {
-                            self.namespace.set_metadata(ino, Arc::new(metadata), Some(etag));
-                            return Ok(());
-                        }
-                        Err(StoreError::Changed) if attempt == 0 => {
-                            self.namespace.expire(ino);
-                            node = self.namespace.getattr(ino).await?;
-                        }
-                        Err(error) => return Err(error.into()),
-                    }
-                }
-                Err(StoreError::Changed.into())
-            }
-            Location::Dir { source, prefix } if !prefix.is_empty() => {
-                // A marker is empty: writing it again with the new metadata is the update
-                // (and turns an implicit directory into an explicit one).
-                let mut metadata = self.stored_metadata(node.clone()).await?;
-                change(&mut metadata);
-                metadata.content_type.get_or_insert_with(|| DIRECTORY_CONTENT_TYPE.into());
-                self.namespace.store(*source).put(prefix, Bytes::new(), &metadata, false).await?;
-                self.namespace.set_metadata(ino, Arc::new(metadata), None);
-                Ok(())
-            }
-            // The bucket root (or the root of a multiplexed mount) has no object to keep
-            // attributes in: they are kept in memory until unmount, so that `tar x` and
-            // `rsync -a` of a tree rooted at "." work (SEMANTICS.md says so).
-            _ => {
-                let mut metadata = node.metadata.as_deref().cloned().unwrap_or_default();
-                change(&mut metadata);
-                self.namespace.set_metadata(ino, Arc::new(metadata), None);
-                Ok(())
-            }
-        }
-    }
-
-    /// The metadata stored for `node` (fetched if only a listing is known).
-    async fn stored_metadata(&self, node: Node) -> Result<Metadata, FsError> {
-        let node = self.namespace.with_metadata(node).await?;
-        Ok(node.metadata.as_deref().cloned().unwrap_or_default())
-    }
-
-    /// `truncate()`/`ftruncate()`. A file open with a staging file changes there (stored
-    /// at close); one being streamed can only keep its size. Without an open handle the
-    /// object is replaced at once: by an empty one, or through a staging file that keeps
-    /// the unchanged part by server-side copy.
-    async fn truncate(&self, ino: Ino, size: u64) -> Result<FileAttr, FsError> {
-        self.check_writable()?;
-        let node = self.namespace.getattr(ino).await?;
-        let Location::File { source, key } = &node.location else {
-            return Err(FsError::IsDir);
-        };
-        if size == node.size {
-            return Ok(self.attr(&node));
-        }
-        let writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == ino).cloned().collect();
-        if let Some(writer) = writers.first() {
-            let Output::Staged(staged) = &writer.output else {
-                return Err(FsError::Unsupported("truncating a file being written front to back (open it O_RDWR)"));
-            };
-            staged.truncate(size).await?;
-            self.namespace.set_pending_size(ino, size);
-            return Ok(self.attr(&self.namespace.node(ino)?));
-        }
-        let mut metadata = self.stored_metadata(node.clone()).await?;
-        StoredAttrs::forget_mtime(&mut metadata);
-        let etag = if size == 0 {
-            self.namespace.store(*source).put(key, Bytes::new(), &metadata, false).await?
-        } else {
-            let base = Base { etag: node.etag.clone(), size: node.size };
-            let staged = self.new_staged(*source, key.clone(), Some(base), metadata.clone())?;
-            staged.truncate(size).await?;
-            staged.commit().await?.flatten()
-        };
-        self.namespace.set_pending_size(ino, size);
-        self.namespace.upload_done(ino, etag, Arc::new(metadata));
-        Ok(self.attr(&self.namespace.node(ino)?))
-    }
-
     fn check_writable(&self) -> Result<(), FsError> {
         if self.write_config.read_only {
             Err(FsError::ReadOnly)
@@ -759,7 +458,8 @@ impl Fs {
 
     fn new_upload(&self, source: usize, key: String, create_only: bool, metadata: Metadata) -> Upload {
         let store = self.namespace.store(source).clone();
-        Upload::new(store, key, create_only, self.write_config.part_size, self.memory.clone(), metadata)
+        let config = &self.write_config;
+        Upload::new(store, key, create_only, config.part_size, self.memory.clone(), config.journal.clone(), metadata)
     }
 
     fn add_writer(&self, writer: Writer) -> Opened {

@@ -131,6 +131,10 @@ impl MemoryStore {
 
 #[async_trait]
 impl ObjectStore for MemoryStore {
+    fn location(&self) -> String {
+        "memory".into()
+    }
+
     async fn list(&self, prefix: &str, token: Option<String>, max_keys: Option<i32>) -> Result<ListPage, StoreError> {
         self.lists.fetch_add(1, Ordering::Relaxed);
         Ok(self.list_sync(prefix, token, max_keys.unwrap_or(1000).max(1) as usize))

@@ -88,6 +88,9 @@ fn request_suffix(request_id: &Option<String>) -> String {
 /// Keys are full keys inside the bucket; a source's prefix is applied by the caller.
 #[async_trait]
 pub trait ObjectStore: Send + Sync + 'static {
+    /// Which bucket of which service this is, e.g. `http://host:9000/bucket`.
+    fn location(&self) -> String;
+
     /// One page of `ListObjectsV2(prefix, delimiter="/")`.
     async fn list(
         &self,

@@ -214,6 +214,10 @@ impl S3Store {
 
 #[async_trait]
 impl ObjectStore for S3Store {
+    fn location(&self) -> String {
+        format!("{}/{}", self.endpoint, self.bucket)
+    }
+
     async fn list(
         &self,
         prefix: &str,

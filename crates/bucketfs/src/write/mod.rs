@@ -23,6 +23,7 @@
 //!
 //! [`copy_object`] copies inside the store, for metadata changes and renames.
 
+pub mod journal;
 pub mod staging;
 
 use std::collections::VecDeque;
@@ -68,6 +69,8 @@ struct Multipart {
     /// The key the upload was started for (the file may have been renamed since).
     key: String,
     upload_id: String,
+    /// Removed from the journal when this is dropped (completed or aborted).
+    _journal: Option<journal::Entry>,
     in_flight: VecDeque<Part>,
     done: Vec<(i32, String)>,
     next_number: i32,
@@ -100,6 +103,7 @@ pub struct Upload {
     create_only: bool,
     part_size: u64,
     memory: Arc<MemoryLimiter>,
+    journal: Option<Arc<journal::Journal>>,
     state: Mutex<State>,
 }
 
@@ -110,11 +114,13 @@ impl Upload {
         create_only: bool,
         part_size: u64,
         memory: Arc<MemoryLimiter>,
+        journal: Option<Arc<journal::Journal>>,
         metadata: Metadata,
     ) -> Self {
         let state = State { metadata, ..State::default() };
         let key = parking_lot::Mutex::new(key);
-        Self { store, key, create_only, part_size: part_size.max(MIN_PART), memory, state: Mutex::new(state) }
+        let part_size = part_size.max(MIN_PART);
+        Self { store, key, create_only, part_size, memory, journal, state: Mutex::new(state) }
     }
 
     /// The metadata the object will have (or has, once committed).
@@ -221,6 +227,25 @@ impl Upload {
         self.state.lock().await.discarded = true;
     }
 
+    /// Bytes of the file while they are still here, for readers of a file being written:
+    /// `None` once committed (read the object instead); EBUSY for bytes already sent as
+    /// parts, which S3 cannot give back before the upload completes.
+    pub async fn read(&self, offset: u64, len: u64) -> Result<Option<Bytes>, FsError> {
+        let state = self.state.lock().await;
+        if state.outcome.is_some() {
+            return Ok(None);
+        }
+        let end = offset.saturating_add(len).min(state.sent + state.buffer.len() as u64);
+        if offset >= end {
+            return Ok(Some(Bytes::new()));
+        }
+        if offset < state.sent {
+            return Err(FsError::Busy("these bytes are already uploaded; they can be read once the file is closed"));
+        }
+        let buffered = &state.buffer[(offset - state.sent) as usize..(end - state.sent) as usize];
+        Ok(Some(Bytes::copy_from_slice(buffered)))
+    }
+
     async fn finish(&self, state: &mut State) -> Result<Option<String>, StoreError> {
         let create_only = self.create_only && !state.replace;
         let key = self.key();
@@ -283,7 +308,8 @@ impl Upload {
             let key = self.key();
             let upload_id = self.store.start_upload(&key, &state.metadata).await?;
             state.started_with = Some(state.metadata.clone());
-            state.multipart = Some(Multipart { key, upload_id, in_flight: VecDeque::new(), done: Vec::new(), next_number: 1 });
+            let journal = self.journal.as_ref().and_then(|j| j.record(self.store.as_ref(), &key, &upload_id));
+            state.multipart = Some(Multipart { key, upload_id, _journal: journal, in_flight: VecDeque::new(), done: Vec::new(), next_number: 1 });
         }
         let rest = state.buffer.split_off(len);
         let data = Bytes::from(std::mem::replace(&mut state.buffer, rest));
@@ -471,7 +497,7 @@ mod tests {
     fn streamed_writes_with_holes_become_the_same_object() {
         let rt = runtime();
         let store = Arc::new(MemoryStore::default());
-        let upload = Upload::new(store.clone(), "k".into(), true, MIN_PART, MemoryLimiter::new(64 * MIB), Metadata::default());
+        let upload = Upload::new(store.clone(), "k".into(), true, MIN_PART, MemoryLimiter::new(64 * MIB), None, Metadata::default());
         let mut expected = Vec::new();
         rt.block_on(async {
             let mut offset = 0u64;
@@ -497,7 +523,7 @@ mod tests {
     fn failed_create_is_reported_at_commit_and_aborted() {
         let rt = runtime();
         let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), b"theirs".to_vec())]));
-        let upload = Upload::new(store.clone(), "k".into(), true, MIN_PART, MemoryLimiter::new(64 * MIB), Metadata::default());
+        let upload = Upload::new(store.clone(), "k".into(), true, MIN_PART, MemoryLimiter::new(64 * MIB), None, Metadata::default());
         rt.block_on(async {
             upload.write(0, &vec![1; 12 * MIB as usize]).await.expect("write");
             let error = upload.commit().await.expect_err("key exists");
@@ -535,7 +561,7 @@ mod tests {
     fn rewriting_sent_bytes_is_refused() {
         let rt = runtime();
         let store = Arc::new(MemoryStore::default());
-        let upload = Upload::new(store, "k".into(), false, MIN_PART, MemoryLimiter::new(64 * MIB), Metadata::default());
+        let upload = Upload::new(store, "k".into(), false, MIN_PART, MemoryLimiter::new(64 * MIB), None, Metadata::default());
         rt.block_on(async {
             upload.write(0, &vec![1; 6 * MIB as usize]).await.expect("write");
             let error = upload.write(10, b"x").await.expect_err("already sent");

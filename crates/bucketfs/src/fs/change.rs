@@ -1,0 +1,189 @@
+//! Changes to what an entry is rather than what it holds: `chmod`, `chown`, `utimens`
+//! and `truncate` (`setattr`), and `user.*` extended attributes. Modes, owners, times and
+//! xattrs live in object metadata: carried by the upload of a file open for writing,
+//! else rewritten in the store at once.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fuser::{FileAttr, FileType};
+
+use super::attrs::StoredAttrs;
+use super::error::FsError;
+use super::{xattrs, AttrChange, Fs, DIRECTORY_CONTENT_TYPE, S_IFDIR, S_IFLNK, S_IFREG};
+use crate::namespace::{Ino, Location, Node};
+use crate::store::{Metadata, StoreError};
+use crate::write::staging::Base;
+use crate::write::{copy_object, Output};
+
+impl Fs {
+    /// `getxattr()`: extended attribute `user.NAME` is the object's metadata `NAME`
+    /// (`x-amz-meta-NAME`), except the names that hold modes, owners and times.
+    pub async fn getxattr(&self, ino: Ino, name: &str) -> Result<Vec<u8>, FsError> {
+        let Some(key) = xattrs::metadata_key(name) else { return Err(FsError::NoAttribute) };
+        let node = self.namespace.with_metadata(self.namespace.getattr(ino).await?).await?;
+        let value = node.metadata.as_deref().and_then(|m| m.user.get(key)).ok_or(FsError::NoAttribute)?;
+        Ok(value.clone().into_bytes())
+    }
+
+    /// `listxattr()`: `user.NAME` for each metadata entry that is not an attribute.
+    pub async fn listxattr(&self, ino: Ino) -> Result<Vec<u8>, FsError> {
+        let node = self.namespace.with_metadata(self.namespace.getattr(ino).await?).await?;
+        Ok(node.metadata.as_deref().map(xattrs::list).unwrap_or_default())
+    }
+
+    /// `setxattr()` / `removexattr()` (`value` `None`): stored like `chmod`.
+    pub async fn setxattr(&self, ino: Ino, name: &str, value: Option<&[u8]>, flags: i32) -> Result<(), FsError> {
+        let key = xattrs::settable_key(name)?;
+        let value = value.map(xattrs::settable_value).transpose()?;
+        let node = self.namespace.with_metadata(self.namespace.getattr(ino).await?).await?;
+        let exists = node.metadata.as_deref().is_some_and(|m| m.user.contains_key(key));
+        match (value.is_some(), exists) {
+            (true, true) if flags & libc::XATTR_CREATE != 0 => return Err(FsError::Exists),
+            (true, false) if flags & libc::XATTR_REPLACE != 0 => return Err(FsError::NoAttribute),
+            (false, false) => return Err(FsError::NoAttribute),
+            _ => {}
+        }
+        self.change_metadata(ino, |metadata| match &value {
+            Some(value) => {
+                metadata.user.insert(key.to_owned(), value.clone());
+            }
+            None => {
+                metadata.user.remove(key);
+            }
+        })
+        .await
+    }
+
+    /// `chmod`, `chown`, `utimens`, `truncate`. Modes, owners and mtimes are stored in
+    /// the object's metadata: carried by the upload while the file is open for writing
+    /// (as `tar` sets them before `close`), else rewritten in place with a server-side
+    /// copy, which returns only once stored. Asking for what is already shown costs nothing.
+    pub async fn setattr(&self, ino: Ino, change: AttrChange) -> Result<FileAttr, FsError> {
+        let mut current = self.getattr(ino).await?;
+        if let Some(size) = change.size {
+            current = self.truncate(ino, size).await?;
+        }
+        let type_bits = match current.kind {
+            FileType::Directory => S_IFDIR,
+            FileType::Symlink => S_IFLNK,
+            _ => S_IFREG,
+        };
+        let wanted = StoredAttrs {
+            mode: change.mode.filter(|&mode| mode != current.perm).map(|mode| type_bits | u32::from(mode)),
+            uid: change.uid.filter(|&uid| uid != current.uid),
+            gid: change.gid.filter(|&gid| gid != current.gid),
+            mtime: change.mtime.filter(|&mtime| mtime != current.mtime),
+        };
+        if wanted == StoredAttrs::default() {
+            return Ok(current);
+        }
+        self.change_metadata(ino, |metadata| wanted.apply_to(metadata)).await?;
+        Ok(self.attr(&self.namespace.node(ino)?))
+    }
+
+    /// Changes the metadata of `ino`: in its upload if it is open for writing (stored at
+    /// close), else in the store right away.
+    async fn change_metadata(&self, ino: Ino, change: impl Fn(&mut Metadata)) -> Result<(), FsError> {
+        self.check_writable()?;
+        let writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == ino).cloned().collect();
+        for writer in writers {
+            if let Some(metadata) = writer.output.update_metadata(&change).await {
+                self.namespace.set_metadata(ino, Arc::new(metadata), None);
+                return Ok(());
+            }
+        }
+        self.rewrite_metadata(ino, change).await
+    }
+
+    /// Applies `change` to the metadata of the object (or directory marker) behind `ino`.
+    async fn rewrite_metadata(&self, ino: Ino, change: impl Fn(&mut Metadata)) -> Result<(), FsError> {
+        let node = self.namespace.getattr(ino).await?;
+        match &node.location {
+            Location::File { source, key } => {
+                let store = self.namespace.store(*source);
+                let mut node = node.clone();
+                // Copy from the version we know; if another client changed it meanwhile,
+                // read it again once (its content and metadata are what we must keep).
+                for attempt in 0..2 {
+                    let mut metadata = self.stored_metadata(node.clone()).await?;
+                    change(&mut metadata);
+                    match copy_object(store, key, key, node.size, node.etag.as_deref(), &metadata).await {
+                        Ok(etag) => {
+                            self.namespace.set_metadata(ino, Arc::new(metadata), Some(etag));
+                            return Ok(());
+                        }
+                        Err(StoreError::Changed) if attempt == 0 => {
+                            self.namespace.expire(ino);
+                            node = self.namespace.getattr(ino).await?;
+                        }
+                        Err(error) => return Err(error.into()),
+                    }
+                }
+                Err(StoreError::Changed.into())
+            }
+            Location::Dir { source, prefix } if !prefix.is_empty() => {
+                // A marker is empty: writing it again with the new metadata is the update
+                // (and turns an implicit directory into an explicit one).
+                let mut metadata = self.stored_metadata(node.clone()).await?;
+                change(&mut metadata);
+                metadata.content_type.get_or_insert_with(|| DIRECTORY_CONTENT_TYPE.into());
+                self.namespace.store(*source).put(prefix, Bytes::new(), &metadata, false).await?;
+                self.namespace.set_metadata(ino, Arc::new(metadata), None);
+                Ok(())
+            }
+            // The bucket root (or the root of a multiplexed mount) has no object to keep
+            // attributes in: they are kept in memory until unmount, so that `tar x` and
+            // `rsync -a` of a tree rooted at "." work (SEMANTICS.md says so).
+            _ => {
+                let mut metadata = node.metadata.as_deref().cloned().unwrap_or_default();
+                change(&mut metadata);
+                self.namespace.set_metadata(ino, Arc::new(metadata), None);
+                Ok(())
+            }
+        }
+    }
+
+    /// The metadata stored for `node` (fetched if only a listing is known).
+    pub(super) async fn stored_metadata(&self, node: Node) -> Result<Metadata, FsError> {
+        let node = self.namespace.with_metadata(node).await?;
+        Ok(node.metadata.as_deref().cloned().unwrap_or_default())
+    }
+
+    /// `truncate()`/`ftruncate()`. A file open with a staging file changes there (stored
+    /// at close); one being streamed can only keep its size. Without an open handle the
+    /// object is replaced at once: by an empty one, or through a staging file that keeps
+    /// the unchanged part by server-side copy.
+    async fn truncate(&self, ino: Ino, size: u64) -> Result<FileAttr, FsError> {
+        self.check_writable()?;
+        let node = self.namespace.getattr(ino).await?;
+        let Location::File { source, key } = &node.location else {
+            return Err(FsError::IsDir);
+        };
+        if size == node.size {
+            return Ok(self.attr(&node));
+        }
+        let writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == ino).cloned().collect();
+        if let Some(writer) = writers.first() {
+            let Output::Staged(staged) = &writer.output else {
+                return Err(FsError::Unsupported("truncating a file being written front to back (open it O_RDWR)"));
+            };
+            staged.truncate(size).await?;
+            self.namespace.set_pending_size(ino, size);
+            return Ok(self.attr(&self.namespace.node(ino)?));
+        }
+        let mut metadata = self.stored_metadata(node.clone()).await?;
+        StoredAttrs::forget_mtime(&mut metadata);
+        let etag = if size == 0 {
+            self.namespace.store(*source).put(key, Bytes::new(), &metadata, false).await?
+        } else {
+            let base = Base { etag: node.etag.clone(), size: node.size };
+            let staged = self.new_staged(*source, key.clone(), Some(base), metadata.clone())?;
+            staged.truncate(size).await?;
+            staged.commit().await?.flatten()
+        };
+        self.namespace.set_pending_size(ino, size);
+        self.namespace.upload_done(ino, etag, Arc::new(metadata));
+        Ok(self.attr(&self.namespace.node(ino)?))
+    }
+}

@@ -1,0 +1,154 @@
+//! `rename()`: S3 has none, so a file is copied inside the store and the old key deleted,
+//! and a directory is moved key by key (not atomic; see SEMANTICS.md).
+
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+
+use super::error::FsError;
+use super::{Fs, Reader, RENAME_CONCURRENCY};
+use crate::namespace::{Ino, Location, Node};
+use crate::write::copy_object;
+
+impl Fs {
+    /// `rename()`: a server-side copy to the new key, then a delete of the old one (S3
+    /// has no rename). A directory is moved key by key: every copy first, then the
+    /// deletes, so a failure part-way leaves the source whole (not atomic: SEMANTICS.md).
+    /// Open files move with it: readers read the new key, writers upload there.
+    pub async fn rename(&self, from: (Ino, &str), to: (Ino, &str), no_replace: bool) -> Result<(), FsError> {
+        self.check_writable()?;
+        let node = self.namespace.lookup(from.0, from.1).await?;
+        let (to_source, to_key) = self.namespace.entry_key(to.0, to.1)?;
+        let target = match self.namespace.lookup(to.0, to.1).await {
+            Ok(target) => Some(target),
+            Err(FsError::NotFound) => None,
+            Err(error) => return Err(error),
+        };
+        if target.as_ref().is_some_and(|t| t.ino == node.ino) {
+            return Ok(()); // a name onto itself
+        }
+        if no_replace && target.is_some() {
+            return Err(FsError::Exists);
+        }
+        match (&node.location, target.as_ref().map(|t| t.location.is_dir())) {
+            (Location::File { source, .. } | Location::Dir { source, .. }, _) if *source != to_source => {
+                Err(FsError::CrossDevice("a different bucket or prefix"))
+            }
+            (Location::File { .. }, Some(true)) => Err(FsError::IsDir),
+            (Location::File { key, .. }, _) => self.rename_file(&node, key, from, to, to_key).await,
+            (Location::Dir { .. }, Some(false)) => Err(FsError::NotDir),
+            (Location::Dir { prefix, .. }, _) => {
+                if let Some(target) = &target {
+                    self.check_empty_dir(target).await?;
+                }
+                self.rename_dir(&node, prefix, from, to, format!("{to_key}/"), target.is_some()).await
+            }
+            (Location::SourceList, _) => Err(FsError::NotPermitted),
+        }
+    }
+
+    async fn rename_file(&self, node: &Node, key: &str, from: (Ino, &str), to: (Ino, &str), to_key: String) -> Result<(), FsError> {
+        let writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == node.ino).cloned().collect();
+        let mut uploading = false;
+        for writer in &writers {
+            uploading |= writer.output.rename(to_key.clone()).await;
+        }
+        let Location::File { source, .. } = node.location else { return Err(FsError::IsDir) };
+        let store = self.namespace.store(source);
+        if uploading {
+            // The new content goes to the new key at close; an object the file is
+            // replacing (O_TRUNC) must not stay behind under the old name.
+            store.delete(key).await?;
+        } else {
+            let metadata = self.stored_metadata(node.clone()).await?;
+            let etag = copy_object(store, key, &to_key, node.size, node.etag.as_deref(), &metadata).await?;
+            store.delete(key).await?;
+            let readers: Vec<_> = self
+                .files
+                .lock()
+                .values()
+                .filter_map(|(ino, reader)| match reader {
+                    Reader::Object(reader) if *ino == node.ino => Some(reader.clone()),
+                    _ => None,
+                })
+                .collect();
+            for reader in readers {
+                reader.relocate(&to_key, etag.as_deref());
+            }
+            for writer in &writers {
+                writer.output.relocated(to_key.clone(), etag.clone()).await;
+            }
+            self.namespace.set_metadata(node.ino, Arc::new(metadata), Some(etag));
+        }
+        self.namespace.rename_entry(from, to, key, &to_key);
+        Ok(())
+    }
+
+    async fn rename_dir(
+        &self,
+        node: &Node,
+        prefix: &str,
+        from: (Ino, &str),
+        to: (Ino, &str),
+        to_prefix: String,
+        replacing: bool,
+    ) -> Result<(), FsError> {
+        let Location::Dir { source, .. } = node.location else { return Err(FsError::NotDir) };
+        if to_prefix.starts_with(prefix) {
+            return Err(FsError::Invalid("moving a directory into itself"));
+        }
+        if self.writers.lock().values().any(|w| w.output.key().starts_with(prefix)) {
+            return Err(FsError::Busy("files below the directory are being written"));
+        }
+        let store = self.namespace.store(source).clone();
+        let mut keys = Vec::new();
+        let mut token = None;
+        loop {
+            let page = store.list_recursive(prefix, token).await?;
+            keys.extend(page.objects.into_iter().map(|o| o.key));
+            token = page.next_token;
+            if token.is_none() {
+                break;
+            }
+        }
+        // Each object's metadata (not in the listing) is read as it is copied.
+        let copies: Vec<_> = keys
+            .iter()
+            .map(|key| {
+                let (store, key, to_key) = (store.clone(), key.clone(), format!("{to_prefix}{}", &key[prefix.len()..]));
+                async move {
+                    let info = store.head(&key).await?;
+                    let metadata = info.metadata.as_deref().cloned().unwrap_or_default();
+                    copy_object(&store, &key, &to_key, info.size, info.etag.as_deref(), &metadata).await
+                }
+            })
+            .collect();
+        futures::stream::iter(copies).buffer_unordered(RENAME_CONCURRENCY).try_collect::<Vec<_>>().await?;
+        if replacing && !keys.iter().any(|key| key == prefix) {
+            // The replaced empty directory's marker would lend it its attributes.
+            store.delete(&to_prefix).await?;
+        }
+        let deletes: Vec<_> = keys
+            .into_iter()
+            .map(|key| {
+                let store = store.clone();
+                async move { store.delete(&key).await }
+            })
+            .collect();
+        futures::stream::iter(deletes).buffer_unordered(RENAME_CONCURRENCY).try_collect::<Vec<_>>().await?;
+        self.namespace.rename_entry(from, to, prefix, &to_prefix);
+        Ok(())
+    }
+
+    /// `Ok` if the directory `node` holds nothing (its own marker aside).
+    pub(super) async fn check_empty_dir(&self, node: &Node) -> Result<(), FsError> {
+        let Location::Dir { source, prefix } = &node.location else { return Err(FsError::NotDir) };
+        // Two keys are enough to tell: the marker `dir/` itself, and anything else.
+        let page = self.namespace.store(*source).list(prefix, None, Some(2)).await?;
+        let only_marker = page.prefixes.is_empty() && page.objects.iter().all(|o| o.key == *prefix);
+        if !only_marker || self.namespace.has_pending_children(node.ino) {
+            return Err(FsError::NotEmpty);
+        }
+        Ok(())
+    }
+}
