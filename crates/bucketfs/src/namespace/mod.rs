@@ -175,6 +175,10 @@ pub struct Namespace {
     pending: Mutex<HashMap<Ino, std::collections::BTreeSet<String>>>,
     /// Complete listings of directories, by directory inode.
     listings: Mutex<HashMap<Ino, CachedListing>>,
+    /// The page most recently listed of each directory still being listed: programs
+    /// `stat` entries while they read the directory (`ls -l`), before the listing is
+    /// complete, and metadata batches take their neighbours from here.
+    recent_pages: Mutex<HashMap<Ino, CachedListing>>,
     /// Lookups that went to the store, per directory: (count, counting since).
     store_lookups: Mutex<HashMap<Ino, (u32, Instant)>>,
     /// HEADs for the metadata of listed entries, per directory: (count, counting since).
@@ -226,6 +230,7 @@ impl Namespace {
             missing: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             listings: Mutex::new(HashMap::new()),
+            recent_pages: Mutex::new(HashMap::new()),
             store_lookups: Mutex::new(HashMap::new()),
             metadata_fetches: Mutex::new(HashMap::new()),
             ttl,
@@ -397,6 +402,7 @@ impl Namespace {
         names.sort_unstable();
         let listing = CachedListing { until: started + self.ttl, names: Arc::new(names) };
         self.listings.lock().insert(dir, listing);
+        self.recent_pages.lock().remove(&dir);
     }
 
     /// A change made through the mount: `name` now is (or is not) in `dir`, also in its
@@ -549,7 +555,11 @@ impl Namespace {
         if self.count_in(&self.metadata_fetches, node.parent, now) < METADATA_FETCHES_BEFORE_BATCHING {
             return batch;
         }
-        let Some(names) = self.fresh_listing(node.parent, now) else {
+        let recent_page = || {
+            let pages = self.recent_pages.lock();
+            pages.get(&node.parent).filter(|p| p.until > now).map(|p| p.names.clone())
+        };
+        let Some(names) = self.fresh_listing(node.parent, now).or_else(recent_page) else {
             return batch;
         };
         let start = names.partition_point(|n| n.as_str() <= node.name.as_str());
@@ -695,6 +705,10 @@ impl Namespace {
 
     fn enter_listed(&self, dir: Ino, source: usize, prefix: &str, entries: Vec<Entry>) -> Vec<Listed> {
         let valid_until = Some(Instant::now() + self.ttl);
+        let mut names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
+        names.sort_unstable();
+        let page = CachedListing { until: Instant::now() + self.ttl, names: Arc::new(names) };
+        self.recent_pages.lock().insert(dir, page);
         let mut missing = self.missing.lock();
         let mut table = self.table.write();
         entries
@@ -918,6 +932,28 @@ mod tests {
         assert!(matches!(ns.lookup(d.ino, "nope").await, Err(FsError::NotFound)));
         let heads = store.heads.load(Ordering::Relaxed);
         assert!(heads <= 1 + LOOKUPS_BEFORE_LISTING as usize, "{heads} HEADs for 100 lookups");
+    }
+
+    #[tokio::test]
+    async fn metadata_is_fetched_in_batches_while_a_directory_is_being_read() {
+        let keys: Vec<String> = (0..1500).map(|i| format!("d/f{i:04}")).collect();
+        let store = Arc::new(MemoryStore::with_keys(keys.iter().map(|k| (k.clone(), vec![1]))));
+        let ns = Namespace::new(
+            vec![Source { mount_name: None, store: store.clone(), prefix: String::new() }],
+            Duration::from_secs(60),
+        );
+        let d = ns.lookup(ROOT_INO, "d").await.expect("d");
+        let mut stream = ns.list(d.ino).expect("list");
+        let page = stream.next_batch(&ns).await.expect("first page"); // listing not complete
+        let heads_before = store.heads.load(Ordering::Relaxed);
+        for listed in &page[..10] {
+            let node = ns.with_metadata(ns.node(listed.node.ino).expect("node")).await.expect("metadata");
+            assert!(node.metadata.is_some());
+        }
+        let heads = store.heads.load(Ordering::Relaxed) - heads_before;
+        assert_eq!(heads, 1 + METADATA_BATCH, "one alone, then a batch of neighbours: {heads} HEADs");
+        let known = page.iter().filter(|l| ns.node(l.node.ino).is_ok_and(|n| n.metadata.is_some())).count();
+        assert_eq!(known, heads, "each HEAD filled in one entry");
     }
 
     #[tokio::test]
