@@ -80,6 +80,8 @@ struct Multipart {
 struct State {
     /// Bytes `[sent, sent + buffer.len())` of the file, not yet handed to S3.
     buffer: Vec<u8>,
+    /// The buffer's allocation, counted against `--memory-limit`; handed to the part.
+    buffer_memory: Option<Reservation>,
     sent: u64,
     multipart: Option<Multipart>,
     /// Set once committed (or failed): later commits return the same answer.
@@ -178,6 +180,7 @@ impl Upload {
             // Fill up to the end of the current part, zero-filling a hole before `offset`.
             let part_end = self.current_part_size(&state) as usize;
             if state.buffer.capacity() < part_end {
+                state.buffer_memory = Some(self.reserve_waiting(&mut state, part_end as u64).await?);
                 let missing = part_end - state.buffer.len();
                 state.buffer.reserve_exact(missing);
             }
@@ -219,6 +222,7 @@ impl Upload {
             self.abort(&mut state).await;
         }
         state.outcome = Some(outcome.clone());
+        state.buffer_memory = None;
         outcome.map_err(Into::into)
     }
 
@@ -256,7 +260,8 @@ impl Upload {
         };
         if !buffer.is_empty() {
             let number = multipart.next_number;
-            let part = self.spawn_part(&multipart, number, buffer, self.memory.reserve(0));
+            let memory = state.buffer_memory.take().unwrap_or_else(|| self.memory.reserve(0));
+            let part = self.spawn_part(&multipart, number, buffer, memory);
             multipart.in_flight.push_back(part);
         }
         let result = async {
@@ -313,29 +318,41 @@ impl Upload {
         }
         let rest = state.buffer.split_off(len);
         let data = Bytes::from(std::mem::replace(&mut state.buffer, rest));
+        // The part keeps the buffer's reservation until it is uploaded.
+        let memory = state.buffer_memory.take().unwrap_or_else(|| self.memory.reserve(len as u64));
         let Some(multipart) = state.multipart.as_mut() else { unreachable!("started above") };
-        let memory = loop {
-            if let Some(reservation) = self.memory.try_reserve(len as u64) {
-                break reservation;
-            }
-            match multipart.in_flight.pop_front() {
-                Some(oldest) => match join(oldest.task).await {
-                    Ok(etag) => multipart.done.push((oldest.number, etag)),
-                    Err(error) => {
-                        state.outcome = Some(Err(error.clone()));
-                        self.abort(state).await;
-                        return Err(error.into());
-                    }
-                },
-                None => break self.memory.reserve(len as u64),
-            }
-        };
         let number = multipart.next_number;
         multipart.next_number += 1;
         let part = self.spawn_part(multipart, number, data, memory);
         multipart.in_flight.push_back(part);
         state.sent += len as u64;
         Ok(())
+    }
+
+    /// Reserves `bytes` for a part buffer, waiting for this file's oldest parts in flight
+    /// while the memory budget is spent (so a fast writer slows down instead of growing);
+    /// with none in flight it overdraws rather than wait on other files (no deadlock).
+    async fn reserve_waiting(&self, state: &mut State, bytes: u64) -> Result<Reservation, FsError> {
+        loop {
+            if let Some(reservation) = self.memory.try_reserve(bytes) {
+                return Ok(reservation);
+            }
+            let Some(oldest) = state.multipart.as_mut().and_then(|m| m.in_flight.pop_front()) else {
+                return Ok(self.memory.reserve(bytes));
+            };
+            match join(oldest.task).await {
+                Ok(etag) => {
+                    if let Some(multipart) = state.multipart.as_mut() {
+                        multipart.done.push((oldest.number, etag));
+                    }
+                }
+                Err(error) => {
+                    state.outcome = Some(Err(error.clone()));
+                    self.abort(state).await;
+                    return Err(error.into());
+                }
+            }
+        }
     }
 
     fn spawn_part(&self, multipart: &Multipart, number: i32, data: Bytes, memory: Reservation) -> Part {
