@@ -838,8 +838,14 @@ mod tests {
     use crate::store::memory::MemoryStore;
 
     fn namespace(keys: &[&str]) -> Namespace {
-        let store = Arc::new(MemoryStore::with_keys(keys.iter().map(|k| (k.to_string(), b"x".to_vec()))));
-        Namespace::new(vec![Source { mount_name: None, store, prefix: String::new() }], Duration::from_secs(60))
+        namespace_and_store(keys.iter().map(|k| k.to_string())).0
+    }
+
+    /// A namespace over one in-memory bucket holding `keys` (one byte each), and the store.
+    fn namespace_and_store(keys: impl IntoIterator<Item = String>) -> (Namespace, Arc<MemoryStore>) {
+        let store = Arc::new(MemoryStore::with_keys(keys.into_iter().map(|k| (k, b"x".to_vec()))));
+        let source = Source { mount_name: None, store: store.clone(), prefix: String::new() };
+        (Namespace::new(vec![source], Duration::from_secs(60)), store)
     }
 
     #[tokio::test]
@@ -881,11 +887,7 @@ mod tests {
 
     #[tokio::test]
     async fn complete_listing_is_reused_within_the_ttl() {
-        let store = Arc::new(MemoryStore::with_keys(["d/a", "d/b"].map(|k| (k.to_owned(), vec![1]))));
-        let ns = Namespace::new(
-            vec![Source { mount_name: None, store: store.clone(), prefix: String::new() }],
-            Duration::from_secs(60),
-        );
+        let (ns, store) = namespace_and_store(["d/a", "d/b"].map(String::from));
         let d = ns.lookup(ROOT_INO, "d").await.expect("d");
         let names = |listed: Vec<Listed>| listed.into_iter().map(|l| l.name).collect::<Vec<_>>();
         let first = names(ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page"));
@@ -920,11 +922,7 @@ mod tests {
     #[tokio::test]
     async fn many_lookups_in_one_directory_list_it_instead() {
         let keys: Vec<String> = (0..100).map(|i| format!("d/f{i:03}")).collect();
-        let store = Arc::new(MemoryStore::with_keys(keys.iter().map(|k| (k.clone(), vec![1]))));
-        let ns = Namespace::new(
-            vec![Source { mount_name: None, store: store.clone(), prefix: String::new() }],
-            Duration::from_secs(60),
-        );
+        let (ns, store) = namespace_and_store(keys.iter().cloned());
         let d = ns.lookup(ROOT_INO, "d").await.expect("d");
         for i in 0..100 {
             ns.lookup(d.ino, &format!("f{i:03}")).await.expect("file");
@@ -937,11 +935,7 @@ mod tests {
     #[tokio::test]
     async fn metadata_is_fetched_in_batches_while_a_directory_is_being_read() {
         let keys: Vec<String> = (0..1500).map(|i| format!("d/f{i:04}")).collect();
-        let store = Arc::new(MemoryStore::with_keys(keys.iter().map(|k| (k.clone(), vec![1]))));
-        let ns = Namespace::new(
-            vec![Source { mount_name: None, store: store.clone(), prefix: String::new() }],
-            Duration::from_secs(60),
-        );
+        let (ns, store) = namespace_and_store(keys.iter().cloned());
         let d = ns.lookup(ROOT_INO, "d").await.expect("d");
         let mut stream = ns.list(d.ino).expect("list");
         let page = stream.next_batch(&ns).await.expect("first page"); // listing not complete
