@@ -42,7 +42,7 @@ fn random_changes_match_a_local_file() {
     let m = MountBuilder::new().bucket(&b).args(["--part-size", "5MiB"]).mount();
     for (name, start) in [("existing", original), ("new", Vec::new())] {
         let mut model = start;
-        let file = OpenOptions::new().read(true).write(true).create(true).open(m.join(name)).expect("open O_RDWR");
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(m.join(name)).expect("open O_RDWR");
         let mut rng = Rng::new(7);
         for step in 0..60 {
             match rng.below(10) {

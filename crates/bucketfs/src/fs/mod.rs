@@ -33,10 +33,10 @@ use crate::write::{Output, Upload};
 use attrs::StoredAttrs;
 use error::FsError;
 
-const S_IFMT: u32 = libc::S_IFMT as u32;
-const S_IFREG: u32 = libc::S_IFREG as u32;
-const S_IFDIR: u32 = libc::S_IFDIR as u32;
-const S_IFLNK: u32 = libc::S_IFLNK as u32;
+const S_IFMT: u32 = libc::S_IFMT;
+const S_IFREG: u32 = libc::S_IFREG;
+const S_IFDIR: u32 = libc::S_IFDIR;
+const S_IFLNK: u32 = libc::S_IFLNK;
 /// Content type of directory markers, as s3fs writes them.
 const DIRECTORY_CONTENT_TYPE: &str = "application/x-directory";
 /// Objects copied (then deleted) at once when renaming a directory.

@@ -22,6 +22,9 @@ struct Stored {
     metadata: Arc<Metadata>,
 }
 
+/// An unfinished multipart upload: the metadata it was started with, and its parts.
+type Upload = (Metadata, BTreeMap<i32, Bytes>);
+
 #[derive(Default)]
 pub struct MemoryStore {
     objects: Mutex<BTreeMap<String, Stored>>,
@@ -31,7 +34,7 @@ pub struct MemoryStore {
     pub lists: AtomicUsize,
     pub heads: AtomicUsize,
     versions: AtomicUsize,
-    uploads: Mutex<BTreeMap<String, (Metadata, BTreeMap<i32, Bytes>)>>,
+    uploads: Mutex<BTreeMap<String, Upload>>,
 }
 
 impl MemoryStore {

@@ -404,7 +404,7 @@ mod tests {
         assert_eq!(&file.read(2, 6).await.expect("read")[..], b"23ab67");
         file.truncate(12).await.expect("grow");
         assert_eq!(&file.read(8, 10).await.expect("read")[..], b"89\0\0");
-        assert_eq!(file.commit().await.expect("commit").is_some(), true);
+        assert!(file.commit().await.expect("commit").is_some(), "the change was stored");
         assert_eq!(&store.get_range("k", 0..12, None).await.expect("get")[..], b"0123ab6789\0\0");
         assert_eq!(file.commit().await.expect("again"), None, "nothing changed since");
     }
