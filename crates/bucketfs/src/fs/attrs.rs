@@ -63,16 +63,6 @@ impl StoredAttrs {
     pub fn forget_mtime(metadata: &mut Metadata) {
         metadata.user.remove(MTIME);
     }
-
-    /// These attributes with those `change` sets on top.
-    pub fn merged(self, change: StoredAttrs) -> Self {
-        Self {
-            mode: change.mode.or(self.mode),
-            uid: change.uid.or(self.uid),
-            gid: change.gid.or(self.gid),
-            mtime: change.mtime.or(self.mtime),
-        }
-    }
 }
 
 fn parse_time(value: &str) -> Option<SystemTime> {

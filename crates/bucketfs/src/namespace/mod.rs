@@ -325,7 +325,7 @@ impl Namespace {
         if node.valid_until.is_none_or(|until| until > Instant::now()) {
             return Ok(node);
         }
-        self.forget_cached(node.parent, &node.name);
+        self.expire(ino);
         let fresh = self.lookup(node.parent, &node.name).await?;
         if fresh.ino != ino {
             return Err(FsError::NotFound); // the path now names something else
@@ -684,17 +684,6 @@ impl Namespace {
         let ino = table.children.get(&(parent, name.to_owned()))?;
         let node = table.nodes.get(ino)?;
         node.valid_until.is_none_or(|until| until > now).then(|| node.clone())
-    }
-
-    fn forget_cached(&self, parent: Ino, name: &str) {
-        let mut table = self.table.write();
-        if let Some(ino) = table.children.get(&(parent, name.to_owned())).copied() {
-            if let Some(node) = table.nodes.get_mut(&ino) {
-                if node.valid_until.is_some() {
-                    node.valid_until = Some(Instant::now());
-                }
-            }
-        }
     }
 
     fn enter_file(&self, parent: Ino, name: &str, source: usize, info: ObjectInfo, valid_until: Option<Instant>) -> Node {
