@@ -128,3 +128,22 @@ fn relisting_and_missing_names_send_no_requests() {
     let after = m.s3_requests();
     assert_eq!(after.len(), before, "requests after the first listing: {:?}", &after[before..]);
 }
+
+/// Files created in a directory made through the mount cost no lookup request: the new
+/// directory is known to be empty, and creates keep its cached listing complete. Only
+/// the uploads go to S3.
+#[test]
+fn creating_files_in_a_new_directory_sends_only_uploads() {
+    let bucket = create_bucket("rq");
+    let m = MountBuilder::new().bucket(&bucket).request_log().mount();
+    std::fs::create_dir(m.join("fresh")).expect("mkdir");
+    let before = m.s3_requests().len();
+    for i in 0..20 {
+        std::fs::write(m.join(format!("fresh/f{i:02}")), b"x").expect("write");
+    }
+    assert_eq!(ls(&m.join("fresh")).len(), 20);
+    let sent: Vec<S3Request> = m.s3_requests()[before..].to_vec();
+    let other: Vec<&S3Request> = sent.iter().filter(|r| r.op != "PUT").collect();
+    assert!(other.is_empty(), "requests besides the uploads: {other:?}");
+    assert_eq!(sent.len(), 20, "one PUT per file: {sent:?}");
+}

@@ -575,6 +575,20 @@ mod tests {
     }
 
     #[test]
+    fn part_buffers_count_against_the_memory_budget() {
+        let rt = runtime();
+        let store = Arc::new(MemoryStore::default());
+        let memory = MemoryLimiter::new(64 * MIB);
+        let upload = Upload::new(store, "k".into(), true, MIN_PART, memory.clone(), None, Metadata::default());
+        rt.block_on(async {
+            upload.write(0, &[1; 1000]).await.expect("write");
+            assert_eq!(memory.used(), MIN_PART, "the part being filled is reserved whole");
+            upload.commit().await.expect("commit");
+        });
+        assert_eq!(memory.used(), 0, "given back once committed");
+    }
+
+    #[test]
     fn rewriting_sent_bytes_is_refused() {
         let rt = runtime();
         let store = Arc::new(MemoryStore::default());
