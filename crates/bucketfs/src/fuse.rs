@@ -346,7 +346,7 @@ impl Filesystem for FuseAdapter {
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         self.spawn(move |fs| async move {
-            match fs.commit(fh.0).await {
+            match fs.fsync(fh.0).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(log_error("fsync", &e)),
             }

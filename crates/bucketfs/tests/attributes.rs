@@ -5,18 +5,12 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::*;
-
-fn stored_metadata(bucket: &str, key: &str) -> HashMap<String, String> {
-    let out = block_on(s3().head_object().bucket(bucket).key(key).send()).expect("head");
-    out.metadata().cloned().unwrap_or_default()
-}
 
 fn put_with_metadata(bucket: &str, key: &str, data: &[u8], metadata: &[(&str, &str)]) {
     let mut request = s3().put_object().bucket(bucket).key(key).body(data.to_vec().into());

@@ -98,6 +98,12 @@ pub struct MountArgs {
     /// Most bytes all staging files may hold together; a write past it fails with ENOSPC.
     #[arg(long, default_value = "16GiB", value_parser = parse_size, value_name = "BYTES")]
     pub staging_limit: u64,
+    /// Return from close() before the file is uploaded, and upload in the background (up
+    /// to 32 files at once), like rclone's write-back. Faster for many small files, but an
+    /// upload that fails is only logged: use fsync() where an error must be seen. The
+    /// next operation on the file waits for its upload; unmount waits for all of them.
+    #[arg(long, conflicts_with = "read_only")]
+    pub write_back: bool,
 
     /// Log level: error, warn, info, debug, trace (or a tracing filter such as bucketfs=debug).
     #[arg(long, default_value = "warn")]

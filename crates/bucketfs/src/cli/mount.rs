@@ -67,7 +67,13 @@ pub fn run(args: MountArgs) -> Result<()> {
     };
     let staging = StagingConfig { dir: args.cache_dir.clone(), limit: MemoryLimiter::new(args.staging_limit) };
     let journal = if args.read_only { None } else { open_journal(&args, &runtime, &namespace_sources) };
-    let write_config = WriteConfig { read_only: args.read_only, part_size: args.part_size, staging, journal };
+    let write_config = WriteConfig {
+        read_only: args.read_only,
+        part_size: args.part_size,
+        staging,
+        journal,
+        write_back: args.write_back,
+    };
     let fs = Fs::new(
         Namespace::new(namespace_sources, args.metadata_ttl),
         presentation,
@@ -75,7 +81,8 @@ pub fn run(args: MountArgs) -> Result<()> {
         write_config,
         MemoryLimiter::new(memory_limit),
     );
-    let adapter = FuseAdapter::new(Arc::new(fs), runtime.handle().clone());
+    let fs = Arc::new(fs);
+    let adapter = FuseAdapter::new(fs.clone(), runtime.handle().clone());
 
     let fsname = sources.iter().map(SourceSpec::describe).collect::<Vec<_>>().join(",");
     let mut config = Config::default();
@@ -108,6 +115,8 @@ pub fn run(args: MountArgs) -> Result<()> {
     tracing::info!(mountpoint = %mountpoint.display(), "mounted");
     session.run().context("serving the mount")?;
     tracing::info!("unmounted");
+    // Uploads still running (release, --write-back) would be lost with the runtime.
+    runtime.block_on(fs.finish_uploads());
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     Ok(())
 }

@@ -36,6 +36,7 @@ impl Fs {
     pub async fn setxattr(&self, ino: Ino, name: &str, value: Option<&[u8]>, flags: i32) -> Result<(), FsError> {
         let key = xattrs::settable_key(name)?;
         let value = value.map(xattrs::settable_value).transpose()?;
+        self.settle(ino).await;
         let node = self.namespace.with_metadata(self.namespace.getattr(ino).await?).await?;
         let exists = node.metadata.as_deref().is_some_and(|m| m.user.contains_key(key));
         match (value.is_some(), exists) {
@@ -60,6 +61,7 @@ impl Fs {
     /// (as `tar` sets them before `close`), else rewritten in place with a server-side
     /// copy, which returns only once stored. Asking for what is already shown costs nothing.
     pub async fn setattr(&self, ino: Ino, change: AttrChange) -> Result<FileAttr, FsError> {
+        self.settle(ino).await;
         let mut current = self.getattr(ino).await?;
         if let Some(size) = change.size {
             current = self.truncate(ino, size).await?;

@@ -15,13 +15,14 @@ mod rename;
 mod xattrs;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use fuser::{FileAttr, FileType, INodeNo};
 use parking_lot::Mutex;
+use tokio::sync::Semaphore;
 
 use crate::memory::MemoryLimiter;
 use crate::namespace::{DirStream, Ino, Listed, Location, Namespace, Node};
@@ -70,7 +71,13 @@ pub struct WriteConfig {
     pub staging: StagingConfig,
     /// Where uploads in progress are recorded (see `write::journal`).
     pub journal: Option<Arc<Journal>>,
+    /// `--write-back`: `close()` returns before the upload (see [`Fs::flush`]).
+    pub write_back: bool,
 }
+
+/// Uploads that `close()` may leave running at once with `--write-back`; the next close
+/// waits for one of them to end (this bounds the memory they hold).
+const WRITE_BACK_UPLOADS: usize = 32;
 
 /// What a `setattr` asks to change (an atime alone is not kept: see SEMANTICS).
 #[derive(Clone, Copy, Debug)]
@@ -93,6 +100,11 @@ struct Writer {
     parent: Ino,
     name: String,
     output: Output,
+    /// Held by the upload that `close()` left running (`--write-back`): whoever must see
+    /// the stored object waits for it by locking this (see [`Fs::settle`]).
+    background: Arc<tokio::sync::Mutex<()>>,
+    /// `close()` has handed the upload to the background.
+    handed_off: AtomicBool,
 }
 
 pub struct Fs {
@@ -108,6 +120,8 @@ pub struct Fs {
     /// pages it cached from an earlier open.
     opened_etags: Mutex<HashMap<Ino, String>>,
     next_handle: AtomicU64,
+    /// With `--write-back`: room for uploads running after `close()`.
+    write_back: Option<Arc<Semaphore>>,
 }
 
 /// A file open for reading: the object in the store, or what a writer has written.
@@ -150,6 +164,7 @@ impl Fs {
         write_config: WriteConfig,
         memory: Arc<MemoryLimiter>,
     ) -> Self {
+        let write_back = write_config.write_back.then(|| Arc::new(Semaphore::new(WRITE_BACK_UPLOADS)));
         Self {
             namespace,
             presentation,
@@ -161,6 +176,7 @@ impl Fs {
             dirs: Mutex::new(HashMap::new()),
             opened_etags: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
+            write_back,
         }
     }
 
@@ -194,6 +210,7 @@ impl Fs {
     }
 
     pub async fn open(&self, ino: Ino, flags: i32, caller: Caller) -> Result<Opened, FsError> {
+        self.settle(ino).await;
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
             return self.open_for_writing(ino, flags, caller.pid).await;
         }
@@ -268,8 +285,7 @@ impl Fs {
             Output::Streamed(self.new_upload(source, key.clone(), true, metadata.clone()))
         };
         let node = self.namespace.enter_pending_file(parent, name, source, key, Arc::new(metadata));
-        let writer = Writer { opener: caller.pid, created: true, ino: node.ino, parent, name: name.to_owned(), output };
-        let opened = self.add_writer(writer);
+        let opened = self.add_writer(caller.pid, true, node.ino, parent, name.to_owned(), output);
         Ok((self.attr(&node), opened))
     }
 
@@ -317,7 +333,7 @@ impl Fs {
         let (parent, name) = node.parent_and_name();
         self.namespace.enter_pending_file(parent, &name, *source, key.clone(), Arc::new(metadata));
         self.namespace.set_pending_size(ino, if truncate { 0 } else { node.size });
-        Ok(self.add_writer(Writer { opener, created: false, ino, parent, name, output }))
+        Ok(self.add_writer(opener, false, ino, parent, name, output))
     }
 
     fn new_staged(&self, source: usize, key: String, base: Option<Base>, metadata: Metadata) -> Result<Staged, FsError> {
@@ -337,21 +353,79 @@ impl Fs {
     /// closes its inherited copy of the descriptor too (at exit, or at exec for
     /// close-on-exec descriptors); committing then would end the file while the parent is
     /// still writing. Other closes leave the commit to the opener's close or to release.
-    pub async fn flush(&self, handle: u64, closer: u32) -> Result<(), FsError> {
-        let opener = self.writers.lock().get(&handle).map(|w| w.opener);
-        match opener {
-            Some(opener) if opener == closer => self.commit(handle).await,
-            _ => Ok(()),
-        }
-    }
-
-    /// `fsync()` and the opener's `close()`: the object is in the bucket when this returns
-    /// `Ok`. A new file whose upload failed disappears from the directory (no phantom
-    /// entries).
-    pub async fn commit(&self, handle: u64) -> Result<(), FsError> {
+    ///
+    /// With `--write-back` the opener's close starts the commit and returns at once; the
+    /// next operation on the file waits for it ([`Fs::settle`]), and a failure is only
+    /// logged (and the entry removed), since nobody is left to hear of it.
+    pub async fn flush(self: &Arc<Self>, handle: u64, closer: u32) -> Result<(), FsError> {
         let Some(writer) = self.writers.lock().get(&handle).cloned() else {
             return Ok(()); // a read handle: nothing to do
         };
+        if writer.opener != closer {
+            return Ok(());
+        }
+        let Some(uploads) = &self.write_back else {
+            return self.commit_writer(&writer).await;
+        };
+        let room = uploads.clone().acquire_owned().await;
+        let busy = writer.background.clone().lock_owned().await;
+        writer.handed_off.store(true, Ordering::Release);
+        let fs = self.clone();
+        tokio::spawn(async move {
+            let _ = fs.commit_writer(&writer).await;
+            drop((busy, room));
+        });
+        Ok(())
+    }
+
+    /// `fsync()`: the object is in the bucket when this returns `Ok`.
+    pub async fn fsync(&self, handle: u64) -> Result<(), FsError> {
+        let Some(writer) = self.writers.lock().get(&handle).cloned() else {
+            return Ok(()); // a read handle: nothing to do
+        };
+        self.settle(writer.ino).await;
+        self.commit_writer(&writer).await
+    }
+
+    /// Waits until the uploads that `close()` left running for `ino` (`--write-back`)
+    /// have ended, so that what follows sees their outcome (and cannot be overtaken by
+    /// them: a later upload of the same key, a rename, a delete).
+    async fn settle(&self, ino: Ino) {
+        self.settle_where(|writer| writer.ino == ino).await;
+    }
+
+    /// [`Fs::settle`] for every file: before moving a directory key by key.
+    async fn settle_all(&self) {
+        self.settle_where(|_| true).await;
+    }
+
+    async fn settle_where(&self, wanted: impl Fn(&Writer) -> bool) {
+        let handed_off: Vec<_> = self
+            .writers
+            .lock()
+            .values()
+            .filter(|w| w.handed_off.load(Ordering::Acquire) && wanted(w))
+            .cloned()
+            .collect();
+        for writer in handed_off {
+            let _ = writer.background.lock().await;
+        }
+    }
+
+    /// At unmount: stores what is still open or running (release commits a file only when
+    /// its last descriptor is closed; with `--write-back` the uploads run after close).
+    pub async fn finish_uploads(&self) {
+        self.settle_all().await;
+        let writers: Vec<_> = self.writers.lock().values().cloned().collect();
+        for writer in writers {
+            let _ = self.commit_writer(&writer).await;
+        }
+    }
+
+    /// The opener's `close()` (without `--write-back`), `fsync()` and release: the object
+    /// is in the bucket when this returns `Ok`. A new file whose upload failed disappears
+    /// from the directory (no phantom entries).
+    async fn commit_writer(&self, writer: &Writer) -> Result<(), FsError> {
         match writer.output.commit().await {
             Ok(stored) => {
                 // Nothing stored: an unchanged staging file; the object is as it was.
@@ -377,10 +451,15 @@ impl Fs {
 
     pub async fn release(&self, handle: u64) {
         self.files.lock().remove(&handle);
-        if self.writers.lock().contains_key(&handle) {
-            // Usually committed at the last flush already; if not, nobody is left to hear
-            // of an error, so it is logged.
-            let _ = self.commit(handle).await;
+        let writer = self.writers.lock().get(&handle).cloned();
+        if let Some(writer) = writer {
+            if writer.handed_off.load(Ordering::Acquire) {
+                let _ = writer.background.lock().await;
+            } else {
+                // Usually committed at the last flush already; if not, nobody is left to
+                // hear of an error, so it is logged.
+                let _ = self.commit_writer(&writer).await;
+            }
             self.writers.lock().remove(&handle);
         }
     }
@@ -401,6 +480,7 @@ impl Fs {
         let Location::File { source, key } = &node.location else {
             return Err(FsError::IsDir);
         };
+        self.settle(node.ino).await;
         let open_writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == node.ino).cloned().collect();
         for writer in &open_writers {
             writer.output.discard().await;
@@ -462,7 +542,17 @@ impl Fs {
         Upload::new(store, key, create_only, config.part_size, self.memory.clone(), config.journal.clone(), metadata)
     }
 
-    fn add_writer(&self, writer: Writer) -> Opened {
+    fn add_writer(&self, opener: u32, created: bool, ino: Ino, parent: Ino, name: String, output: Output) -> Opened {
+        let writer = Writer {
+            opener,
+            created,
+            ino,
+            parent,
+            name,
+            output,
+            background: Arc::default(),
+            handed_off: AtomicBool::new(false),
+        };
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
         self.writers.lock().insert(handle, Arc::new(writer));
         Opened { handle, keep_cache: false }

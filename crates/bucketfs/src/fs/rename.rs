@@ -30,6 +30,16 @@ impl Fs {
         if no_replace && target.is_some() {
             return Err(FsError::Exists);
         }
+        // Uploads left running by close() (--write-back) must land before they are moved,
+        // and must not land on the target after the move.
+        if node.location.is_dir() {
+            self.settle_all().await;
+        } else {
+            self.settle(node.ino).await;
+            if let Some(target) = &target {
+                self.settle(target.ino).await;
+            }
+        }
         match (&node.location, target.as_ref().map(|t| t.location.is_dir())) {
             (Location::File { source, .. } | Location::Dir { source, .. }, _) if *source != to_source => {
                 Err(FsError::CrossDevice("a different bucket or prefix"))

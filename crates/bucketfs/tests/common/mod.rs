@@ -519,6 +519,12 @@ pub fn head(bucket: &str, key: &str) -> ObjectInfo {
 }
 
 /// All objects of the bucket under `prefix` (flat listing, all pages).
+/// The user metadata (`x-amz-meta-*`, without the prefix) of an object.
+pub fn stored_metadata(bucket: &str, key: &str) -> std::collections::HashMap<String, String> {
+    let out = block_on(s3().head_object().bucket(bucket).key(key).send()).expect("head");
+    out.metadata().cloned().unwrap_or_default()
+}
+
 pub fn list_objects(bucket: &str, prefix: &str) -> Vec<ObjectInfo> {
     block_on(async {
         let mut out = Vec::new();

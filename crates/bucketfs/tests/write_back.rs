@@ -1,0 +1,110 @@
+//! `--write-back`: close() returns before the upload. Every later operation on the file
+//! must still see the upload's outcome (and never be overtaken by it), and unmount must
+//! store everything before the daemon exits.
+
+mod common;
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use common::*;
+
+const MIB: usize = 1 << 20;
+
+fn write_back_mount(bucket: &str) -> Mount {
+    MountBuilder::new().bucket(bucket).arg("--write-back").mount()
+}
+
+/// Files closed just before the unmount are all in the bucket once the daemon has exited,
+/// small ones (one PUT) and a multipart one, and no multipart upload is left open.
+#[test]
+fn unmount_waits_for_uploads_left_running_by_close() {
+    let b = create_bucket("wb-unmount");
+    let m = write_back_mount(&b);
+    let mut expected = Vec::new();
+    for i in 0..300u64 {
+        let data = gen_data(i, 1000 + i as usize * 37);
+        std::fs::write(m.join(format!("small-{i:03}")), &data).expect("write a small file");
+        expected.push((format!("small-{i:03}"), data));
+    }
+    let large = gen_data(1000, 23 * MIB + 5);
+    std::fs::write(m.join("large"), &large).expect("write a large file");
+    expected.push(("large".to_owned(), large));
+    drop(m); // unmounts and waits for the daemon to exit
+
+    assert_eq!(list_keys(&b, "").len(), expected.len(), "every file is stored");
+    for (key, data) in &expected {
+        assert_eq!(sha256_hex(&get(&b, key)), sha256_hex(data), "content of {key}");
+    }
+    assert_eq!(open_uploads(&b), 0, "no multipart upload left open");
+}
+
+/// What follows a close on the same file waits for its upload: a rewrite lands after
+/// it, an append builds on it, rename and unlink move or remove the stored object, chmod
+/// changes the stored metadata, and a directory renamed right after its files were
+/// written moves them all.
+#[test]
+fn later_operations_wait_for_the_upload() {
+    let b = create_bucket("wb-order");
+    let m = write_back_mount(&b);
+
+    for i in 0..30 {
+        std::fs::write(m.join("rewritten"), format!("version {i}")).expect("rewrite");
+    }
+    assert_eq!(std::fs::read_to_string(m.join("rewritten")).expect("read"), "version 29");
+    assert_eq!(get(&b, "rewritten"), b"version 29");
+
+    std::fs::write(m.join("appended"), "first,").expect("write");
+    OpenOptions::new().append(true).open(m.join("appended")).expect("open to append").write_all(b"second").expect("append");
+    assert_eq!(std::fs::read_to_string(m.join("appended")).expect("read"), "first,second");
+
+    std::fs::write(m.join("moved"), "moved content").expect("write");
+    std::fs::rename(m.join("moved"), m.join("moved-to")).expect("rename");
+    assert_eq!(get(&b, "moved-to"), b"moved content");
+
+    std::fs::write(m.join("removed"), "gone").expect("write");
+    std::fs::remove_file(m.join("removed")).expect("unlink");
+
+    std::fs::write(m.join("private"), "secret").expect("write");
+    std::fs::set_permissions(m.join("private"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let mode = stored_metadata(&b, "private").get("mode").cloned();
+    assert_eq!(mode.as_deref(), Some("33152"), "S_IFREG|0600 stored");
+
+    std::fs::create_dir(m.join("dir")).expect("mkdir");
+    for i in 0..20 {
+        std::fs::write(m.join(format!("dir/f{i}")), format!("in dir {i}")).expect("write in dir");
+    }
+    std::fs::rename(m.join("dir"), m.join("dir-renamed")).expect("rename dir");
+    let under_new: Vec<_> = list_keys(&b, "dir-renamed/").into_iter().filter(|k| k != "dir-renamed/").collect();
+    assert_eq!(under_new.len(), 20, "{under_new:?}");
+    assert_eq!(get(&b, "dir-renamed/f7"), b"in dir 7");
+
+    drop(m);
+    let keys = list_keys(&b, "");
+    assert!(!keys.iter().any(|k| k == "removed" || k == "moved" || k.starts_with("dir/")), "{keys:?}");
+    assert_eq!(get(&b, "appended"), b"first,second");
+    assert_eq!(get(&b, "rewritten"), b"version 29");
+}
+
+/// The trade-off of the option: a write the store refuses is not reported by close(). It
+/// is logged, the entry disappears, nothing is stored, and fsync() still reports it.
+#[test]
+fn refused_upload_after_close_is_logged_and_leaves_no_entry() {
+    let b = create_bucket("wb-refused");
+    let creds = read_only_credentials(&b);
+    let m = MountBuilder::new().bucket(&b).arg("--write-back").credentials(&creds).mount();
+
+    std::fs::write(m.join("refused"), "data").expect("close returns before the upload");
+    let gone = wait_until(Duration::from_secs(10), || std::fs::metadata(m.join("refused")).is_err());
+    assert!(gone, "the refused file must disappear\n{}", m.diagnostics());
+    assert!(m.stderr().contains("upload failed"), "the failure is logged\n{}", m.diagnostics());
+
+    let mut file = File::create(m.join("synced")).expect("create");
+    file.write_all(b"data").expect("write");
+    assert_errno(file.sync_all(), libc::EACCES, "fsync reports the refusal");
+    drop(file);
+    drop(m);
+    assert!(list_keys(&b, "").is_empty());
+}
