@@ -4,7 +4,8 @@
 
 Needs MinIO (scripts/install-deps) and fusermount3; uses whatever of bucketfs, s3fs and rclone
 is present (the others must be reported as missing, not dropped). Set BENCH_SMOKE_NO_BUILD=1 to
-skip the cargo build step when the binaries are already built.
+skip the cargo build step when the binaries are already built, and BENCH_BUCKETFS_BIN /
+BENCH_S3DIRECT_BIN to use copies of them (so that a concurrent cargo build cannot swap them).
 """
 
 import json
@@ -44,13 +45,22 @@ def test_put_gen_mirror_is_offset_consistent():
     assert put_gen_bytes(8, 0, 100) != whole
 
 
-def test_smoke_run_writes_a_table_per_workload(tmp_path):
+def run_smoke(out: Path, *args: str) -> None:
+    """bench/run --smoke into `out`, with the binaries and build choice from the environment."""
     assert find_minio(None) is not None, "MinIO not installed: run scripts/install-deps"
-    cmd = [sys.executable, str(BENCH / "run"), "--smoke", "--out", str(tmp_path)]
+    cmd = [sys.executable, str(BENCH / "run"), "--smoke", "--out", str(out), *args]
     if os.environ.get("BENCH_SMOKE_NO_BUILD"):
         cmd.append("--no-build")
+    for var, opt in (("BENCH_BUCKETFS_BIN", "--bucketfs-bin"),
+                     ("BENCH_S3DIRECT_BIN", "--s3direct-bin")):
+        if os.environ.get(var):
+            cmd += [opt, os.environ[var]]
     cp = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     assert cp.returncode == 0, cp.stderr[-3000:]
+
+
+def test_smoke_run_writes_a_table_per_workload(tmp_path):
+    run_smoke(tmp_path)
 
     summary = (tmp_path / "SUMMARY.md").read_text()
     for wl in ALL:
@@ -79,3 +89,20 @@ def test_smoke_run_writes_a_table_per_workload(tmp_path):
                         capture_output=True, text=True, timeout=300)
     assert cp.returncode == 0, cp.stderr[-2000:]
     assert (tmp_path / "SUMMARY.md").read_text() == summary
+
+
+def test_write_back_variant_is_its_own_row_and_never_a_peer(tmp_path):
+    # One workload with reads and writes is enough, and keeps this under 30 s.
+    run_smoke(tmp_path, "--tools", "bucketfs,bucketfs-wb", "--workloads", "large")
+    data = json.loads((tmp_path / "results.json").read_text())
+    for case in data["tables"][0]["cases"]:
+        assert [r["tool"] for r in case["rows"]] == ["bucketfs", "bucketfs-wb"]
+        assert all(r["status"] != "not run" for r in case["rows"]), case["id"]
+        # Both modes are in the headline, and neither is the other's "best peer".
+        assert [h["tool"] for h in case["headlines"]] == ["bucketfs", "bucketfs-wb"]
+        assert all(h["best_peer"] is None for h in case["headlines"]), case["id"]
+    assert "--write-back" in data["meta"]["mount_commands"]["bucketfs-wb"]
+    assert "--write-back" not in data["meta"]["mount_commands"]["bucketfs"]
+    summary = (tmp_path / "SUMMARY.md").read_text()
+    assert "— *bucketfs --write-back* |" in summary
+    assert "| bucketfs-wb |" in summary

@@ -20,13 +20,16 @@ from .context import Context
 from .minio import MinIO, find_minio
 from .profiles import PROFILES, get_profile
 from .s3 import S3Direct
-from .tools import BucketFS, Direct, Dirs, Local, MountManager, Rclone, S3FS, mounted_paths
+from .tools import (BucketFS, BucketFSWriteBack, Direct, Dirs, Local, MountManager, Rclone, S3FS,
+                    mounted_paths)
 from .util import log
 from .workloads import ALL as ALL_WORKLOADS, BY_NAME
 
 BENCH = Path(__file__).resolve().parents[1]
 REPO = BENCH.parent
 FUSE_TOOLS = ["bucketfs", "s3fs", "rclone"]
+# Run only when named in --tools: a second bucketfs mode, to compare both in one run.
+OPTIONAL_TOOLS = ["bucketfs-wb"]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -42,7 +45,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     size.add_argument("--full", dest="profile", action="store_const", const="full",
                       help="the articles' sizes (24 x 1 GiB, 71k-file tree, 8 GiB, 100k objects)")
     ap.add_argument("--tools", default=",".join(FUSE_TOOLS),
-                    help=f"comma-separated FUSE tools to compare (default: {','.join(FUSE_TOOLS)})")
+                    help=f"comma-separated FUSE tools to compare (default: {','.join(FUSE_TOOLS)}; "
+                         "also bucketfs-wb: bucketfs --write-back)")
     ap.add_argument("--workloads", default=",".join(w.name for w in ALL_WORKLOADS),
                     help="comma-separated workloads: " + ", ".join(w.name for w in ALL_WORKLOADS))
     ap.add_argument("--runs", type=int, help="repetitions of every case (overrides the profile)")
@@ -55,7 +59,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--keep-workdir", action="store_true", help="do not delete the work directory")
     ap.add_argument("--no-build", action="store_true", help="do not run cargo build first")
     ap.add_argument("--bucketfs-bin", default=str(REPO / "target/release/bucketfs"))
-    ap.add_argument("--bucketfs-args", default="", help="extra arguments for `bucketfs mount`")
+    ap.add_argument("--bucketfs-args", default="",
+                    help="extra arguments for `bucketfs mount` (bucketfs-wb too)")
     ap.add_argument("--s3direct-bin", default=str(REPO / "target/release/examples/s3direct"))
     ap.add_argument("--s3fs-opts", default="", help="extra -o options for s3fs (comma-separated)")
     ap.add_argument("--rclone-cache-mode", default="writes",
@@ -105,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
 
     tool_names = [t.strip() for t in args.tools.split(",") if t.strip()]
     for t in tool_names:
-        if t not in FUSE_TOOLS:
-            raise SystemExit(f"unknown tool {t!r}; known: {', '.join(FUSE_TOOLS)}")
+        if t not in FUSE_TOOLS + OPTIONAL_TOOLS:
+            raise SystemExit(f"unknown tool {t!r}; known: {', '.join(FUSE_TOOLS + OPTIONAL_TOOLS)}")
     wl_names = [w.strip() for w in args.workloads.split(",") if w.strip()]
     for w in wl_names:
         if w not in BY_NAME:
@@ -152,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in tool_names:
             if name == "bucketfs":
                 t = BucketFS(dirs, minio.url, args.bucketfs_bin, shlex.split(args.bucketfs_args))
+            elif name == "bucketfs-wb":
+                t = BucketFSWriteBack(dirs, minio.url, args.bucketfs_bin,
+                                      shlex.split(args.bucketfs_args))
             elif name == "s3fs":
                 t = S3FS(dirs, minio.url, args.s3fs_opts)
             else:

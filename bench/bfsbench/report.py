@@ -9,7 +9,7 @@ from typing import Optional
 
 from .util import fmt_secs, fmt_size, log
 
-FUSE_ORDER = ["bucketfs", "s3fs", "rclone"]
+FUSE_ORDER = ["bucketfs", "bucketfs-wb", "s3fs", "rclone"]
 STATUS_TEXT = {"unsupported": "not supported yet", "missing": "missing", "failed": "failed"}
 
 
@@ -45,6 +45,31 @@ def aggregate(records: list[dict], wl: str, case: str, tool: str) -> dict:
     return agg
 
 
+def is_bucketfs(tool: str) -> bool:
+    """bucketfs or one of its modes (bucketfs-wb): compared with the peers, never one of them."""
+    return tool == "bucketfs" or tool.startswith("bucketfs-")
+
+
+def headline(row: dict, best_peer: Optional[dict]) -> dict:
+    """One row of 'bucketfs against the best peer': a bucketfs mode against the fastest peer."""
+    return {
+        "tool": row["tool"],
+        "bucketfs": row,
+        "best_peer": best_peer["tool"] if best_peer else None,
+        "best_peer_median": best_peer["median"] if best_peer else None,
+        "ratio": (row["median"] / best_peer["median"]
+                  if row["status"] == "ok" and best_peer else None),
+        "x_ref": row.get("x_ref"),
+    }
+
+
+def case_headlines(case: dict) -> list[dict]:
+    """The headline rows of a case; results.json written before bucketfs-wb had one at most."""
+    if "headlines" in case:
+        return case["headlines"]
+    return [case["headline"]] if case.get("headline") else []
+
+
 def build_tables(records: list[dict], workloads: list, tools: list) -> list[dict]:
     """One table per workload: for every case, a row per FUSE tool and one for the reference."""
     fuse = [t.name for t in tools if t.kind == "fuse"]
@@ -62,22 +87,13 @@ def build_tables(records: list[dict], workloads: list, tools: list) -> list[dict
                 if r["status"] == "ok":
                     r["x_best"] = r["median"] / best if best else None
                     r["x_ref"] = r["median"] / ref_median if ref_median else None
-            peers = [r for r in ok if r["tool"] != "bucketfs"]
-            bfs = next((r for r in rows if r["tool"] == "bucketfs"), None)
-            headline = None
-            if bfs is not None:
-                best_peer = min(peers, key=lambda r: r["median"]) if peers else None
-                headline = {
-                    "bucketfs": bfs,
-                    "best_peer": best_peer["tool"] if best_peer else None,
-                    "best_peer_median": best_peer["median"] if best_peer else None,
-                    "ratio": (bfs["median"] / best_peer["median"]
-                              if bfs["status"] == "ok" and best_peer else None),
-                    "x_ref": bfs.get("x_ref"),
-                }
+            # Peers are the other programs: a bucketfs mode beating another is not a peer result.
+            peers = [r for r in ok if not is_bucketfs(r["tool"])]
+            best_peer = min(peers, key=lambda r: r["median"]) if peers else None
+            headlines = [headline(r, best_peer) for r in rows if is_bucketfs(r["tool"])]
             table["cases"].append({"id": case.id, "title": case.title, "kind": case.kind,
                                    "ref": case.ref, "ref_title": case.ref_title, "rows": rows,
-                                   "ref_row": ref, "headline": headline})
+                                   "ref_row": ref, "headlines": headlines})
         out.append(table)
     return out
 
@@ -179,9 +195,13 @@ def markdown(meta: dict, tables: list[dict], chart_files: dict) -> str:
              "a write that fails with EROFS marks its write rows *not supported yet*.")
     L.append("- Peak RSS: `VmHWM` of the FUSE daemon (reset through `/proc/PID/clear_refs` before "
              "each command), in MiB; the maximum over the runs. Reference rows show nothing there.")
+    names = [t["name"] for t in tools]
+    modes = [t for t in tools if is_bucketfs(t["name"]) and t["name"] != "bucketfs"]
+    every_row = (" Every FUSE row counts there, bucketfs modes included; the comparison with the "
+                 "other programs alone is *bucketfs against the best peer*." if modes else "")
     L.append("- **× best** = median / the best median among the FUSE tools in that row group "
              "(1.00× is the fastest). **× ref** = median / the reference row (direct S3 client or "
-             "local file system, named in each group). Lower is better for both.")
+             f"local file system, named in each group). Lower is better for both.{every_row}")
     L.append("- Mount options:")
     for t in tools:
         state = f" — **missing: {t['missing']}**" if t["missing"] else ""
@@ -190,23 +210,32 @@ def markdown(meta: dict, tables: list[dict], chart_files: dict) -> str:
 
     # Headline
     L.append("## bucketfs against the best peer\n")
+    labels = {t["name"]: t["label"] for t in tools}
+    peer_names = [n for n in names if not is_bucketfs(n)]
+    mode_text = ("" if not modes else
+                 " One row per bucketfs mode: rows of "
+                 + ", ".join(f"`{t['name']}` (*{t['label']}*)" for t in modes)
+                 + " are marked in the case column. The peers are only "
+                 + (", ".join(peer_names) or "the non-bucketfs tools")
+                 + ", so every mode is measured against the same best peer.")
     L.append("Ratio = bucketfs median / best median among the other FUSE tools (below 1 means "
-             "bucketfs is faster).\n")
-    if "bucketfs" not in [t["name"] for t in tools]:
+             f"bucketfs is faster).{mode_text}\n")
+    if not any(is_bucketfs(n) for n in names):
         L.append("bucketfs was not among `--tools` in this run.\n")
     L.append("| workload | case | bucketfs | best peer | ratio | bucketfs × ref |")
     L.append("|---|---|---|---|---|---|")
     for t in tables:
         for c in t["cases"]:
-            h = c["headline"]
-            if h is None:
-                continue
-            b = h["bucketfs"]
-            bcell = fmt_secs(b["median"]) if b["status"] == "ok" else _status_cell(b)
-            peer = (f"{h['best_peer']} {fmt_secs(h['best_peer_median'])}" if h["best_peer"]
-                    else "no peer result")
-            L.append(f"| {t['number']}. {t['title']} | {c['title']} | {bcell} | {peer} | "
-                     f"{_ratio(h['ratio'])} | {_ratio(h['x_ref'])} |")
+            for h in case_headlines(c):
+                b = h["bucketfs"]
+                bcell = fmt_secs(b["median"]) if b["status"] == "ok" else _status_cell(b)
+                peer = (f"{h['best_peer']} {fmt_secs(h['best_peer_median'])}" if h["best_peer"]
+                        else "no peer result")
+                tool = h.get("tool", "bucketfs")
+                case = c["title"] if tool == "bucketfs" else \
+                    f"{c['title']} — *{labels.get(tool, tool)}*"
+                L.append(f"| {t['number']}. {t['title']} | {case} | {bcell} | {peer} | "
+                         f"{_ratio(h['ratio'])} | {_ratio(h['x_ref'])} |")
     L.append("")
 
     for t in tables:
@@ -274,8 +303,9 @@ def _fact(key: str, v) -> str:
 
 # ---- charts -----------------------------------------------------------------------------------
 
-COLORS = {"bucketfs": "#1f77b4", "s3fs": "#ff7f0e", "rclone": "#2ca02c", "direct": "#7f7f7f",
-          "local": "#9467bd"}
+# bucketfs-wb: the light shade of bucketfs's blue, so the two modes read as one program.
+COLORS = {"bucketfs": "#1f77b4", "bucketfs-wb": "#aec7e8", "s3fs": "#ff7f0e", "rclone": "#2ca02c",
+          "direct": "#7f7f7f", "local": "#9467bd"}
 
 
 def charts(tables: list[dict], out: Path) -> tuple[dict, Optional[str]]:
