@@ -12,6 +12,7 @@ use aws_config::meta::region::RegionProviderChain;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::BehaviorVersion;
+use aws_sdk_s3::config::RequestChecksumCalculation;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::operation::RequestId;
 use aws_sdk_s3::primitives::ByteStream;
@@ -46,6 +47,11 @@ const MAX_ATTEMPTS: u32 = 3;
 // Uploads are sent with UNSIGNED-PAYLOAD: hashing every byte with SHA-256 for the
 // signature cost 40% of the daemon's CPU when copying a large file, and the SDK's CRC32
 // checksum, which the server verifies, already protects the bytes in transit.
+// Small PUTs (most of an untar) go the other way: signing a few KiB costs microseconds,
+// the signature protects the bytes just as well, and without the checksum trailer the
+// body is not aws-chunked: 0.05 to 0.15 ms less per 9 KB PUT to local MinIO (1.8 vs 1.9
+// ms, 1,000 sequential PUTs), and `tar x` of 7,100 files 21.6 s against 22.1 s (3 runs each).
+const SIGNED_PUT_LIMIT: usize = 256 * 1024;
 
 pub struct S3Store {
     client: Client,
@@ -312,7 +318,8 @@ impl ObjectStore for S3Store {
     ) -> Result<Option<String>, StoreError> {
         let _permit = self.requests.acquire().await;
         tracing::debug!(bucket = %self.bucket, key, len = data.len(), create_only, "s3 PUT");
-        let response = self
+        let small = data.len() <= SIGNED_PUT_LIMIT;
+        let request = self
             .client
             .put_object()
             .bucket(&self.bucket)
@@ -320,9 +327,16 @@ impl ObjectStore for S3Store {
             .set_metadata(user_metadata(metadata))
             .set_content_type(metadata.content_type.clone())
             .body(ByteStream::from(data))
-            .set_if_none_match(create_only.then(|| "*".to_owned()))
-            .customize()
-            .disable_payload_signing()
+            .set_if_none_match(create_only.then(|| "*".to_owned()));
+        let request = if small {
+            request.customize().config_override(
+                aws_sdk_s3::config::Builder::default()
+                    .request_checksum_calculation(RequestChecksumCalculation::WhenRequired),
+            )
+        } else {
+            request.customize().disable_payload_signing()
+        };
+        let response = request
             .send()
             .await
             .map_err(|e| created(self.map_error(e), create_only))?;
