@@ -58,6 +58,15 @@ impl Reservation {
         true
     }
 
+    /// Takes over what `other` holds.
+    pub fn absorb(&mut self, mut other: Reservation) {
+        self.bytes += std::mem::take(&mut other.bytes);
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     /// Gives back all but `bytes`.
     pub fn shrink_to(&mut self, bytes: u64) {
         let freed = self.bytes.saturating_sub(bytes);

@@ -41,6 +41,8 @@ use crate::store::{Metadata, ObjectStore, StoreError};
 /// S3's smallest part (except the last) and largest part.
 pub const MIN_PART: u64 = 5 * 1024 * 1024;
 const MAX_PART: u64 = 5 * 1024 * 1024 * 1024;
+/// First size of a new file's buffer (see `Upload::grow_buffer`).
+const FIRST_BUFFER: usize = 64 * 1024;
 /// Parts per size step: part `n` (from 1) is `base << ((n - 1) / PARTS_PER_STEP)`.
 const PARTS_PER_STEP: i32 = 1000;
 const MAX_PARTS: u64 = 10_000;
@@ -179,10 +181,9 @@ impl Upload {
         while !data.is_empty() || position > state.buffer.len() {
             // Fill up to the end of the current part, zero-filling a hole before `offset`.
             let part_end = self.current_part_size(&state) as usize;
-            if state.buffer.capacity() < part_end {
-                state.buffer_memory = Some(self.reserve_waiting(&mut state, part_end as u64).await?);
-                let missing = part_end - state.buffer.len();
-                state.buffer.reserve_exact(missing);
+            let needed = (position + data.len()).min(part_end);
+            if reserved(&state) < needed {
+                self.grow_buffer(&mut state, needed, part_end).await?;
             }
             if position > state.buffer.len() {
                 let hole_end = position.min(part_end);
@@ -329,6 +330,26 @@ impl Upload {
         Ok(())
     }
 
+    /// Makes room for `needed` bytes in the part buffer. The first part's buffer grows by
+    /// doubling from [`FIRST_BUFFER`], so a small file holds and reserves little more than
+    /// its size (an 8 MiB buffer per file would spend the memory budget on 1,000 open
+    /// small files); once a file has sent a part, its buffers are whole parts.
+    async fn grow_buffer(&self, state: &mut State, needed: usize, part_end: usize) -> Result<(), FsError> {
+        let capacity = if state.multipart.is_some() {
+            part_end
+        } else {
+            needed.next_power_of_two().max(2 * reserved(state)).clamp(FIRST_BUFFER, part_end)
+        };
+        let more = self.reserve_waiting(state, (capacity - reserved(state)) as u64).await?;
+        match &mut state.buffer_memory {
+            Some(held) => held.absorb(more),
+            None => state.buffer_memory = Some(more),
+        }
+        let missing = capacity.saturating_sub(state.buffer.len());
+        state.buffer.reserve_exact(missing);
+        Ok(())
+    }
+
     /// Reserves `bytes` for a part buffer, waiting for this file's oldest parts in flight
     /// while the memory budget is spent (so a fast writer slows down instead of growing);
     /// with none in flight it overdraws rather than wait on other files (no deadlock).
@@ -362,6 +383,11 @@ impl Upload {
         let task = tokio::spawn(async move { store.upload_part(&key, &upload_id, number, data).await });
         Part { number, task, _memory: memory }
     }
+}
+
+/// Bytes of the part buffer counted against the memory budget.
+fn reserved(state: &State) -> usize {
+    state.buffer_memory.as_ref().map_or(0, |r| r.bytes() as usize)
 }
 
 /// What a file open for writing writes into: a streamed upload (new or truncated files
@@ -582,7 +608,11 @@ mod tests {
         let upload = Upload::new(store, "k".into(), true, MIN_PART, memory.clone(), None, Metadata::default());
         rt.block_on(async {
             upload.write(0, &[1; 1000]).await.expect("write");
-            assert_eq!(memory.used(), MIN_PART, "the part being filled is reserved whole");
+            assert_eq!(memory.used(), FIRST_BUFFER as u64, "a small file reserves a small buffer");
+            upload.write(1000, &vec![2; 300_000]).await.expect("write");
+            assert_eq!(memory.used(), 512 * 1024, "the buffer grows by doubling");
+            upload.write(301_000, &vec![3; MIN_PART as usize]).await.expect("write");
+            assert!(memory.used() >= MIN_PART, "sent part and the next buffer are reserved");
             upload.commit().await.expect("commit");
         });
         assert_eq!(memory.used(), 0, "given back once committed");
