@@ -7,6 +7,7 @@ mod common;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::time::Duration;
 
 use common::*;
@@ -17,28 +18,53 @@ fn write_back_mount(bucket: &str) -> Mount {
     MountBuilder::new().bucket(bucket).arg("--write-back").mount()
 }
 
+/// Writes 300 small files (one PUT each) and a multipart one into `dir`, as fast as
+/// close() returns; gives back what each key must hold.
+fn write_many_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut expected = Vec::new();
+    for i in 0..300u64 {
+        let data = gen_data(i, 1000 + i as usize * 37);
+        std::fs::write(dir.join(format!("small-{i:03}")), &data).expect("write a small file");
+        expected.push((format!("small-{i:03}"), data));
+    }
+    let large = gen_data(1000, 23 * MIB + 5);
+    std::fs::write(dir.join("large"), &large).expect("write a large file");
+    expected.push(("large".to_owned(), large));
+    expected
+}
+
+#[track_caller]
+fn assert_all_stored(bucket: &str, expected: &[(String, Vec<u8>)]) {
+    assert_eq!(list_keys(bucket, "").len(), expected.len(), "every file is stored");
+    for (key, data) in expected {
+        assert_eq!(sha256_hex(&get(bucket, key)), sha256_hex(data), "content of {key}");
+    }
+    assert_eq!(open_uploads(bucket), 0, "no multipart upload left open");
+}
+
 /// Files closed just before the unmount are all in the bucket once the daemon has exited,
 /// small ones (one PUT) and a multipart one, and no multipart upload is left open.
 #[test]
 fn unmount_waits_for_uploads_left_running_by_close() {
     let b = create_bucket("wb-unmount");
     let m = write_back_mount(&b);
-    let mut expected = Vec::new();
-    for i in 0..300u64 {
-        let data = gen_data(i, 1000 + i as usize * 37);
-        std::fs::write(m.join(format!("small-{i:03}")), &data).expect("write a small file");
-        expected.push((format!("small-{i:03}"), data));
-    }
-    let large = gen_data(1000, 23 * MIB + 5);
-    std::fs::write(m.join("large"), &large).expect("write a large file");
-    expected.push(("large".to_owned(), large));
+    let expected = write_many_files(m.path());
     drop(m); // unmounts and waits for the daemon to exit
+    assert_all_stored(&b, &expected);
+}
 
-    assert_eq!(list_keys(&b, "").len(), expected.len(), "every file is stored");
-    for (key, data) in &expected {
-        assert_eq!(sha256_hex(&get(&b, key)), sha256_hex(data), "content of {key}");
-    }
-    assert_eq!(open_uploads(&b), 0, "no multipart upload left open");
+/// `bucketfs unmount` of a background mount returns only once its daemon has stored
+/// everything, so a script can read the bucket right after it.
+#[test]
+fn bucketfs_unmount_returns_once_everything_is_stored() {
+    let b = create_bucket("wb-unmount-cmd");
+    let bg = MountBuilder::new().bucket(&b).arg("--write-back").mount_background();
+    assert!(bg.status.is_some_and(|s| s.success()), "{}", bg.diagnostics());
+    let expected = write_many_files(&bg.path);
+    let (status, _, stderr) = run_bucketfs(&["unmount", bg.path.to_str().expect("utf-8 path")], Duration::from_secs(120));
+    assert!(status.success(), "bucketfs unmount failed: {stderr}");
+    assert_all_stored(&b, &expected);
+    assert!(bg.daemon_pids().is_empty(), "the daemon has exited");
 }
 
 /// What follows a close on the same file waits for its upload: a rewrite lands after

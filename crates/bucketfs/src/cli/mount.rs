@@ -5,8 +5,10 @@
 //! a script can use the mount as soon as the command returns. The re-exec, rather than
 //! `fork()`, keeps the tokio runtime and the AWS SDK out of a forked child.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -121,7 +123,11 @@ pub fn run(args: MountArgs) -> Result<()> {
     Ok(())
 }
 
+/// `bucketfs unmount`: detaches the mount, then waits for the daemon that served it to
+/// exit, because it first stores what is still being uploaded (files still open, and
+/// with `--write-back` files already closed): once this returns, they are in the bucket.
 pub fn unmount(mountpoint: &Path) -> Result<()> {
+    let daemons = daemons_serving(mountpoint);
     let output = Command::new("fusermount3")
         .arg("-u")
         .arg(mountpoint)
@@ -131,7 +137,54 @@ pub fn unmount(mountpoint: &Path) -> Result<()> {
         let reason = String::from_utf8_lossy(&output.stderr).trim().to_owned();
         bail!("cannot unmount {}: {reason}", mountpoint.display());
     }
+    wait_for_exit(&daemons);
     Ok(())
+}
+
+/// The `bucketfs mount` processes whose mount point (their last argument) is `mountpoint`.
+fn daemons_serving(mountpoint: &Path) -> Vec<i32> {
+    let Some(wanted) = resolve_parent(mountpoint) else { return Vec::new() };
+    let Ok(processes) = std::fs::read_dir("/proc") else { return Vec::new() };
+    processes
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != std::process::id() as i32)
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).filter(|a| !a.is_empty()).collect();
+            let is_mount = args.first().is_some_and(|a| Path::new(OsStr::from_bytes(a)).ends_with("bucketfs"))
+                && args.get(1).is_some_and(|a| *a == b"mount");
+            let Some(last) = args.last().filter(|_| is_mount) else { return false };
+            let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd")) else { return false };
+            resolve_parent(&cwd.join(OsStr::from_bytes(last))).as_ref() == Some(&wanted)
+        })
+        .collect()
+}
+
+/// `path` with its parent directory resolved, without touching `path` itself (a mount
+/// point whose daemon is stuck would not answer).
+fn resolve_parent(path: &Path) -> Option<PathBuf> {
+    let name = path.file_name()?;
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    Some(parent.canonicalize().ok()?.join(name))
+}
+
+/// Waits until none of `pids` runs any more (a zombie counts as gone).
+fn wait_for_exit(pids: &[i32]) {
+    let running = |pid: &i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| stat.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+            .unwrap_or(false)
+    };
+    let started = std::time::Instant::now();
+    let mut told = false;
+    while pids.iter().any(running) {
+        if !told && started.elapsed() > std::time::Duration::from_secs(1) {
+            eprintln!("bucketfs: waiting for the daemon to store the files still being uploaded");
+            told = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 fn split_arguments(all: &[String]) -> Result<(&str, Vec<SourceSpec>)> {
