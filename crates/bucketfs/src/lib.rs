@@ -2,9 +2,11 @@
 //!
 //! Requests flow one way: [`fuse`] (kernel adapter) → [`fs`] (operations, handles,
 //! errno) → [`namespace`] (inodes, listings, metadata cache) and [`read`] (prefetch) →
-//! [`store`] (S3). [`memory`] is the one budget for buffered data; [`cli`] parses the
+//! [`store`] (S3); [`cache`] keeps small files read along with their metadata.
+//! [`memory`] is the one budget for buffered data; [`cli`] parses the
 //! command line and runs the mount. See docs/ARCHITECTURE.md.
 
+pub mod cache;
 pub mod cli;
 pub mod fs;
 pub mod fuse;

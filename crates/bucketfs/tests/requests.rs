@@ -18,8 +18,9 @@ fn get_bytes_for(m: &Mount, key: &str) -> (usize, u64) {
 }
 
 /// `stat` of every entry after a directory listing: LIST carries no metadata, so each
-/// entry's stored attributes cost one HEAD (fetched in parallel batches), never more, and
-/// nothing else; with `--attributes-from-listing`, the listing answers alone.
+/// entry's stored attributes cost one request (fetched in parallel batches): a HEAD, or
+/// for a small file a GET of its content (kept for its open), never more, and nothing
+/// else; with `--attributes-from-listing`, the listing answers alone.
 #[test]
 fn stat_after_listing_costs_one_head_per_entry_at_most() {
     let bucket = create_bucket("rq");
@@ -48,7 +49,8 @@ fn stat_after_listing_costs_one_head_per_entry_at_most() {
             assert!(sent.is_empty(), "stat after a listing sent S3 requests:\n{}", describe());
             continue;
         }
-        assert!(sent.iter().all(|r| r.op == "HEAD"), "only HEADs expected:\n{}", describe());
+        let metadata_request = |r: &S3Request| r.op == "HEAD" || r.op == "GET-SMALL";
+        assert!(sent.iter().all(metadata_request), "only HEADs and GET-SMALLs expected:\n{}", describe());
         let mut keys: Vec<&str> = sent.iter().map(|r| r.key.as_str()).collect();
         keys.sort_unstable();
         let count = keys.len();
@@ -60,6 +62,32 @@ fn stat_after_listing_costs_one_head_per_entry_at_most() {
 
 /// A small read in the middle of a big object is a small ranged GET, not a part or the whole
 /// object.
+/// Reading small files after their metadata was fetched (`grep -r`, `cat *`) sends no
+/// request at open or read: the GET that fetched the metadata brought the content. A
+/// larger file costs a HEAD, then GETs when read.
+#[test]
+fn small_files_are_read_with_their_metadata() {
+    let bucket = create_bucket("rq-small");
+    let mut objects: Vec<_> = (0..40).map(|i| (format!("d/f{i:02}"), gen_data(i, 1 + i as usize * 1500))).collect();
+    objects.push(("d/large".to_owned(), gen_data(99, 100_000)));
+    put_many(&bucket, objects.clone(), 16);
+    let m = MountBuilder::new().bucket(&bucket).request_log().mount();
+    assert_eq!(ls(&m.join("d")).len(), 41);
+    let before = m.s3_requests().len();
+    for (key, data) in &objects {
+        let read = std::fs::read(m.join(key)).expect("read");
+        assert_same_bytes(&read, data, key);
+    }
+    let sent: Vec<S3Request> = m.s3_requests()[before..].to_vec();
+    let describe = || sent.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>().join("\n");
+    let small: Vec<_> = sent.iter().filter(|r| r.key != "d/large").collect();
+    assert!(small.iter().all(|r| r.op == "GET-SMALL"), "small files: one GET-SMALL each:\n{}", describe());
+    assert_eq!(small.len(), 40, "one request per small file:\n{}", describe());
+    let large: Vec<_> = sent.iter().filter(|r| r.key == "d/large").map(|r| r.op.as_str()).collect();
+    assert_eq!(large.first(), Some(&"HEAD"), "{}", describe());
+    assert!(large[1..].iter().all(|op| *op == "GET"), "{}", describe());
+}
+
 #[test]
 fn small_random_read_fetches_little() {
     let bucket = create_bucket("rq");

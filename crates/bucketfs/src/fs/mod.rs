@@ -124,10 +124,12 @@ pub struct Fs {
     write_back: Option<Arc<Semaphore>>,
 }
 
-/// A file open for reading: the object in the store, or what a writer has written.
+/// A file open for reading: the object in the store, its content already here (a small
+/// file read with its metadata), or what a writer has written.
 #[derive(Clone)]
 enum Reader {
     Object(Arc<ReadHandle>),
+    Loaded(Bytes),
     Writer(Arc<Writer>),
 }
 
@@ -222,12 +224,16 @@ impl Fs {
             return Ok(Opened { handle, keep_cache: false });
         }
         let (reader, etag) = self.object_reader(ino).await?;
+        let reader = match etag.as_deref().and_then(|etag| self.namespace.take_small_object(ino, etag)) {
+            Some(content) => Reader::Loaded(content),
+            None => Reader::Object(reader),
+        };
         let keep_cache = match etag {
             Some(etag) => self.opened_etags.lock().insert(ino, etag.clone()).as_deref() == Some(&etag),
             None => false,
         };
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        self.files.lock().insert(handle, (ino, Reader::Object(reader)));
+        self.files.lock().insert(handle, (ino, reader));
         Ok(Opened { handle, keep_cache })
     }
 
@@ -251,6 +257,11 @@ impl Fs {
         };
         let writer = match reader {
             Reader::Object(reader) => return reader.read(offset, len).await,
+            Reader::Loaded(content) => {
+                let start = offset.min(content.len() as u64) as usize;
+                let end = offset.saturating_add(len).min(content.len() as u64) as usize;
+                return Ok(content.slice(start..end));
+            }
             Reader::Writer(writer) => writer,
         };
         let upload = match &writer.output {

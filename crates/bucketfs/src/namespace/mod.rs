@@ -23,9 +23,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use bytes::Bytes;
 use futures::StreamExt;
 use parking_lot::{Mutex, RwLock};
 
+use crate::cache::SmallObjects;
 use crate::fs::error::FsError;
 use crate::store::{Metadata, ObjectInfo, ObjectStore, StoreError};
 use listing::{Entry, EntryKind, ListingMerger};
@@ -48,6 +50,10 @@ const LISTING_BATCHES_FOR_LOOKUPS: usize = 10;
 /// listing, `METADATA_BATCH` of them, `METADATA_CONCURRENCY` at a time.
 const METADATA_FETCHES_BEFORE_BATCHING: u32 = 2;
 const METADATA_BATCH: usize = 64;
+/// Files up to this size are read whole when their metadata is fetched (see `cache`).
+const SMALL_OBJECT: u64 = 64 * 1024;
+/// Bytes of small files kept until they are opened.
+const SMALL_OBJECTS_BUDGET: usize = 32 << 20;
 const METADATA_CONCURRENCY: usize = 16;
 
 struct CachedListing {
@@ -183,6 +189,8 @@ pub struct Namespace {
     store_lookups: Mutex<HashMap<Ino, (u32, Instant)>>,
     /// HEADs for the metadata of listed entries, per directory: (count, counting since).
     metadata_fetches: Mutex<HashMap<Ino, (u32, Instant)>>,
+    /// Bodies of small files, read along with their metadata.
+    small_objects: SmallObjects,
     ttl: Duration,
     mounted_at: SystemTime,
 }
@@ -233,6 +241,7 @@ impl Namespace {
             recent_pages: Mutex::new(HashMap::new()),
             store_lookups: Mutex::new(HashMap::new()),
             metadata_fetches: Mutex::new(HashMap::new()),
+            small_objects: SmallObjects::new(SMALL_OBJECTS_BUDGET, ttl),
             ttl,
             mounted_at,
         }
@@ -579,7 +588,7 @@ impl Namespace {
                 let metadata = self.marker_metadata(self.store(*source), prefix).await?;
                 self.set_metadata(ino, metadata, None);
             }
-            Location::File { source, key } => match self.store(*source).head(key).await {
+            Location::File { source, key } => match self.fetch_file_metadata(ino, self.store(*source), key).await {
                 Ok(info) => {
                     let mut table = self.table.write();
                     if let Some(node) = table.nodes.get_mut(&ino) {
@@ -599,6 +608,32 @@ impl Namespace {
             },
         }
         Ok(())
+    }
+
+    /// HEAD of the file `key` (`ino`); a small file is read whole instead, for the same
+    /// cost, and its content kept for the open that usually follows.
+    async fn fetch_file_metadata(&self, ino: Ino, store: &Arc<dyn ObjectStore>, key: &str) -> Result<ObjectInfo, StoreError> {
+        let listed_size = self.table.read().nodes.get(&ino).map_or(0, |node| node.size);
+        if !(1..=SMALL_OBJECT).contains(&listed_size) {
+            return store.head(key).await;
+        }
+        match store.head_with_body(key, SMALL_OBJECT).await {
+            Ok((info, body)) => {
+                if let Some(etag) = info.etag.clone().filter(|_| body.len() as u64 == info.size) {
+                    self.small_objects.insert(ino, etag, body);
+                }
+                Ok(info)
+            }
+            Err(StoreError::NotFound) => Err(StoreError::NotFound),
+            // Replaced by an empty object since it was listed, which has no byte to GET.
+            Err(_) => store.head(key).await,
+        }
+    }
+
+    /// The content of `ino` at version `etag` if it was read along with its metadata and
+    /// not opened since.
+    pub fn take_small_object(&self, ino: Ino, etag: &str) -> Option<Bytes> {
+        self.small_objects.take(ino, etag)
     }
 
     /// The metadata of the marker `prefix` (a key ending in `/`); empty if there is none.

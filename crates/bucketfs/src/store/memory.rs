@@ -30,8 +30,9 @@ pub struct MemoryStore {
     objects: Mutex<BTreeMap<String, Stored>>,
     /// Ranged GETs served, with their lengths, to check what a reader costs.
     pub gets: Mutex<Vec<Range<u64>>>,
-    /// LIST and HEAD requests served.
+    /// LIST requests served.
     pub lists: AtomicUsize,
+    /// Requests for metadata served: HEADs, and GETs of small objects with their metadata.
     pub heads: AtomicUsize,
     versions: AtomicUsize,
     uploads: Mutex<BTreeMap<String, Upload>>,
@@ -165,6 +166,13 @@ impl ObjectStore for MemoryStore {
     async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError> {
         self.heads.fetch_add(1, Ordering::Relaxed);
         Ok(Self::info(key, &self.current(key, None)?))
+    }
+
+    async fn head_with_body(&self, key: &str, limit: u64) -> Result<(ObjectInfo, Bytes), StoreError> {
+        let stored = self.current(key, None)?;
+        self.heads.fetch_add(1, Ordering::Relaxed);
+        let body = stored.data.slice(..(limit as usize).min(stored.data.len()));
+        Ok((Self::info(key, &stored), body))
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>, if_match: Option<&str>) -> Result<Bytes, StoreError> {

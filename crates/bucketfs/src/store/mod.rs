@@ -105,6 +105,11 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// `HeadObject(key)`; `Err(NotFound)` when there is no such object.
     async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError>;
 
+    /// What [`ObjectStore::head`] says, from a `GetObject` of the first `limit` bytes
+    /// (`limit > 0`), which also returns those bytes: the whole object if it is no
+    /// larger. For small objects this costs what a HEAD costs.
+    async fn head_with_body(&self, key: &str, limit: u64) -> Result<(ObjectInfo, Bytes), StoreError>;
+
     /// The bytes `range` of `key`. With `if_match`, fails with `Changed` instead of
     /// returning bytes of another version of the object.
     async fn get_range(

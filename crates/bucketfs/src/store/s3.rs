@@ -165,6 +165,14 @@ fn decode_key(encoded: &str) -> String {
         .unwrap_or_else(|_| encoded.to_owned())
 }
 
+/// The metadata headers of a HEAD or GET response (names lower-cased).
+fn stored_metadata(user: Option<&std::collections::HashMap<String, String>>, content_type: Option<&str>) -> Arc<Metadata> {
+    Arc::new(Metadata {
+        user: user.into_iter().flatten().map(|(name, value)| (name.to_ascii_lowercase(), value.clone())).collect(),
+        content_type: content_type.map(str::to_owned),
+    })
+}
+
 fn to_system_time(t: Option<&aws_sdk_s3::primitives::DateTime>) -> SystemTime {
     t.and_then(|t| SystemTime::try_from(*t).ok()).unwrap_or(SystemTime::UNIX_EPOCH)
 }
@@ -253,16 +261,39 @@ impl ObjectStore for S3Store {
             size: response.content_length().unwrap_or(0).max(0) as u64,
             mtime: to_system_time(response.last_modified()),
             etag: response.e_tag().map(str::to_owned),
-            metadata: Some(Arc::new(Metadata {
-                user: response
-                    .metadata()
-                    .into_iter()
-                    .flatten()
-                    .map(|(name, value)| (name.to_ascii_lowercase(), value.clone()))
-                    .collect(),
-                content_type: response.content_type().map(str::to_owned),
-            })),
+            metadata: Some(stored_metadata(response.metadata(), response.content_type())),
         })
+    }
+
+    async fn head_with_body(&self, key: &str, limit: u64) -> Result<(ObjectInfo, Bytes), StoreError> {
+        let _permit = self.requests.acquire().await;
+        tracing::debug!(bucket = %self.bucket, key, limit, "s3 GET-SMALL");
+        let response = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .range(format!("bytes=0-{}", limit.max(1) - 1))
+            .send()
+            .await
+            .map_err(|e| self.map_error(e))?;
+        // "bytes 0-99/12345": the object's size is after the slash.
+        let size = response
+            .content_range()
+            .and_then(|range| range.rsplit_once('/')?.1.parse().ok())
+            .unwrap_or(response.content_length().unwrap_or(0).max(0) as u64);
+        let info = ObjectInfo {
+            key: key.to_owned(),
+            size,
+            mtime: to_system_time(response.last_modified()),
+            etag: response.e_tag().map(str::to_owned),
+            metadata: Some(stored_metadata(response.metadata(), response.content_type())),
+        };
+        let body = response.body.collect().await.map_err(|e| StoreError::Other {
+            message: format!("reading body of {key}: {}", innermost_message(&e)),
+            request_id: None,
+        })?;
+        Ok((info, body.into_bytes()))
     }
 
     async fn get_range(
