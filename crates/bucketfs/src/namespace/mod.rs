@@ -930,6 +930,20 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn listed_file_deleted_since_disappears_when_its_metadata_is_fetched() {
+        let (ns, store) = namespace_and_store(["d/gone", "d/kept"].map(String::from));
+        let d = ns.lookup(ROOT_INO, "d").await.expect("d");
+        let listed = ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page");
+        let gone = listed.iter().find(|l| l.name == "gone").expect("listed").node.clone();
+        assert!(gone.metadata.is_none(), "a listing has no metadata");
+        store.delete("d/gone").await.expect("delete behind the mount's back");
+        assert!(matches!(ns.with_metadata(gone).await, Err(FsError::NotFound)));
+        let names: Vec<_> = ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page").into_iter().map(|l| l.name).collect();
+        assert_eq!(names, ["kept"], "the cached listing forgot it");
+        assert!(matches!(ns.lookup(d.ino, "gone").await, Err(FsError::NotFound)));
+    }
+
+    #[tokio::test]
     async fn abandoned_overwrite_shows_the_stored_object_again() {
         let ns = namespace(&["f"]);
         let f = ns.lookup(ROOT_INO, "f").await.expect("f");
