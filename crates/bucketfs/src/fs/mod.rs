@@ -223,6 +223,7 @@ impl Fs {
             self.files.lock().insert(handle, (ino, Reader::Writer(writer)));
             return Ok(Opened { handle, keep_cache: false });
         }
+        self.namespace.note_read(ino);
         let (reader, etag) = self.object_reader(ino).await?;
         let reader = match etag.as_deref().and_then(|etag| self.namespace.take_small_object(ino, etag)) {
             Some(content) => Reader::Loaded(content),
