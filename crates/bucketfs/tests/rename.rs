@@ -153,3 +153,22 @@ fn across_sources_mv_copies() {
     assert!(list_keys(&one, "").is_empty());
     assert_eq!(get(&two, "f"), b"travelling");
 }
+
+/// A directory with a file still open for writing below it cannot be moved key by key
+/// (EBUSY); right after that file is closed it can, and the file moves with it.
+#[test]
+fn directory_with_a_file_being_written_is_busy_until_closed() {
+    let b = create_bucket("rn-busy");
+    let m = MountBuilder::new().bucket(&b).mount();
+    std::fs::create_dir(m.join("d")).expect("mkdir");
+    for round in 0..20 {
+        let (from, to) = if round % 2 == 0 { ("d", "e") } else { ("e", "d") };
+        let mut file = File::create(m.join(from).join(format!("f{round}"))).expect("create");
+        file.write_all(b"content").expect("write");
+        assert_errno(std::fs::rename(m.join(from), m.join(to)), libc::EBUSY, "rename while being written");
+        drop(file);
+        std::fs::rename(m.join(from), m.join(to)).unwrap_or_else(|e| panic!("round {round}: rename right after close: {e}"));
+        assert_eq!(std::fs::read(m.join(to).join(format!("f{round}"))).expect("read"), b"content");
+    }
+    assert_eq!(list_keys(&b, "d/").len(), 21, "20 files and the marker, back in d/");
+}

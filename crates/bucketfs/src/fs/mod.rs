@@ -105,6 +105,10 @@ struct Writer {
     background: Arc<tokio::sync::Mutex<()>>,
     /// `close()` has handed the upload to the background.
     handed_off: AtomicBool,
+    /// The opener has closed the file: its object is stored (or being stored in the
+    /// background). The handle lives on until the kernel's release, which may come after
+    /// the program's next request (a `mv` of the directory must not see it as busy).
+    closed: AtomicBool,
 }
 
 pub struct Fs {
@@ -377,11 +381,14 @@ impl Fs {
             return Ok(());
         }
         let Some(uploads) = &self.write_back else {
-            return self.commit_writer(&writer).await;
+            let committed = self.commit_writer(&writer).await;
+            writer.closed.store(true, Ordering::Release);
+            return committed;
         };
         let room = uploads.clone().acquire_owned().await;
         let busy = writer.background.clone().lock_owned().await;
         writer.handed_off.store(true, Ordering::Release);
+        writer.closed.store(true, Ordering::Release);
         let fs = self.clone();
         tokio::spawn(async move {
             let _ = fs.commit_writer(&writer).await;
@@ -564,6 +571,7 @@ impl Fs {
             output,
             background: Arc::default(),
             handed_off: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
         };
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
         self.writers.lock().insert(handle, Arc::new(writer));

@@ -1,6 +1,7 @@
 //! `rename()`: S3 has none, so a file is copied inside the store and the old key deleted,
 //! and a directory is moved key by key (not atomic; see SEMANTICS.md).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
@@ -107,7 +108,8 @@ impl Fs {
         if to_prefix.starts_with(prefix) {
             return Err(FsError::Invalid("moving a directory into itself"));
         }
-        if self.writers.lock().values().any(|w| w.output.key().starts_with(prefix)) {
+        let still_open = |w: &super::Writer| !w.closed.load(Ordering::Acquire) && w.output.key().starts_with(prefix);
+        if self.writers.lock().values().any(|w| still_open(w)) {
             return Err(FsError::Busy("files below the directory are being written"));
         }
         let store = self.namespace.store(source).clone();
