@@ -248,8 +248,6 @@ fn unescape_mountinfo(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Builds one store client per source and checks, with one LIST each, that the bucket
-/// exists and can be read with these credentials.
 /// The upload journal under the cache directory, after aborting the uploads that
 /// stopped daemons left in these sources' buckets.
 fn open_journal(args: &MountArgs, runtime: &tokio::runtime::Runtime, sources: &[Source]) -> Option<Arc<Journal>> {
@@ -268,6 +266,8 @@ fn open_journal(args: &MountArgs, runtime: &tokio::runtime::Runtime, sources: &[
     Some(Arc::new(journal))
 }
 
+/// Builds one store client per source and checks, with one LIST each, that the bucket
+/// exists and can be read with these credentials.
 async fn connect_sources(args: &MountArgs, specs: &[SourceSpec]) -> Result<Vec<Source>> {
     let checks = specs.iter().map(|spec| async move {
         let store = S3Store::new(&StoreConfig {
