@@ -172,3 +172,22 @@ fn directory_with_a_file_being_written_is_busy_until_closed() {
     }
     assert_eq!(list_keys(&b, "d/").len(), 21, "20 files and the marker, back in d/");
 }
+
+/// A file closed by its opener but written again through a duplicated descriptor (what
+/// shells do for `exec 3>f`) is open again: its directory is busy until the last close,
+/// and then the file moves with the directory instead of landing under the old name.
+#[test]
+fn file_written_again_after_close_keeps_its_directory_busy() {
+    let b = create_bucket("rn-dup");
+    let m = MountBuilder::new().bucket(&b).mount();
+    std::fs::create_dir(m.join("d")).expect("mkdir");
+    let first = File::create(m.join("d/f")).expect("create");
+    let mut second = first.try_clone().expect("dup");
+    drop(first); // the opener's close: an empty object is stored
+    second.write_all(b"written later").expect("write through the duplicate");
+    assert_errno(std::fs::rename(m.join("d"), m.join("e")), libc::EBUSY, "rename while written again");
+    drop(second);
+    std::fs::rename(m.join("d"), m.join("e")).expect("rename after the last close");
+    assert_eq!(get(&b, "e/f"), b"written later");
+    assert!(list_keys(&b, "d/").is_empty(), "nothing left under the old name");
+}

@@ -105,9 +105,10 @@ struct Writer {
     background: Arc<tokio::sync::Mutex<()>>,
     /// `close()` has handed the upload to the background.
     handed_off: AtomicBool,
-    /// The opener has closed the file: its object is stored (or being stored in the
-    /// background). The handle lives on until the kernel's release, which may come after
-    /// the program's next request (a `mv` of the directory must not see it as busy).
+    /// The opener has closed the file and nothing was written since: its object is
+    /// stored (or being stored in the background). The handle lives on until the
+    /// kernel's release, which may come after the program's next request (a `mv` of the
+    /// directory must not see it as busy).
     closed: AtomicBool,
 }
 
@@ -361,6 +362,8 @@ impl Fs {
     pub async fn write(&self, handle: u64, offset: u64, data: &[u8]) -> Result<u32, FsError> {
         let writer = self.writers.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?;
         let size = writer.output.write(offset, data).await?;
+        // Written again after the opener's close (through a duplicated descriptor): open.
+        writer.closed.store(false, Ordering::Release);
         self.namespace.set_pending_size(writer.ino, size);
         Ok(data.len() as u32)
     }
