@@ -74,7 +74,7 @@ fn reply_xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
 }
 
 fn caller(req: &Request) -> Caller {
-    Caller { pid: req.pid(), uid: req.uid(), gid: req.gid() }
+    Caller { thread: req.pid(), uid: req.uid(), gid: req.gid() }
 }
 
 fn log_error(op: &str, error: &FsError) -> Errno {
@@ -112,13 +112,21 @@ impl Filesystem for FuseAdapter {
         self.spawn(move |fs| async move {
             let result = async { fs.lookup(parent.0, existing_name(&name)?).await }.await;
             match result {
-                Ok(attr) => reply.entry(&fs.ttl(), &attr, Generation(0)),
+                Ok(attr) => {
+                    fs.add_lookup(attr.ino.0);
+                    reply.entry(&fs.ttl(), &attr, Generation(0))
+                }
                 // Inode 0 is a negative entry the kernel caches for the TTL, so programs
                 // probing for files that are not there (shells, importers) cost one request.
                 Err(FsError::NotFound) => reply.entry(&fs.ttl(), &fs.missing_attr(), Generation(0)),
                 Err(e) => reply.error(log_error("lookup", &e)),
             }
         });
+    }
+
+    // `batch_forget` comes here too (fuser's default), one inode at a time.
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -215,6 +223,10 @@ impl Filesystem for FuseAdapter {
                         if reply.add(entry.attr.ino, entry.offset, &entry.name, &ttl, &entry.attr, Generation(0)) {
                             break;
                         }
+                        // Each entry but `.` and `..` is a reference the kernel keeps.
+                        if entry.name != "." && entry.name != ".." {
+                            fs.add_lookup(entry.attr.ino.0);
+                        }
                     }
                     reply.ok()
                 }
@@ -305,6 +317,7 @@ impl Filesystem for FuseAdapter {
             let result = async { fs.create(parent.0, new_name(&name)?, mode, flags, caller).await }.await;
             match result {
                 Ok((attr, opened)) => {
+                    fs.add_lookup(attr.ino.0);
                     reply.created(&fs.ttl(), &attr, Generation(0), FileHandle(opened.handle), FopenFlags::empty())
                 }
                 Err(e) => reply.error(log_error("create", &e)),
@@ -359,7 +372,10 @@ impl Filesystem for FuseAdapter {
         self.spawn(move |fs| async move {
             let result = async { fs.mkdir(parent.0, new_name(&name)?, mode, caller).await }.await;
             match result {
-                Ok(attr) => reply.entry(&fs.ttl(), &attr, Generation(0)),
+                Ok(attr) => {
+                    fs.add_lookup(attr.ino.0);
+                    reply.entry(&fs.ttl(), &attr, Generation(0))
+                }
                 Err(e) => reply.error(log_error("mkdir", &e)),
             }
         });
@@ -466,7 +482,10 @@ impl Filesystem for FuseAdapter {
             }
             .await;
             match result {
-                Ok(attr) => reply.entry(&fs.ttl(), &attr, Generation(0)),
+                Ok(attr) => {
+                    fs.add_lookup(attr.ino.0);
+                    reply.entry(&fs.ttl(), &attr, Generation(0))
+                }
                 Err(e) => reply.error(log_error("symlink", &e)),
             }
         });

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 
-/// An object overwritten while it is open: reads of ranges not fetched yet must fail with EIO,
+/// An object overwritten while it is open: reads of ranges not fetched yet must fail with ESTALE,
 /// never return bytes of the new version.
 #[test]
 fn overwrite_during_read_fails_with_eio() {
@@ -40,17 +40,17 @@ fn overwrite_during_read_fails_with_eio() {
         match read_at(f, off as u64, len) {
             Err(e) => assert_eq!(
                 e.raw_os_error(),
-                Some(libc::EIO),
-                "{what}: expected EIO, got {e:?}\n{}",
+                Some(libc::ESTALE),
+                "{what}: expected ESTALE, got {e:?}\n{}",
                 m.diagnostics()
             ),
             Ok(got) => {
                 if got == new[off..off + len] {
-                    panic!("{what}: returned bytes of the NEW version (must fail with EIO)");
+                    panic!("{what}: returned bytes of the NEW version (must fail with ESTALE)");
                 } else if got == old[off..off + len] {
-                    panic!("{what}: returned bytes of the old version, expected EIO");
+                    panic!("{what}: returned bytes of the old version, expected ESTALE");
                 } else {
-                    panic!("{what}: returned bytes of neither version (mixed?), expected EIO");
+                    panic!("{what}: returned bytes of neither version (mixed?), expected ESTALE");
                 }
             }
         }
@@ -60,11 +60,11 @@ fn overwrite_during_read_fails_with_eio() {
     check(&f1, "handle 1", 16 * MIB + 123, 1000);
     check(&f2, "handle 2", 8 * MIB, 128 * KIB);
     check(&f2, "handle 2", 15 * MIB + 4096, 4096);
-    // failing again is still EIO (no recovery onto the new version through an old handle)
+    // failing again is still ESTALE (no recovery onto the new version through an old handle)
     check(&f1, "handle 1 (again)", 12 * MIB, 64 * KIB);
 
     // Continuing sequentially on handle 1: whatever was already prefetched may still be served,
-    // but only bytes of the old version, and the first error is EIO.
+    // but only bytes of the old version, and the first error is ESTALE.
     let mut f1 = f1;
     let mut off = MIB;
     f1.seek(SeekFrom::Start(off as u64)).unwrap(); // pread above did not move the position
@@ -88,7 +88,7 @@ fn overwrite_during_read_fails_with_eio() {
     });
     assert_eq!(
         e.raw_os_error(),
-        Some(libc::EIO),
+        Some(libc::ESTALE),
         "sequential read at {off}: {e:?}"
     );
 }

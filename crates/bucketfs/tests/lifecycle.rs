@@ -184,3 +184,36 @@ fn log_file_receives_the_logs() {
         );
     }
 }
+
+/// A background mount without `--log-file` is not silent: `bucketfs mount` says where
+/// the logs go, and warnings land there (here: the store refusing a write because the
+/// bucket was deleted under the mount).
+#[test]
+fn background_mount_logs_warnings_by_default() {
+    if std::path::Path::new("/run/systemd/journal/socket").exists() {
+        eprintln!("journald runs here: logs go there, not to a file");
+    }
+    let b = create_bucket("bg-logs");
+    let cache = tempfile::tempdir().expect("cache dir");
+    let cache_dir = cache.path().to_str().expect("utf-8").to_owned();
+    let bg = MountBuilder::new().bucket(&b).args(["--cache-dir", &cache_dir]).mount_background();
+    assert!(bg.status.is_some_and(|s| s.success()), "{}", bg.diagnostics());
+    let output = bg.output();
+    let journald = std::path::Path::new("/run/systemd/journal/socket").exists();
+    let expected = if journald { "journald".to_owned() } else { format!("{cache_dir}/bucketfs-logs/") };
+    assert!(output.contains(&format!("logged to {expected}")), "mount says where logs go: {output}");
+    block_on(s3().delete_bucket().bucket(&b).send()).expect("delete the bucket under the mount");
+    assert!(std::fs::write(bg.path.join("refused"), b"x").is_err(), "the write is refused");
+    if journald {
+        return;
+    }
+    let logs = cache.path().join("bucketfs-logs");
+    let found = wait_until(Duration::from_secs(10), || {
+        std::fs::read_dir(&logs).into_iter().flatten().flatten().any(|entry| {
+            std::fs::read_to_string(entry.path()).is_ok_and(|text| text.contains("does not exist"))
+        })
+    });
+    assert!(found, "the warning is in a log file under {}", logs.display());
+    let (status, _, _) = run_bucketfs(&["unmount", bg.path.to_str().expect("utf-8")], Duration::from_secs(20));
+    assert!(status.success());
+}

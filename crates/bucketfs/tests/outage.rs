@@ -1,52 +1,132 @@
-//! When the store stops answering, operations fail within a bounded time instead of
-//! hanging, and the mount works again once the store is back. The outage is made by a
-//! loopback TCP relay in front of the real MinIO that stops forwarding bytes.
+//! When the store goes away, programs see nothing of a short outage (a restart of a few
+//! seconds) and a clear error after a bounded time for a long one; nothing hangs. The
+//! outages are made by a loopback TCP relay in front of the real MinIO that can freeze
+//! (hold connections silently), go down (reset every connection, refuse new ones, as a
+//! restarting server does), or answer a number of requests with `503 SlowDown`.
 
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
 
-/// Forwards connections to `target` until `frozen` is set; then holds them open silently.
+#[derive(Default)]
+struct Faults {
+    /// Hold every connection open without forwarding a byte.
+    frozen: AtomicBool,
+    /// Reset open connections and new ones at once.
+    down: AtomicBool,
+    /// Answer this many more requests with `503 SlowDown` (and close their connection).
+    slow_down: AtomicUsize,
+}
+
+impl Faults {
+    /// Open connections are cut: the server is down, or the next requests must come on
+    /// new connections to be answered 503 (clients keep connections alive).
+    fn cut(&self) -> bool {
+        self.down.load(Ordering::Relaxed) || self.slow_down.load(Ordering::Relaxed) > 0
+    }
+}
+
 struct Relay {
     endpoint: String,
-    frozen: Arc<AtomicBool>,
+    faults: Arc<Faults>,
 }
 
 impl Relay {
     fn start(target: u16) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind relay");
         let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
-        let frozen = Arc::new(AtomicBool::new(false));
-        let flag = frozen.clone();
+        let faults = Arc::new(Faults::default());
+        let shared = faults.clone();
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
+                if shared.down.load(Ordering::Relaxed) {
+                    reset(&client);
+                    continue;
+                }
+                if shared.slow_down.load(Ordering::Relaxed) > 0 {
+                    let faults = shared.clone();
+                    std::thread::spawn(move || answer_slow_down(client, &faults));
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
                 for (from, to) in [(&client, &server), (&server, &client)] {
                     let (mut from, mut to) = (from.try_clone().expect("clone"), to.try_clone().expect("clone"));
-                    let flag = flag.clone();
+                    let faults = shared.clone();
                     std::thread::spawn(move || {
+                        let _ = from.set_read_timeout(Some(Duration::from_millis(50)));
                         let mut buffer = vec![0; 64 * 1024];
-                        while let Ok(n) = from.read(&mut buffer) {
-                            while flag.load(Ordering::Relaxed) {
+                        loop {
+                            let n = match from.read(&mut buffer) {
+                                Ok(n) => n,
+                                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                                    if faults.cut() {
+                                        break;
+                                    }
+                                    continue;
+                                }
+                                Err(_) => break,
+                            };
+                            while faults.frozen.load(Ordering::Relaxed) {
                                 std::thread::sleep(Duration::from_millis(20));
                             }
-                            if n == 0 || to.write_all(&buffer[..n]).is_err() {
+                            if faults.cut() || n == 0 || to.write_all(&buffer[..n]).is_err() {
                                 break;
                             }
                         }
-                        let _ = to.shutdown(std::net::Shutdown::Write);
+                        if faults.cut() {
+                            reset(&from);
+                            reset(&to);
+                        } else {
+                            let _ = to.shutdown(Shutdown::Write);
+                        }
                     });
                 }
             }
         });
-        Relay { endpoint, frozen }
+        Relay { endpoint, faults }
     }
+}
+
+/// Closes `stream` with a reset (SO_LINGER 0), as a server that dies does.
+fn reset(stream: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &linger as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::linger>() as u32,
+        );
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// Reads one request's head and answers `503 SlowDown`, as S3 does when throttling.
+fn answer_slow_down(mut client: TcpStream, faults: &Faults) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match client.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return,
+        }
+    }
+    let _ = faults.slow_down.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message><RequestId>relay</RequestId></Error>";
+    let response = format!(
+        "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = client.write_all(response.as_bytes());
+    let _ = client.shutdown(Shutdown::Both);
 }
 
 #[test]
@@ -60,7 +140,7 @@ fn unresponsive_store_fails_operations_in_bounded_time() {
         .args(["--read-timeout", "1", "--metadata-ttl", "0"])
         .mount();
 
-    relay.frozen.store(true, Ordering::Relaxed);
+    relay.faults.frozen.store(true, Ordering::Relaxed);
     let path = m.join("dir/file");
     let (result, elapsed) = run_with_timeout("stat while the store hangs", Duration::from_secs(60), move || {
         let started = Instant::now();
@@ -71,10 +151,109 @@ fn unresponsive_store_fails_operations_in_bounded_time() {
         matches!(error.raw_os_error(), Some(libc::ETIMEDOUT) | Some(libc::EIO)),
         "stat failed with {error}, expected ETIMEDOUT or EIO"
     );
-    assert!(elapsed < Duration::from_secs(20), "stat took {elapsed:?} with a 1 s read timeout");
+    assert!(elapsed < Duration::from_secs(20), "stat took {elapsed:?} with a 1 s read timeout and a 10 s retry window");
 
-    relay.frozen.store(false, Ordering::Relaxed);
+    relay.faults.frozen.store(false, Ordering::Relaxed);
     let data = std::fs::read(m.join("dir/file")).expect("read after the store is back");
     assert_eq!(sha256_hex(&data), sha256_hex(&gen_data(3, 3 * MIB)));
     m.assert_alive();
+}
+
+/// A store that restarts for 3 s (connections reset, new ones refused) in the middle of
+/// a large read and a large write: both programs finish with the right bytes and never
+/// see an error.
+#[test]
+fn store_restart_of_a_few_seconds_is_invisible() {
+    let b = create_bucket("outage-restart");
+    let data = gen_data(5, 48 * MIB);
+    put(&b, "big", data.clone());
+    let relay = Relay::start(minio().port);
+    let mut m = MountBuilder::new()
+        .bucket(&b)
+        .endpoint(relay.endpoint.clone())
+        .args(["--metadata-ttl", "0", "--part-size", "5MiB"])
+        .mount();
+
+    let reader_path = m.join("big");
+    let reader = std::thread::spawn(move || {
+        // A slow reader, so that the outage comes while it reads.
+        let mut file = std::fs::File::open(reader_path)?;
+        let mut out = Vec::new();
+        let mut chunk = vec![0; MIB];
+        loop {
+            let n = file.read(&mut chunk)?;
+            if n == 0 {
+                return Ok::<_, std::io::Error>(out);
+            }
+            out.extend_from_slice(&chunk[..n]);
+            std::thread::sleep(Duration::from_millis(80));
+        }
+    });
+    let written = gen_data(6, 20 * MIB);
+    let writer_path = m.join("written");
+    let to_write = written.clone();
+    let writer = std::thread::spawn(move || {
+        let mut file = std::fs::File::create(writer_path)?;
+        for chunk in to_write.chunks(MIB) {
+            file.write_all(chunk)?;
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        file.sync_all()
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    relay.faults.down.store(true, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_secs(3));
+    relay.faults.down.store(false, Ordering::Relaxed);
+
+    let read = run_with_timeout("the reader", Duration::from_secs(120), move || reader.join().expect("reader thread"));
+    let read = read.expect("the reader saw no error");
+    assert_eq!(read.len(), data.len());
+    assert!(read == data, "the reader read the right bytes");
+    run_with_timeout("the writer", Duration::from_secs(120), move || writer.join().expect("writer thread"))
+        .expect("the writer saw no error");
+    assert_eq!(sha256_hex(&get(&b, "written")), sha256_hex(&written));
+    assert_eq!(open_uploads(&b), 0);
+    m.assert_alive();
+}
+
+/// A store that is gone for good: an operation fails within about the retry window
+/// (10 s), not at once and not never; with the store back, the mount works again.
+#[test]
+fn dead_endpoint_fails_within_the_retry_window() {
+    let b = create_bucket("outage-dead");
+    put(&b, "dir/file", b"x".to_vec());
+    let relay = Relay::start(minio().port);
+    let mut m = MountBuilder::new().bucket(&b).endpoint(relay.endpoint.clone()).args(["--metadata-ttl", "0"]).mount();
+    relay.faults.down.store(true, Ordering::Relaxed);
+    let dir = m.join("dir");
+    let (result, elapsed) = run_with_timeout("ls of a dead endpoint", Duration::from_secs(60), move || {
+        let started = Instant::now();
+        (std::fs::read_dir(dir).and_then(|entries| entries.collect::<Result<Vec<_>, _>>()), started.elapsed())
+    });
+    let error = result.expect_err("ls with the store gone must fail");
+    assert_eq!(error.raw_os_error(), Some(libc::EIO), "{error}");
+    eprintln!("ls of a dead endpoint failed after {elapsed:?}");
+    assert!(elapsed >= Duration::from_secs(5), "gave up after {elapsed:?}: short outages would show");
+    assert!(elapsed < Duration::from_secs(15), "took {elapsed:?} to fail");
+    relay.faults.down.store(false, Ordering::Relaxed);
+    assert_eq!(std::fs::read(m.join("dir/file")).expect("read once the store is back"), b"x");
+    m.assert_alive();
+}
+
+/// Bursts of `503 SlowDown` are waited out with backoff: the program gets its bytes.
+#[test]
+fn slow_down_answers_are_retried() {
+    let b = create_bucket("outage-slowdown");
+    let data = gen_data(8, 3 * MIB);
+    put(&b, "f", data.clone());
+    let relay = Relay::start(minio().port);
+    let m = MountBuilder::new().bucket(&b).endpoint(relay.endpoint.clone()).args(["--metadata-ttl", "0"]).mount();
+    relay.faults.slow_down.store(6, Ordering::Relaxed);
+    let read = std::fs::read(m.join("f")).expect("read through a burst of SlowDown");
+    assert!(read == data);
+    assert_eq!(relay.faults.slow_down.load(Ordering::Relaxed), 0, "the relay answered all six with 503");
+    std::fs::write(m.join("g"), b"written").expect("write after the burst");
+    relay.faults.slow_down.store(4, Ordering::Relaxed);
+    std::fs::write(m.join("h"), b"written during a burst").expect("write through a burst of SlowDown");
+    assert_eq!(get(&b, "h"), b"written during a burst");
 }

@@ -5,7 +5,9 @@
 mod common;
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{self, Write};
+use std::os::fd::IntoRawFd;
+use std::os::unix::fs::FileExt;
 use std::process::Command;
 
 use common::*;
@@ -137,6 +139,66 @@ fn refused_upload_is_reported_and_leaves_no_entry() {
     assert_errno(std::fs::metadata(m.join("doomed")), libc::ENOENT, "failed file is gone");
 }
 
+/// close(2) of `file` with its result (dropping a `File` ignores it).
+fn close(file: File) -> io::Result<()> {
+    let fd = file.into_raw_fd();
+    if unsafe { libc::close(fd) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Go, Java, Node and thread pools close a file on another thread than the one that
+/// opened it. That close commits too (FUSE names the calling thread; bucketfs resolves it
+/// to its process): it returns the store's refusal, not 0 with nothing stored.
+#[test]
+fn close_from_another_thread_commits_and_reports_refusal() {
+    let b = create_bucket("write-thread");
+    put(&b, "keep", b"k".to_vec());
+    let m = MountBuilder::new().bucket(&b).mount();
+
+    let mut file = File::create(m.join("stored")).expect("create");
+    file.write_all(b"from the main thread").expect("write");
+    std::thread::spawn(move || close(file)).join().expect("thread").expect("close on another thread");
+    assert_eq!(get(&b, "stored"), b"from the main thread", "stored when close() returned");
+
+    let mut file = File::create(m.join("doomed")).expect("create");
+    file.write_all(&gen_data(7, 100_000)).expect("write");
+    delete(&b, "keep");
+    delete(&b, "stored");
+    block_on(s3().delete_bucket().bucket(&b).send()).expect("delete the bucket under the mount");
+    let closed = std::thread::spawn(move || close(file)).join().expect("thread");
+    let error = closed.expect_err("close on another thread must report the refused upload");
+    assert!(matches!(error.raw_os_error(), Some(libc::EIO) | Some(libc::ENOENT)), "{error}");
+}
+
+/// A write after `fsync` (which stored the object) goes on from the stored file, as on a
+/// local disk: `write 100 B; fsync; pwrite 10 B at 0; close` leaves 100 bytes with the
+/// first 10 new, never a 10-byte object. The same for a multipart file.
+#[test]
+fn writes_after_fsync_never_shrink_the_file() {
+    let b = create_bucket("write-after-fsync");
+    let m = MountBuilder::new().bucket(&b).args(["--part-size", "5MiB"]).mount();
+    for (name, size) in [("small", 100), ("multipart", 6 * MIB + 3)] {
+        let mut expected = gen_data(size as u64, size);
+        let mut file = File::create(m.join(name)).expect("create");
+        file.write_all(&expected).expect("write");
+        file.sync_all().expect("fsync");
+        assert_eq!(get(&b, name).len(), size, "{name}: stored by fsync");
+        file.write_all_at(b"0123456789", 0).expect("pwrite at 0 after fsync");
+        expected[..10].copy_from_slice(b"0123456789");
+        file.write_all_at(b"tail", size as u64).expect("append after fsync");
+        expected.extend_from_slice(b"tail");
+        close(file).expect("close");
+        let stored = get(&b, name);
+        assert_eq!(stored.len(), expected.len(), "{name}: size after close");
+        assert!(stored == expected, "{name}: content after close");
+        assert_eq!(std::fs::metadata(m.join(name)).expect("stat").len(), expected.len() as u64, "{name}: size shown");
+    }
+    assert_eq!(open_uploads(&b), 0);
+}
+
 /// A child forked while a file is open closes its inherited copy of the descriptor (at
 /// exec); that close must not end the parent's file.
 #[test]
@@ -170,6 +232,56 @@ fn killed_daemon_leaves_no_partial_object() {
     assert!(open_uploads(&b) >= 1, "the killed daemon's upload should still be open");
     let _again = MountBuilder::new().bucket(&b).mount();
     assert_eq!(open_uploads(&b), 0, "the next mount aborts uploads left by a killed daemon");
+}
+
+/// Kills the daemon with SIGKILL as soon as `uploads` multipart uploads are open in the
+/// bucket, while `operation` runs on another thread (it then fails: the mount is gone).
+/// The next mount of the bucket must abort what the killed daemon left.
+fn kill_during_upload(bucket: &str, mut m: Mount, operation: impl FnOnce() + Send + 'static) {
+    let running = std::thread::spawn(operation);
+    assert!(
+        wait_until(std::time::Duration::from_secs(30), || open_uploads(bucket) >= 1),
+        "no multipart upload was started"
+    );
+    m.signal(libc::SIGKILL);
+    assert!(m.wait_exit(std::time::Duration::from_secs(10)).is_some(), "daemon did not die");
+    let _ = running.join();
+    drop(m);
+    assert!(open_uploads(bucket) >= 1, "the killed daemon's upload should still be open");
+    let _again = MountBuilder::new().bucket(bucket).mount();
+    assert_eq!(open_uploads(bucket), 0, "the next mount aborts the uploads a killed daemon left");
+}
+
+/// The upload of a staging file (an append to a large object, stored at close) is in the
+/// journal too: killed while it runs, the next mount aborts it.
+#[test]
+fn killed_daemon_during_an_append_leaves_no_upload() {
+    let b = create_bucket("write-kill-append");
+    put(&b, "big", gen_data(12, 12 * MIB));
+    let m = MountBuilder::new().bucket(&b).args(["--part-size", "5MiB"]).mount();
+    let path = m.join("big");
+    kill_during_upload(&b, m, move || {
+        let mut file = OpenOptions::new().append(true).open(path).expect("open to append");
+        file.write_all(&gen_data(13, 200 * MIB)).expect("append 200 MiB to the staging file");
+        let _ = file.sync_all(); // the upload the daemon is killed in
+    });
+    assert_eq!(head(&b, "big").size, 12 * MIB as u64, "the object is unchanged");
+}
+
+/// A multipart copy (a rename of an object above the single-copy limit, lowered here
+/// from 5 GiB to 5 MiB) is in the journal too: killed while it runs, the next mount
+/// aborts it.
+#[test]
+fn killed_daemon_during_a_multipart_copy_leaves_no_upload() {
+    let b = create_bucket("write-kill-copy");
+    let data = gen_data(14, 400 * MIB);
+    put(&b, "big", data);
+    let m = MountBuilder::new().bucket(&b).env("BUCKETFS_TEST_SINGLE_COPY_LIMIT", &(5 * MIB).to_string()).mount();
+    let (from, to) = (m.join("big"), m.join("moved"));
+    kill_during_upload(&b, m, move || {
+        let _ = std::fs::rename(from, to);
+    });
+    assert_eq!(list_keys(&b, ""), ["big"], "the source is still there, no copy completed");
 }
 
 /// Peak resident memory of a process, from /proc (kB).

@@ -134,3 +134,33 @@ fn refused_upload_after_close_is_logged_and_leaves_no_entry() {
     drop(m);
     assert!(list_keys(&b, "").is_empty());
 }
+
+/// With `--write-back`, a descriptor still open after the opener's close (a `dup`) may
+/// write again: its writes build on the file the close handed to the background, and the
+/// last close stores them all.
+#[test]
+fn writes_after_a_handed_off_close_are_kept() {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::fs::FileExt;
+    let b = create_bucket("wb-dup");
+    let m = write_back_mount(&b);
+    let mut expected = gen_data(4, 100);
+    let mut file = File::create(m.join("f")).expect("create");
+    file.write_all(&expected).expect("write");
+    let duplicate = unsafe { File::from_raw_fd(libc::dup(file.as_raw_fd())) };
+    drop(file); // the opener's close: the upload goes to the background
+    duplicate.write_all_at(b"0123456789", 0).expect("write through the duplicate");
+    expected[..10].copy_from_slice(b"0123456789");
+    drop(duplicate);
+    let stored = (0..100).find_map(|_| {
+        let data = std::fs::read(m.join("f")).expect("read");
+        if data == expected {
+            return Some(data);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        None
+    });
+    assert!(stored.is_some(), "the mount shows both writes");
+    drop(m);
+    assert_eq!(get(&b, "f"), expected, "stored after unmount: 100 bytes, the first 10 new");
+}

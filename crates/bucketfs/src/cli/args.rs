@@ -84,10 +84,15 @@ pub struct MountArgs {
     /// Most S3 requests in flight at once, per source.
     #[arg(long, default_value_t = 16)]
     pub max_concurrent_requests: usize,
-    /// An S3 request that receives no data for this many seconds is retried (3 attempts in
-    /// all), then the operation fails with ETIMEDOUT instead of hanging.
+    /// An S3 request that receives no data for this many seconds fails (and is retried
+    /// within --retry-window), so a store that stops answering never hangs an operation.
     #[arg(long, default_value = "20", value_parser = parse_seconds, value_name = "SECONDS")]
     pub read_timeout: Duration,
+    /// How long a request that failed for a passing reason (connection refused or reset,
+    /// timeout, 5xx, 503 SlowDown) is retried, with backoff, before the operation fails:
+    /// a store restarting within it is invisible to programs.
+    #[arg(long, default_value = "10", value_parser = parse_seconds, value_name = "SECONDS")]
+    pub retry_window: Duration,
     /// Memory the daemon may use for buffered data (e.g. 2GiB). Default: 1/8 of RAM, at most 4 GiB.
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     pub memory_limit: Option<u64>,

@@ -41,10 +41,12 @@ pub fn run(args: MountArgs) -> Result<()> {
         tempfile::tempfile_in(&args.cache_dir)
             .with_context(|| format!("cache directory {} is not writable", args.cache_dir.display()))?;
     }
+    let daemon = std::env::var_os(READY_ENV).is_some();
+    let logs = LogDestination::for_args(&args, &mountpoint, daemon);
     if !args.foreground {
-        return spawn_daemon();
+        return spawn_daemon(&mountpoint);
     }
-    init_logging(&args)?;
+    init_logging(&args, &logs)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("bucketfs-io")
@@ -67,8 +69,12 @@ pub fn run(args: MountArgs) -> Result<()> {
         dir_mode: args.dir_mode,
         attributes_from_listing: args.attributes_from_listing,
     };
-    let staging = StagingConfig { dir: args.cache_dir.clone(), limit: MemoryLimiter::new(args.staging_limit) };
     let journal = if args.read_only { None } else { open_journal(&args, &runtime, &namespace_sources) };
+    let staging = StagingConfig {
+        dir: args.cache_dir.clone(),
+        limit: MemoryLimiter::new(args.staging_limit),
+        journal: journal.clone(),
+    };
     let write_config = WriteConfig {
         read_only: args.read_only,
         part_size: args.part_size,
@@ -84,6 +90,14 @@ pub fn run(args: MountArgs) -> Result<()> {
         MemoryLimiter::new(memory_limit),
     );
     let fs = Arc::new(fs);
+    let sweeper = fs.clone();
+    runtime.spawn(async move {
+        let mut every = tokio::time::interval(crate::namespace::SWEEP_INTERVAL);
+        loop {
+            every.tick().await;
+            sweeper.sweep();
+        }
+    });
     let adapter = FuseAdapter::new(fs.clone(), runtime.handle().clone());
 
     let fsname = sources.iter().map(SourceSpec::describe).collect::<Vec<_>>().join(",");
@@ -113,7 +127,7 @@ pub fn run(args: MountArgs) -> Result<()> {
             let _ = Command::new("fusermount3").arg("-uz").arg(&signal_mountpoint).status();
         }
     });
-    notify_ready()?;
+    notify_ready(&logs)?;
     tracing::info!(mountpoint = %mountpoint.display(), "mounted");
     session.run().context("serving the mount")?;
     tracing::info!("unmounted");
@@ -278,6 +292,7 @@ async fn connect_sources(args: &MountArgs, specs: &[SourceSpec]) -> Result<Vec<S
             force_path_style: args.force_path_style,
             max_concurrent_requests: args.max_concurrent_requests,
             read_timeout: args.read_timeout,
+            retry_window: args.retry_window,
         })
         .await;
         match store.list(&spec.prefix, None, Some(1)).await {
@@ -313,7 +328,46 @@ fn default_memory_limit() -> u64 {
     (total / 8).clamp(256 << 20, 4 << 30)
 }
 
-fn init_logging(args: &MountArgs) -> Result<()> {
+/// Where a daemon's logs go when `--log-file` does not say: journald where it runs,
+/// else a file (rotated daily, 7 kept) under the cache directory, named after the mount
+/// point. A background mount is never silent: a failed upload after `close()` must be
+/// findable. `bucketfs mount` prints where.
+enum LogDestination {
+    Stderr,
+    File(PathBuf),
+    Journald,
+}
+
+const JOURNALD_SOCKET: &str = "/run/systemd/journal/socket";
+
+impl LogDestination {
+    fn for_args(args: &MountArgs, mountpoint: &Path, daemon: bool) -> Self {
+        if let Some(path) = &args.log_file {
+            return LogDestination::File(path.clone());
+        }
+        if !daemon {
+            return LogDestination::Stderr;
+        }
+        if Path::new(JOURNALD_SOCKET).exists() {
+            return LogDestination::Journald;
+        }
+        let name = mountpoint.to_string_lossy().trim_matches('/').replace('/', "-");
+        let name = if name.is_empty() { "root".to_owned() } else { name };
+        LogDestination::File(args.cache_dir.join("bucketfs-logs").join(format!("{name}.log")))
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            LogDestination::Stderr => "standard error".to_owned(),
+            LogDestination::File(path) => path.display().to_string(),
+            LogDestination::Journald => "journald (journalctl -t bucketfs)".to_owned(),
+        }
+    }
+}
+
+fn init_logging(args: &MountArgs, destination: &LogDestination) -> Result<()> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     // fuser logs every unimplemented request and a harmless unmount race at warn level.
     let mut directives = args.log_level.clone();
     if !directives.contains("fuser") {
@@ -322,8 +376,8 @@ fn init_logging(args: &MountArgs) -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_new(&directives)
         .with_context(|| format!("--log-level {}", args.log_level))?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
-    match &args.log_file {
-        Some(path) => {
+    match destination {
+        LogDestination::File(path) if args.log_file.is_some() => {
             let file = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
@@ -331,7 +385,23 @@ fn init_logging(args: &MountArgs) -> Result<()> {
                 .with_context(|| format!("opening log file {}", path.display()))?;
             builder.with_ansi(false).with_writer(std::sync::Mutex::new(file)).init();
         }
-        None => builder.with_writer(std::io::stderr).init(),
+        LogDestination::File(path) => {
+            let (dir, name) = (path.parent().unwrap_or(Path::new(".")), path.file_name().unwrap_or_default());
+            let appender = tracing_appender::rolling::Builder::new()
+                .rotation(tracing_appender::rolling::Rotation::DAILY)
+                .filename_prefix(name.to_string_lossy())
+                .max_log_files(7)
+                .build(dir)
+                .with_context(|| format!("opening the log directory {}", dir.display()))?;
+            builder.with_ansi(false).with_writer(appender).init();
+        }
+        LogDestination::Journald => {
+            let journald = tracing_journald::layer().context("connecting to journald")?.with_syslog_identifier("bucketfs".into());
+            let filter = tracing_subscriber::EnvFilter::try_new(&directives)
+                .with_context(|| format!("--log-level {}", args.log_level))?;
+            tracing_subscriber::registry().with(filter).with(journald).init();
+        }
+        LogDestination::Stderr => builder.with_writer(std::io::stderr).init(),
     }
     Ok(())
 }
@@ -349,7 +419,7 @@ async fn wait_for_termination() {
 }
 
 /// Re-runs this command as a detached daemon and waits for it to be mounted.
-fn spawn_daemon() -> Result<()> {
+fn spawn_daemon(mountpoint: &Path) -> Result<()> {
     let exe = std::env::current_exe().context("finding the bucketfs executable")?;
     let mut arguments: Vec<_> = std::env::args_os().skip(1).collect();
     let position = arguments.iter().position(|a| a == "mount").map_or(0, |p| p + 1);
@@ -370,7 +440,8 @@ fn spawn_daemon() -> Result<()> {
     let mut stderr = child.stderr.take().context("daemon stderr")?;
     let mut line = String::new();
     let _ = BufReader::new(stdout).read_line(&mut line);
-    if line.trim() == "ready" {
+    if let Some(logs) = line.trim_end().strip_prefix("ready ") {
+        println!("bucketfs: mounted on {}; warnings and errors are logged to {logs}", mountpoint.display());
         return Ok(());
     }
     let mut message = String::new();
@@ -382,8 +453,8 @@ fn spawn_daemon() -> Result<()> {
 }
 
 /// In a daemon started by [`spawn_daemon`]: detach standard output and error (logs go
-/// to --log-file), then tell the waiting parent that the mount is up.
-fn notify_ready() -> Result<()> {
+/// to `logs`), then tell the waiting parent that the mount is up, and where the logs are.
+fn notify_ready(logs: &LogDestination) -> Result<()> {
     if std::env::var_os(READY_ENV).is_none() {
         return Ok(());
     }
@@ -391,6 +462,7 @@ fn notify_ready() -> Result<()> {
     let null = File::options().read(true).write(true).open("/dev/null").context("opening /dev/null")?;
     nix::unistd::dup2_stdout(&null).context("detaching standard output")?;
     nix::unistd::dup2_stderr(&null).context("detaching standard error")?;
-    File::from(parent).write_all(b"ready\n").context("notifying the parent")?;
+    let line = format!("ready {}\n", logs.describe());
+    File::from(parent).write_all(line.as_bytes()).context("notifying the parent")?;
     Ok(())
 }

@@ -17,7 +17,7 @@ pub enum FsError {
     IsDir,
     #[error("read-only file system")]
     ReadOnly,
-    #[error("stale file handle")]
+    #[error("bad file handle (not open, or already released)")]
     BadHandle,
     #[error("name too long")]
     NameTooLong,
@@ -43,6 +43,10 @@ pub enum FsError {
     Invalid(&'static str),
     #[error("not supported yet: {0}")]
     Unsupported(&'static str),
+    /// A write to a streamed upload that has stored its object: the file goes on in a
+    /// staging file (see `Fs::write`); seen by a program only if that cannot be made.
+    #[error("write after the file was committed by close or fsync")]
+    Committed,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -67,16 +71,160 @@ impl FsError {
             FsError::CrossDevice(_) => Errno::EXDEV,
             FsError::Invalid(_) => Errno::EINVAL,
             FsError::Unsupported(_) => Errno::EOPNOTSUPP,
+            FsError::Committed => Errno::EINVAL,
             FsError::Store(store) => match store {
                 StoreError::NotFound | StoreError::NoSuchBucket(_) => Errno::ENOENT,
                 StoreError::AccessDenied(_) | StoreError::BadCredentials(_) => Errno::EACCES,
                 StoreError::Timeout(_) => Errno::ETIMEDOUT,
                 // The object changed under an open handle: the read fails rather than mix
-                // two versions of the object.
-                StoreError::Changed => Errno::EIO,
+                // two versions of the object. NFS and mountpoint-s3 say so with ESTALE.
+                StoreError::Changed => Errno::ESTALE,
                 StoreError::AlreadyExists => Errno::EEXIST,
-                StoreError::Unreachable { .. } | StoreError::Other { .. } => Errno::EIO,
+                StoreError::UploadGone => Errno::ECANCELED,
+                StoreError::TooLarge => Errno::EFBIG,
+                StoreError::Unreachable { .. }
+                | StoreError::Unavailable { .. }
+                | StoreError::Interrupted(_)
+                | StoreError::Other { .. } => Errno::EIO,
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One example of every error, with the name docs/SEMANTICS.md gives it. The match in
+    /// `name` is exhaustive: a new variant does not compile until it is named here, and
+    /// then the test asks for its row in the table.
+    fn examples() -> Vec<FsError> {
+        let store = [
+            StoreError::NotFound,
+            StoreError::NoSuchBucket("b".into()),
+            StoreError::AccessDenied(None),
+            StoreError::BadCredentials("ExpiredToken".into()),
+            StoreError::Changed,
+            StoreError::AlreadyExists,
+            StoreError::Unreachable { endpoint: "e".into(), detail: "d".into() },
+            StoreError::Timeout("e".into()),
+            StoreError::Unavailable { message: "SlowDown".into(), request_id: None },
+            StoreError::Interrupted("reset".into()),
+            StoreError::UploadGone,
+            StoreError::TooLarge,
+            StoreError::Other { message: "m".into(), request_id: None },
+        ];
+        let mut all = vec![
+            FsError::NotFound,
+            FsError::NotDir,
+            FsError::IsDir,
+            FsError::ReadOnly,
+            FsError::BadHandle,
+            FsError::NameTooLong,
+            FsError::Exists,
+            FsError::NotPermitted,
+            FsError::NotEmpty,
+            FsError::NoAttribute,
+            FsError::XattrUnsupported("x"),
+            FsError::NoSpace,
+            FsError::Local("l".into()),
+            FsError::Busy("b"),
+            FsError::CrossDevice("c"),
+            FsError::Invalid("i"),
+            FsError::Unsupported("u"),
+            FsError::Committed,
+        ];
+        all.extend(store.into_iter().map(FsError::Store));
+        all
+    }
+
+    fn name(error: &FsError) -> String {
+        let store = |error: &StoreError| match error {
+            StoreError::NotFound => "NotFound",
+            StoreError::NoSuchBucket(_) => "NoSuchBucket",
+            StoreError::AccessDenied(_) => "AccessDenied",
+            StoreError::BadCredentials(_) => "BadCredentials",
+            StoreError::Changed => "Changed",
+            StoreError::AlreadyExists => "AlreadyExists",
+            StoreError::Unreachable { .. } => "Unreachable",
+            StoreError::Timeout(_) => "Timeout",
+            StoreError::Unavailable { .. } => "Unavailable",
+            StoreError::Interrupted(_) => "Interrupted",
+            StoreError::UploadGone => "UploadGone",
+            StoreError::TooLarge => "TooLarge",
+            StoreError::Other { .. } => "Other",
+        };
+        match error {
+            FsError::NotFound => "NotFound".into(),
+            FsError::NotDir => "NotDir".into(),
+            FsError::IsDir => "IsDir".into(),
+            FsError::ReadOnly => "ReadOnly".into(),
+            FsError::BadHandle => "BadHandle".into(),
+            FsError::NameTooLong => "NameTooLong".into(),
+            FsError::Exists => "Exists".into(),
+            FsError::NotPermitted => "NotPermitted".into(),
+            FsError::NotEmpty => "NotEmpty".into(),
+            FsError::NoAttribute => "NoAttribute".into(),
+            FsError::XattrUnsupported(_) => "XattrUnsupported".into(),
+            FsError::NoSpace => "NoSpace".into(),
+            FsError::Local(_) => "Local".into(),
+            FsError::Busy(_) => "Busy".into(),
+            FsError::CrossDevice(_) => "CrossDevice".into(),
+            FsError::Invalid(_) => "Invalid".into(),
+            FsError::Unsupported(_) => "Unsupported".into(),
+            FsError::Committed => "Committed".into(),
+            FsError::Store(inner) => format!("Store({})", store(inner)),
+        }
+    }
+
+    fn errno_named(name: &str) -> Option<i32> {
+        Some(match name {
+            "ENOENT" => libc::ENOENT,
+            "ENOTDIR" => libc::ENOTDIR,
+            "EISDIR" => libc::EISDIR,
+            "EROFS" => libc::EROFS,
+            "EBADF" => libc::EBADF,
+            "ENAMETOOLONG" => libc::ENAMETOOLONG,
+            "EEXIST" => libc::EEXIST,
+            "EPERM" => libc::EPERM,
+            "ENOTEMPTY" => libc::ENOTEMPTY,
+            "ENODATA" => libc::ENODATA,
+            "EOPNOTSUPP" => libc::EOPNOTSUPP,
+            "ENOSPC" => libc::ENOSPC,
+            "EIO" => libc::EIO,
+            "EBUSY" => libc::EBUSY,
+            "EXDEV" => libc::EXDEV,
+            "EINVAL" => libc::EINVAL,
+            "EACCES" => libc::EACCES,
+            "ESTALE" => libc::ESTALE,
+            "ETIMEDOUT" => libc::ETIMEDOUT,
+            "ECANCELED" => libc::ECANCELED,
+            "EFBIG" => libc::EFBIG,
+            _ => return None,
+        })
+    }
+
+    /// docs/SEMANTICS.md's "Errors" table says what `FsError::errno` returns, row for row.
+    #[test]
+    fn semantics_errors_table_matches_the_code() {
+        let doc = include_str!("../../../../docs/SEMANTICS.md");
+        let table = doc.split("\n## Errors\n").nth(1).expect("SEMANTICS.md has an Errors section");
+        let rows: std::collections::HashMap<String, String> = table
+            .lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                let name = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+                let errno = cells.get(2)?.strip_prefix('`')?.strip_suffix('`')?;
+                Some((name.to_owned(), errno.to_owned()))
+            })
+            .collect();
+        let examples = examples();
+        assert_eq!(rows.len(), examples.len(), "one row per error: {rows:?}");
+        for error in examples {
+            let name = name(&error);
+            let documented = rows.get(&name).unwrap_or_else(|| panic!("no row for {name} in SEMANTICS.md's Errors table"));
+            let code = errno_named(documented).unwrap_or_else(|| panic!("unknown errno {documented} for {name}"));
+            assert_eq!(error.errno().code(), code, "{name}: SEMANTICS.md says {documented}");
         }
     }
 }

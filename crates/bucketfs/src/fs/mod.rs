@@ -11,11 +11,12 @@
 pub mod attrs;
 mod change;
 pub mod error;
+mod handles;
 mod rename;
 mod xattrs;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -27,6 +28,8 @@ use tokio::sync::Semaphore;
 use crate::memory::MemoryLimiter;
 use crate::namespace::{DirStream, Ino, Listed, Location, Namespace, Node};
 use crate::read::{ReadConfig, ReadHandle};
+use handles::{process_of, Reader, Writer};
+pub use handles::Opened;
 use crate::store::Metadata;
 use crate::write::journal::Journal;
 use crate::write::staging::{Base, Staged, StagingConfig};
@@ -55,10 +58,11 @@ pub struct Presentation {
     pub attributes_from_listing: bool,
 }
 
-/// Who asks: the calling process and its credentials.
+/// Who asks: the calling thread (as FUSE names it; see `handles::process_of`) and its
+/// credentials.
 #[derive(Clone, Copy, Debug)]
 pub struct Caller {
-    pub pid: u32,
+    pub thread: u32,
     pub uid: u32,
     pub gid: u32,
 }
@@ -90,28 +94,6 @@ pub struct AttrChange {
     pub mtime: Option<SystemTime>,
 }
 
-/// A file open for writing.
-struct Writer {
-    /// The thread that opened the file; see [`Fs::flush`].
-    opener: u32,
-    /// A new file (rather than an existing one being replaced).
-    created: bool,
-    ino: Ino,
-    parent: Ino,
-    name: String,
-    output: Output,
-    /// Held by the upload that `close()` left running (`--write-back`): whoever must see
-    /// the stored object waits for it by locking this (see [`Fs::settle`]).
-    background: Arc<tokio::sync::Mutex<()>>,
-    /// `close()` has handed the upload to the background.
-    handed_off: AtomicBool,
-    /// The opener has closed the file and nothing was written since: its object is
-    /// stored (or being stored in the background). The handle lives on until the
-    /// kernel's release, which may come after the program's next request (a `mv` of the
-    /// directory must not see it as busy).
-    closed: AtomicBool,
-}
-
 pub struct Fs {
     namespace: Namespace,
     presentation: Presentation,
@@ -127,22 +109,6 @@ pub struct Fs {
     next_handle: AtomicU64,
     /// With `--write-back`: room for uploads running after `close()`.
     write_back: Option<Arc<Semaphore>>,
-}
-
-/// A file open for reading: the object in the store, its content already here (a small
-/// file read with its metadata), or what a writer has written.
-#[derive(Clone)]
-enum Reader {
-    Object(Arc<ReadHandle>),
-    Loaded(Bytes),
-    Writer(Arc<Writer>),
-}
-
-/// An open file.
-pub struct Opened {
-    pub handle: u64,
-    /// The kernel's cached pages of this file are still valid.
-    pub keep_cache: bool,
 }
 
 /// An entry returned by `readdir`, with the offset that resumes after it.
@@ -191,6 +157,25 @@ impl Fs {
         self.write_config.read_only
     }
 
+    /// The kernel was handed an entry for `ino` (see `Namespace::add_lookup`).
+    pub fn add_lookup(&self, ino: Ino) {
+        self.namespace.add_lookup(ino);
+    }
+
+    /// The kernel forgot `count` references to `ino`; once it holds none, so do we.
+    pub fn forget(&self, ino: Ino, count: u64) {
+        self.namespace.forget(ino, count);
+        if self.namespace.node(ino).is_err() {
+            self.opened_etags.lock().remove(&ino);
+        }
+    }
+
+    /// Drops state that expired and that nobody references (run periodically).
+    pub fn sweep(&self) {
+        self.namespace.sweep();
+        self.opened_etags.lock().retain(|ino, _| self.namespace.node(*ino).is_ok());
+    }
+
     /// How long the kernel may trust entries and attributes we return.
     pub fn ttl(&self) -> Duration {
         self.namespace.ttl()
@@ -219,7 +204,7 @@ impl Fs {
     pub async fn open(&self, ino: Ino, flags: i32, caller: Caller) -> Result<Opened, FsError> {
         self.settle(ino).await;
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
-            return self.open_for_writing(ino, flags, caller.pid).await;
+            return self.open_for_writing(ino, flags, caller).await;
         }
         // A file being written here is read from what was written (read-your-writes).
         let writer = self.writers.lock().values().find(|w| w.ino == ino).cloned();
@@ -241,6 +226,15 @@ impl Fs {
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
         self.files.lock().insert(handle, (ino, reader));
         Ok(Opened { handle, keep_cache })
+    }
+
+    /// `ino` now has ETag `new` with the same content as at `old` (rewritten onto itself):
+    /// pages the kernel cached at `old` may be kept at the next open.
+    fn same_content(&self, ino: Ino, old: Option<&str>, new: Option<&str>) {
+        let mut opened = self.opened_etags.lock();
+        if let (Some(new), true) = (new, opened.get(&ino).map(String::as_str) == old) {
+            opened.insert(ino, new.to_owned());
+        }
     }
 
     /// A reader of the object behind `ino`, pinned to its current ETag (also returned).
@@ -302,7 +296,7 @@ impl Fs {
             Output::Streamed(self.new_upload(source, key.clone(), true, metadata.clone()))
         };
         let node = self.namespace.enter_pending_file(parent, name, source, key, Arc::new(metadata));
-        let opened = self.add_writer(caller.pid, true, node.ino, parent, name.to_owned(), output);
+        let opened = self.add_writer(Writer::new(process_of(caller.thread), true, node.ino, output));
         Ok((self.attr(&node), opened))
     }
 
@@ -329,7 +323,7 @@ impl Fs {
     /// Opening an existing file for writing. With `O_TRUNC` and write-only, what is
     /// written replaces the object, streamed; anything else (append, writes in place,
     /// `O_RDWR`) goes through a staging file that starts as the object.
-    async fn open_for_writing(&self, ino: Ino, flags: i32, opener: u32) -> Result<Opened, FsError> {
+    async fn open_for_writing(&self, ino: Ino, flags: i32, caller: Caller) -> Result<Opened, FsError> {
         self.check_writable()?;
         let node = self.namespace.getattr(ino).await?;
         let Location::File { source, key } = &node.location else {
@@ -350,7 +344,7 @@ impl Fs {
         let (parent, name) = node.parent_and_name();
         self.namespace.enter_pending_file(parent, &name, *source, key.clone(), Arc::new(metadata));
         self.namespace.set_pending_size(ino, if truncate { 0 } else { node.size });
-        Ok(self.add_writer(opener, false, ino, parent, name, output))
+        Ok(self.add_writer(Writer::new(process_of(caller.thread), false, ino, output)))
     }
 
     fn new_staged(&self, source: usize, key: String, base: Option<Base>, metadata: Metadata) -> Result<Staged, FsError> {
@@ -360,15 +354,50 @@ impl Fs {
     }
 
     pub async fn write(&self, handle: u64, offset: u64, data: &[u8]) -> Result<u32, FsError> {
-        let writer = self.writers.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?;
-        let size = writer.output.write(offset, data).await?;
-        // Written again after the opener's close (through a duplicated descriptor): open.
-        writer.closed.store(false, Ordering::Release);
+        let mut writer = self.writers.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?;
+        let size = match writer.output.write(offset, data).await {
+            Err(FsError::Committed) => {
+                writer = self.continue_staged(handle, &writer).await?;
+                writer.output.write(offset, data).await?
+            }
+            other => other?,
+        };
         self.namespace.set_pending_size(writer.ino, size);
         Ok(data.len() as u32)
     }
 
-    /// `close()`: commits when the thread that opened the file closes it. A forked child
+    /// A streamed file written again after it stored its object (a write after `fsync`,
+    /// or through a descriptor still open after the opener's close): it goes on, under
+    /// the same handle, as a staging file that starts as the stored object. So the file
+    /// keeps its bytes, as on a local disk, and is never cut to what was written since.
+    async fn continue_staged(&self, handle: u64, writer: &Arc<Writer>) -> Result<Arc<Writer>, FsError> {
+        let Output::Streamed(upload) = &writer.output else { return Err(FsError::Committed) };
+        let (etag, size) = upload.stored().await.ok_or(FsError::Committed)?;
+        let node = self.namespace.node(writer.ino)?;
+        let Location::File { source, .. } = node.location else { return Err(FsError::IsDir) };
+        let key = upload.key();
+        let mut metadata = upload.metadata().await;
+        StoredAttrs::forget_mtime(&mut metadata);
+        let staged = self.new_staged(source, key.clone(), Some(Base { etag, size }), metadata.clone())?;
+        staged.allow_replace().await;
+        let next = Arc::new(Writer::new(writer.opener, false, writer.ino, Output::Staged(staged)));
+        {
+            let mut writers = self.writers.lock();
+            match writers.get(&handle) {
+                Some(current) if Arc::ptr_eq(current, writer) => writers.insert(handle, next.clone()),
+                // Another write of this handle got here first.
+                Some(current) => return Ok(current.clone()),
+                None => return Err(FsError::BadHandle),
+            };
+        }
+        let (parent, name) = node.parent_and_name();
+        self.namespace.enter_pending_file(parent, &name, source, key, Arc::new(metadata));
+        self.namespace.set_pending_size(writer.ino, size);
+        Ok(next)
+    }
+
+    /// `close()`: commits when the process that opened the file closes it (from any of
+    /// its threads: `closer` is the calling thread). A forked child
     /// closes its inherited copy of the descriptor too (at exit, or at exec for
     /// close-on-exec descriptors); committing then would end the file while the parent is
     /// still writing. Other closes leave the commit to the opener's close or to release.
@@ -380,18 +409,15 @@ impl Fs {
         let Some(writer) = self.writers.lock().get(&handle).cloned() else {
             return Ok(()); // a read handle: nothing to do
         };
-        if writer.opener != closer {
+        if writer.opener != process_of(closer) {
             return Ok(());
         }
         let Some(uploads) = &self.write_back else {
-            let committed = self.commit_writer(&writer).await;
-            writer.closed.store(true, Ordering::Release);
-            return committed;
+            return self.commit_writer(&writer).await;
         };
         let room = uploads.clone().acquire_owned().await;
         let busy = writer.background.clone().lock_owned().await;
         writer.handed_off.store(true, Ordering::Release);
-        writer.closed.store(true, Ordering::Release);
         let fs = self.clone();
         tokio::spawn(async move {
             let _ = fs.commit_writer(&writer).await;
@@ -461,7 +487,11 @@ impl Fs {
             Err(error) => {
                 tracing::warn!(key = writer.output.key(), "upload failed: {error}");
                 if writer.created {
-                    self.namespace.remove_entry(writer.parent, &writer.name);
+                    // Where the file is now: it may have been renamed since it was opened.
+                    if let Ok(node) = self.namespace.node(writer.ino) {
+                        let (parent, name) = node.parent_and_name();
+                        self.namespace.remove_entry(parent, &name);
+                    }
                 } else {
                     // The old object is still there: forget what we showed, ask S3 again.
                     self.namespace.upload_abandoned(writer.ino);
@@ -550,6 +580,11 @@ impl Fs {
         Ok(self.namespace.store(*source).get_range(key, 0..node.size, node.etag.as_deref()).await?)
     }
 
+    /// Where multipart uploads are recorded (see `write::journal`).
+    fn journal(&self) -> Option<&Journal> {
+        self.write_config.journal.as_deref()
+    }
+
     fn check_writable(&self) -> Result<(), FsError> {
         if self.write_config.read_only {
             Err(FsError::ReadOnly)
@@ -564,18 +599,7 @@ impl Fs {
         Upload::new(store, key, create_only, config.part_size, self.memory.clone(), config.journal.clone(), metadata)
     }
 
-    fn add_writer(&self, opener: u32, created: bool, ino: Ino, parent: Ino, name: String, output: Output) -> Opened {
-        let writer = Writer {
-            opener,
-            created,
-            ino,
-            parent,
-            name,
-            output,
-            background: Arc::default(),
-            handed_off: AtomicBool::new(false),
-            closed: AtomicBool::new(false),
-        };
+    fn add_writer(&self, writer: Writer) -> Opened {
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
         self.writers.lock().insert(handle, Arc::new(writer));
         Opened { handle, keep_cache: false }

@@ -1,13 +1,21 @@
 //! `rename()`: S3 has none, so a file is copied inside the store and the old key deleted,
 //! and a directory is moved key by key (not atomic; see SEMANTICS.md).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 
 use super::error::FsError;
 use super::{Fs, Reader, RENAME_CONCURRENCY};
+
+/// One object copied inside the store: from `from` at version `from_etag` to `to`, where
+/// it has `etag`.
+pub(super) struct Copied {
+    pub from: String,
+    pub from_etag: Option<String>,
+    pub to: String,
+    pub etag: Option<String>,
+}
 use crate::namespace::{Ino, Location, Node};
 use crate::write::copy_object;
 
@@ -72,20 +80,9 @@ impl Fs {
             store.delete(key).await?;
         } else {
             let metadata = self.stored_metadata(node.clone()).await?;
-            let etag = copy_object(store, key, &to_key, node.size, node.etag.as_deref(), &metadata).await?;
+            let etag = copy_object(store, self.journal(), key, &to_key, node.size, node.etag.as_deref(), &metadata).await?;
             store.delete(key).await?;
-            let readers: Vec<_> = self
-                .files
-                .lock()
-                .values()
-                .filter_map(|(ino, reader)| match reader {
-                    Reader::Object(reader) if *ino == node.ino => Some(reader.clone()),
-                    _ => None,
-                })
-                .collect();
-            for reader in readers {
-                reader.relocate(&to_key, etag.as_deref());
-            }
+            self.follow_copies(&[Copied { from: key.to_owned(), from_etag: node.etag.clone(), to: to_key.clone(), etag: etag.clone() }]);
             for writer in &writers {
                 writer.output.relocated(to_key.clone(), etag.clone()).await;
             }
@@ -108,10 +105,46 @@ impl Fs {
         if to_prefix.starts_with(prefix) {
             return Err(FsError::Invalid("moving a directory into itself"));
         }
-        let still_open = |w: &super::Writer| !w.closed.load(Ordering::Acquire) && w.output.key().starts_with(prefix);
-        if self.writers.lock().values().any(|w| still_open(w)) {
-            return Err(FsError::Busy("files below the directory are being written"));
+        // Open files below move with the directory. An upload not stored yet is pointed
+        // at its new key first (waiting for a commit in progress), so it cannot land
+        // under the old prefix after the listing below; one already stored is in that
+        // listing, copied with the rest, and told where it went.
+        let below: Vec<_> = self.writers.lock().values().filter(|w| w.output.key().starts_with(prefix)).cloned().collect();
+        let mut stored_writers = Vec::new();
+        let mut redirected = Vec::new();
+        for writer in below {
+            let old_key = writer.output.key();
+            let new_key = format!("{to_prefix}{}", &old_key[prefix.len()..]);
+            if writer.output.rename(new_key.clone()).await {
+                redirected.push((writer, old_key));
+            } else {
+                stored_writers.push((writer, old_key));
+            }
         }
+        let moved = self.move_keys(source, prefix, &to_prefix, replacing).await;
+        let copied = match moved {
+            Ok(copied) => copied,
+            Err(error) => {
+                // The directory stays where it was: so do its files being written.
+                for (writer, old_key) in redirected {
+                    writer.output.rename(old_key).await;
+                }
+                return Err(error);
+            }
+        };
+        self.follow_copies(&copied);
+        for (writer, old_key) in stored_writers {
+            if let Some(copy) = copied.iter().find(|c| c.from == old_key) {
+                writer.output.relocated(copy.to.clone(), copy.etag.clone()).await;
+            }
+        }
+        self.namespace.rename_entry(from, to, prefix, &to_prefix);
+        Ok(())
+    }
+
+    /// Copies every key below `prefix` to `to_prefix`, then deletes the originals (and,
+    /// when `replacing` an empty directory, its marker). Returns what was copied.
+    async fn move_keys(&self, source: usize, prefix: &str, to_prefix: &str, replacing: bool) -> Result<Vec<Copied>, FsError> {
         let store = self.namespace.store(source).clone();
         let mut keys = Vec::new();
         let mut token = None;
@@ -124,6 +157,7 @@ impl Fs {
             }
         }
         // Each object's metadata (not in the listing) is read as it is copied.
+        let journal = self.journal();
         let copies: Vec<_> = keys
             .iter()
             .map(|key| {
@@ -131,14 +165,15 @@ impl Fs {
                 async move {
                     let info = store.head(&key).await?;
                     let metadata = info.metadata.as_deref().cloned().unwrap_or_default();
-                    copy_object(&store, &key, &to_key, info.size, info.etag.as_deref(), &metadata).await
+                    let etag = copy_object(&store, journal, &key, &to_key, info.size, info.etag.as_deref(), &metadata).await?;
+                    Ok::<_, FsError>(Copied { from: key, from_etag: info.etag, to: to_key, etag })
                 }
             })
             .collect();
-        futures::stream::iter(copies).buffer_unordered(RENAME_CONCURRENCY).try_collect::<Vec<_>>().await?;
+        let copied = futures::stream::iter(copies).buffer_unordered(RENAME_CONCURRENCY).try_collect::<Vec<_>>().await?;
         if replacing && !keys.iter().any(|key| key == prefix) {
             // The replaced empty directory's marker would lend it its attributes.
-            store.delete(&to_prefix).await?;
+            store.delete(to_prefix).await?;
         }
         let deletes: Vec<_> = keys
             .into_iter()
@@ -148,8 +183,29 @@ impl Fs {
             })
             .collect();
         futures::stream::iter(deletes).buffer_unordered(RENAME_CONCURRENCY).try_collect::<Vec<_>>().await?;
-        self.namespace.rename_entry(from, to, prefix, &to_prefix);
-        Ok(())
+        Ok(copied)
+    }
+
+    /// Open readers follow objects this mount copied (a rename, or a metadata change that
+    /// rewrote the object onto itself): a reader of the version copied reads the same
+    /// bytes from the copy, under its key and new ETag, instead of failing when the
+    /// original is gone or its ETag changed. A reader of another version stays pinned.
+    pub(super) fn follow_copies(&self, copied: &[Copied]) {
+        let readers: Vec<_> = self
+            .files
+            .lock()
+            .values()
+            .filter_map(|(_, reader)| match reader {
+                Reader::Object(reader) => Some(reader.clone()),
+                _ => None,
+            })
+            .collect();
+        for reader in readers {
+            let (key, etag) = reader.object();
+            if let Some(copy) = copied.iter().find(|c| *c.from == *key && c.from_etag.as_deref() == etag.as_deref()) {
+                reader.relocate(&copy.to, copy.etag.as_deref());
+            }
+        }
     }
 
     /// `Ok` if the directory `node` holds nothing (its own marker aside).

@@ -6,60 +6,48 @@
 //!   fixed directory holding one entry per source. Each source has its own store client.
 //! - **Directories** are key prefixes: implicit (some key lies below `dir/`) or explicit
 //!   (a `dir/` marker object). A name that is both an object and a prefix is a directory.
-//! - **Inodes** are handed out on first sight of a (parent, name) and never reused while
-//!   mounted, so an inode number names one path for the life of the mount. An entry whose
-//!   type changes (file ⇄ directory) gets a new number.
 //! - **Metadata cache.** Attributes from LIST (readdir) and HEAD (lookup) are trusted for
 //!   `metadata_ttl`; missing names are remembered as missing for the same time. So `ls -l`
 //!   or `find` right after a listing costs no request per entry.
 //! - **Listing cache.** A directory listed completely is listed again from memory for the
 //!   same TTL (up to `MAX_CACHED_LISTING` names), and a name it does not contain is known
 //!   to be missing. Changes made through the mount update it.
+//!
+//! The state is split by what it owns: `inode` (the table), `dir_state` (everything
+//! known about directories, with the table, behind the one lock of [`Namespace`]),
+//! `readdir` (directory streams), `metadata` (stored attributes fetched for listed
+//! entries), `listing` (LIST pages → entries) and `names` (which keys can be names).
 
+mod dir_state;
+mod inode;
 pub mod listing;
+mod metadata;
 pub mod names;
+mod readdir;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use bytes::Bytes;
-use futures::StreamExt;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use crate::cache::SmallObjects;
 use crate::fs::error::FsError;
-use crate::store::{Metadata, ObjectInfo, ObjectStore, StoreError};
-use listing::{Entry, EntryKind, ListingMerger};
-
-pub type Ino = u64;
-pub const ROOT_INO: Ino = 1;
-
-/// Largest directory whose complete listing is kept (names only, sorted).
-const MAX_CACHED_LISTING: usize = 100_000;
+use crate::store::{Metadata, ObjectStore, StoreError};
+use dir_state::{Counted, DirState};
+pub use inode::{Ino, Location, Node, ROOT_INO};
+use inode::{Attributes, InodeTable};
+use listing::{Entry, EntryKind};
+pub use readdir::{DirStream, Listed};
 
 /// After this many lookups in one directory go to the store within the TTL, the
 /// directory is listed whole instead (`stat` of many names costs a few LISTs, not two
 /// requests per name) — if the listing ends within `LISTING_BATCHES_FOR_LOOKUPS` pages.
 const LOOKUPS_BEFORE_LISTING: u32 = 8;
 const LISTING_BATCHES_FOR_LOOKUPS: usize = 10;
-
-/// LIST carries no object metadata, so the stored attributes of a listed entry take a
-/// HEAD. After this many such HEADs in one directory within the TTL (`ls -l`, `stat *`,
-/// `grep -r` walking it), each one also fetches the next entries of the directory's
-/// listing, `METADATA_BATCH` of them, `METADATA_CONCURRENCY` at a time.
-const METADATA_FETCHES_BEFORE_BATCHING: u32 = 2;
-const METADATA_BATCH: usize = 64;
-/// Files up to this size are read whole when their metadata is fetched (see `cache`).
-const SMALL_OBJECT: u64 = 64 * 1024;
 /// Bytes of small files kept until they are opened.
 const SMALL_OBJECTS_BUDGET: usize = 32 << 20;
-const METADATA_CONCURRENCY: usize = 16;
-
-struct CachedListing {
-    until: Instant,
-    names: Arc<Vec<String>>,
-}
+/// How often expired state is dropped ([`Namespace::sweep`]).
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 
 /// One `s3://bucket/prefix` and where it appears in the mount.
 pub struct Source {
@@ -70,181 +58,34 @@ pub struct Source {
     pub prefix: String,
 }
 
-/// What an inode stands for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Location {
-    /// The root of a multiplexed mount: a fixed directory of sources.
-    SourceList,
-    /// A directory: all keys of `source` starting with `prefix` (empty or ending in `/`).
-    Dir { source: usize, prefix: String },
-    /// One object.
-    File { source: usize, key: String },
-}
-
-impl Node {
-    /// The directory holding this entry and its name there.
-    pub fn parent_and_name(&self) -> (Ino, String) {
-        (self.parent, self.name.clone())
-    }
-}
-
-impl Location {
-    pub fn is_dir(&self) -> bool {
-        !matches!(self, Location::File { .. })
-    }
-}
-
-/// An inode as the layers above see it: a snapshot, cheap to clone.
-#[derive(Clone, Debug)]
-pub struct Node {
-    pub ino: Ino,
-    pub location: Location,
-    /// Object size, mtime and ETag for files; mtime only for directories.
-    pub size: u64,
-    pub mtime: SystemTime,
-    pub etag: Option<String>,
-    /// The object's (for a directory: its `dir/` marker's) metadata, once known: LIST
-    /// does not return it. An implicit directory has empty metadata.
-    pub metadata: Option<Arc<Metadata>>,
-    parent: Ino,
-    name: String,
-    /// Until when the attributes may be used without asking the store again.
-    valid_until: Option<Instant>,
-}
-
-#[derive(Default)]
-struct InodeTable {
-    nodes: HashMap<Ino, Node>,
-    children: HashMap<(Ino, String), Ino>,
-    next_ino: Ino,
-}
-
-impl InodeTable {
-    /// Records what (parent, name) is now; keeps its inode number unless its type changed.
-    fn upsert(&mut self, parent: Ino, name: &str, location: Location, info: Attributes) -> Node {
-        let existing = self.children.get(&(parent, name.to_owned())).copied();
-        let same_kind = existing.and_then(|ino| self.nodes.get(&ino)).filter(|n| n.location.is_dir() == location.is_dir());
-        // A listing says nothing about metadata: keep what a HEAD told us while it is fresh.
-        let metadata = match (&info.metadata, same_kind) {
-            (None, Some(old)) if old.valid_until.is_none_or(|until| until > Instant::now()) => old.metadata.clone(),
-            _ => info.metadata,
-        };
-        let ino = match same_kind {
-            Some(old) => old.ino,
-            None => {
-                self.next_ino += 1;
-                self.children.insert((parent, name.to_owned()), self.next_ino);
-                self.next_ino
-            }
-        };
-        let node = Node {
-            ino,
-            location,
-            size: info.size,
-            mtime: info.mtime,
-            etag: info.etag,
-            metadata,
-            parent,
-            name: name.to_owned(),
-            valid_until: info.valid_until,
-        };
-        self.nodes.insert(ino, node.clone());
-        node
-    }
-}
-
-struct Attributes {
-    size: u64,
-    mtime: SystemTime,
-    etag: Option<String>,
-    metadata: Option<Arc<Metadata>>,
-    valid_until: Option<Instant>,
-}
-
-impl Attributes {
-    fn dir(mtime: SystemTime, metadata: Option<Arc<Metadata>>, valid_until: Option<Instant>) -> Self {
-        Self { size: 0, mtime, etag: None, metadata, valid_until }
-    }
-
-    fn file(info: ObjectInfo, valid_until: Option<Instant>) -> Self {
-        Self { size: info.size, mtime: info.mtime, etag: info.etag, metadata: info.metadata, valid_until }
-    }
-}
-
 pub struct Namespace {
     sources: Vec<Source>,
-    table: RwLock<InodeTable>,
-    /// (parent, name) known to be missing, until the instant given.
-    missing: Mutex<HashMap<(Ino, String), Instant>>,
-    /// Files created here whose upload has not finished: not in any LIST yet, but shown
-    /// in their directory (read-your-writes). Directory inode → names.
-    pending: Mutex<HashMap<Ino, std::collections::BTreeSet<String>>>,
-    /// Complete listings of directories, by directory inode.
-    listings: Mutex<HashMap<Ino, CachedListing>>,
-    /// The page most recently listed of each directory still being listed: programs
-    /// `stat` entries while they read the directory (`ls -l`), before the listing is
-    /// complete, and metadata batches take their neighbours from here.
-    recent_pages: Mutex<HashMap<Ino, CachedListing>>,
-    /// Lookups that went to the store, per directory: (count, counting since).
-    store_lookups: Mutex<HashMap<Ino, (u32, Instant)>>,
-    /// HEADs for the metadata of listed entries, per directory: (count, counting since).
-    metadata_fetches: Mutex<HashMap<Ino, (u32, Instant)>>,
-    /// Directories in which a file was last opened for reading, and when: small files
-    /// there are read whole with their metadata (`fetch_file_metadata`).
-    reads: Mutex<HashMap<Ino, Instant>>,
+    /// The one lock: see `dir_state`.
+    state: Mutex<DirState>,
     /// Bodies of small files, read along with their metadata.
     small_objects: SmallObjects,
     ttl: Duration,
     mounted_at: SystemTime,
 }
 
-/// One entry of a directory listing, already entered in the inode table.
-#[derive(Clone, Debug)]
-pub struct Listed {
-    pub name: String,
-    pub node: Node,
-}
-
 impl Namespace {
     pub fn new(sources: Vec<Source>, ttl: Duration) -> Self {
         let mounted_at = SystemTime::now();
-        let mut table = InodeTable { next_ino: ROOT_INO, ..Default::default() };
         let root_location = match sources.as_slice() {
-            [single] if single.mount_name.is_none() => {
-                Location::Dir { source: 0, prefix: single.prefix.clone() }
-            }
+            [single] if single.mount_name.is_none() => Location::Dir { source: 0, prefix: single.prefix.clone() },
             _ => Location::SourceList,
         };
-        let fixed = || Attributes::dir(mounted_at, Some(Arc::default()), None);
-        let root = Node {
-            ino: ROOT_INO,
-            location: root_location.clone(),
-            size: 0,
-            mtime: mounted_at,
-            etag: None,
-            metadata: Some(Arc::default()),
-            parent: ROOT_INO,
-            name: String::new(),
-            valid_until: None,
-        };
-        table.nodes.insert(ROOT_INO, root);
+        let mut inodes = InodeTable::new(root_location.clone(), mounted_at);
         if root_location == Location::SourceList {
             for (index, source) in sources.iter().enumerate() {
                 let name = source.mount_name.clone().unwrap_or_default();
                 let location = Location::Dir { source: index, prefix: source.prefix.clone() };
-                table.upsert(ROOT_INO, &name, location, fixed());
+                inodes.upsert(ROOT_INO, &name, location, Attributes::dir(mounted_at, Some(Arc::default()), None));
             }
         }
         Self {
             sources,
-            table: RwLock::new(table),
-            missing: Mutex::new(HashMap::new()),
-            pending: Mutex::new(HashMap::new()),
-            listings: Mutex::new(HashMap::new()),
-            recent_pages: Mutex::new(HashMap::new()),
-            store_lookups: Mutex::new(HashMap::new()),
-            metadata_fetches: Mutex::new(HashMap::new()),
-            reads: Mutex::new(HashMap::new()),
+            state: Mutex::new(DirState::new(inodes)),
             small_objects: SmallObjects::new(SMALL_OBJECTS_BUDGET, ttl),
             ttl,
             mounted_at,
@@ -260,7 +101,12 @@ impl Namespace {
     }
 
     pub fn node(&self, ino: Ino) -> Result<Node, FsError> {
-        self.table.read().nodes.get(&ino).cloned().ok_or(FsError::NotFound)
+        self.state.lock().inodes.get(ino).cloned().ok_or(FsError::NotFound)
+    }
+
+    /// Until when what the store says now may be trusted.
+    fn valid_until(&self) -> Instant {
+        Instant::now() + self.ttl
     }
 
     /// Finds `name` in directory `parent`, from the cache when fresh, else from the store.
@@ -269,9 +115,8 @@ impl Namespace {
         let (source, prefix) = match &parent_node.location {
             Location::File { .. } => return Err(FsError::NotDir),
             Location::SourceList => {
-                let table = self.table.read();
-                let ino = table.children.get(&(ROOT_INO, name.to_owned())).ok_or(FsError::NotFound)?;
-                return table.nodes.get(ino).cloned().ok_or(FsError::NotFound);
+                let state = self.state.lock();
+                return state.inodes.child(ROOT_INO, name).cloned().ok_or(FsError::NotFound);
             }
             Location::Dir { source, prefix } => (*source, prefix.clone()),
         };
@@ -279,22 +124,24 @@ impl Namespace {
             return Err(if name.len() > names::NAME_MAX { FsError::NameTooLong } else { FsError::NotFound });
         }
         let now = Instant::now();
-        if let Some(node) = self.cached_child(parent, name, now) {
-            return Ok(node);
-        }
-        let missing_key = (parent, name.to_owned());
-        if self.missing.lock().get(&missing_key).is_some_and(|until| *until > now) {
-            return Err(FsError::NotFound);
-        }
-        if let Some(names) = self.fresh_listing(parent, now) {
-            if names.binary_search_by(|n| n.as_str().cmp(name)).is_err() {
-                return Err(FsError::NotFound); // not in a complete, fresh listing
+        {
+            let state = self.state.lock();
+            if let Some(node) = state.fresh_child(parent, name, now) {
+                return Ok(node);
+            }
+            if state.known_missing(parent, name, now) {
+                return Err(FsError::NotFound);
+            }
+            if let Some(names) = state.fresh_listing(parent, now) {
+                if names.binary_search_by(|n| n.as_str().cmp(name)).is_err() {
+                    return Err(FsError::NotFound); // not in a complete, fresh listing
+                }
             }
         }
 
-        if self.many_lookups_in(parent, now) && self.list_whole(parent).await? {
+        if self.count(Counted::StoreLookups, parent, now) == LOOKUPS_BEFORE_LISTING && self.list_whole(parent).await? {
             // Listed completely just now: the answer is in the cache.
-            return self.cached_child(parent, name, Instant::now()).ok_or(FsError::NotFound);
+            return self.state.lock().fresh_child(parent, name, Instant::now()).ok_or(FsError::NotFound);
         }
 
         let store = self.store(source);
@@ -303,7 +150,7 @@ impl Namespace {
         // Both questions at once: is there an object `key`, and is there anything below `key/`?
         let (head, children) = tokio::join!(store.head(&key), store.list(&dir_prefix, None, Some(1)));
         let children = children?;
-        let valid_until = Some(Instant::now() + self.ttl);
+        let valid_until = Some(self.valid_until());
         if !children.objects.is_empty() || !children.prefixes.is_empty() {
             if head.is_ok() {
                 tracing::warn!(key, "object not shown: a directory of the same name exists");
@@ -315,17 +162,16 @@ impl Namespace {
                 Arc::default()
             };
             let attributes = Attributes::dir(self.mounted_at, Some(metadata), valid_until);
-            return Ok(self.table.write().upsert(
-                parent,
-                name,
-                Location::Dir { source, prefix: dir_prefix },
-                attributes,
-            ));
+            let location = Location::Dir { source, prefix: dir_prefix };
+            return Ok(self.state.lock().enter_found(parent, name, location, attributes));
         }
         match head {
-            Ok(info) => Ok(self.enter_file(parent, name, source, info, valid_until)),
-            Err(crate::store::StoreError::NotFound) => {
-                self.missing.lock().insert(missing_key, now + self.ttl);
+            Ok(info) => {
+                let location = Location::File { source, key: info.key.clone() };
+                Ok(self.state.lock().enter_found(parent, name, location, Attributes::file(info, valid_until)))
+            }
+            Err(StoreError::NotFound) => {
+                self.state.lock().mark_missing(parent, name, now + self.ttl);
                 Err(FsError::NotFound)
             }
             Err(error) => Err(error.into()),
@@ -335,7 +181,7 @@ impl Namespace {
     /// The attributes of `ino`, refreshed from the store when older than the TTL.
     pub async fn getattr(&self, ino: Ino) -> Result<Node, FsError> {
         let node = self.node(ino)?;
-        if node.valid_until.is_none_or(|until| until > Instant::now()) {
+        if node.fresh_at(Instant::now()) {
             return Ok(node);
         }
         self.expire(ino);
@@ -354,8 +200,11 @@ impl Namespace {
             Location::SourceList => None,
             Location::Dir { source, prefix } => Some((source, prefix)),
         };
-        let pending = self.pending.lock().get(&dir).cloned().unwrap_or_default();
         let now = Instant::now();
+        let (pending, cached) = {
+            let state = self.state.lock();
+            (state.pending_names(dir), state.fresh_listing(dir, now).map(|names| (names, 0)))
+        };
         Ok(DirStream {
             dir,
             parent: node.parent,
@@ -364,31 +213,19 @@ impl Namespace {
             token: None,
             done: false,
             pending,
-            cached: self.fresh_listing(dir, now).map(|names| (names, 0)),
+            cached,
             collected: Some(Vec::new()),
             started: now,
         })
     }
 
-    /// Counts a lookup in `dir` that needs the store; true when it is time to list `dir`
-    /// whole instead (once per TTL).
-    fn many_lookups_in(&self, dir: Ino, now: Instant) -> bool {
-        self.count_in(&self.store_lookups, dir, now) == LOOKUPS_BEFORE_LISTING
-    }
-
-    /// Counts one more store request for entries of `dir` in `counts`; returns how many
-    /// there were within the TTL (0 when nothing is cached, TTL 0).
-    fn count_in(&self, counts: &Mutex<HashMap<Ino, (u32, Instant)>>, dir: Ino, now: Instant) -> u32 {
+    /// Counts one more `what` in `dir`; returns how many there were within the TTL (0
+    /// when nothing is cached, TTL 0).
+    fn count(&self, what: Counted, dir: Ino, now: Instant) -> u32 {
         if self.ttl.is_zero() {
             return 0;
         }
-        let mut counts = counts.lock();
-        let (count, since) = counts.entry(dir).or_insert((0, now));
-        if now.duration_since(*since) > self.ttl {
-            (*count, *since) = (0, now);
-        }
-        *count = count.saturating_add(1);
-        *count
+        self.state.lock().count(what, dir, now, self.ttl)
     }
 
     /// Lists `dir` into the caches if it ends within a few pages; true if it did.
@@ -396,41 +233,16 @@ impl Namespace {
         let mut stream = self.list(dir)?;
         for _ in 0..LISTING_BATCHES_FOR_LOOKUPS {
             stream.next_batch(self).await?;
-            if stream.done {
+            if stream.is_done() {
                 return Ok(true);
             }
         }
         Ok(false)
     }
 
-    fn fresh_listing(&self, dir: Ino, now: Instant) -> Option<Arc<Vec<String>>> {
-        let listings = self.listings.lock();
-        listings.get(&dir).filter(|l| l.until > now).map(|l| l.names.clone())
-    }
-
-    fn remember_listing(&self, dir: Ino, started: Instant, mut names: Vec<String>) {
-        if self.ttl.is_zero() {
-            return;
-        }
-        names.sort_unstable();
-        let listing = CachedListing { until: started + self.ttl, names: Arc::new(names) };
-        self.listings.lock().insert(dir, listing);
-        self.recent_pages.lock().remove(&dir);
-    }
-
-    /// A change made through the mount: `name` now is (or is not) in `dir`, also in its
-    /// cached listing, which stays complete. (`tar x` into a new directory then costs no
-    /// lookup request per file.)
-    fn update_listing(&self, dir: Ino, name: &str, present: bool) {
-        let mut listings = self.listings.lock();
-        let Some(listing) = listings.get_mut(&dir) else { return };
-        let names = Arc::make_mut(&mut listing.names);
-        match (names.binary_search_by(|n| n.as_str().cmp(name)), present) {
-            (Err(at), true) => names.insert(at, name.to_owned()),
-            (Ok(at), false) => {
-                names.remove(at);
-            }
-            _ => {}
+    fn remember_listing(&self, dir: Ino, started: Instant, names: Vec<String>) {
+        if !self.ttl.is_zero() {
+            self.state.lock().remember_listing(dir, started + self.ttl, names);
         }
     }
 
@@ -467,56 +279,21 @@ impl Namespace {
     /// prefix) `old_key` to `new_key`; what was at the new name is gone. The inode keeps
     /// its number (the kernel moved its dentry already) and everything below a renamed
     /// directory moves with it.
-    pub fn rename_entry(&self, (parent, name): (Ino, &str), (new_parent, new_name): (Ino, &str), old_key: &str, new_key: &str) {
-        self.update_listing(parent, name, false);
-        self.update_listing(new_parent, new_name, true);
-        let mut table = self.table.write();
-        let Some(ino) = table.children.remove(&(parent, name.to_owned())) else { return };
-        if let Some(replaced) = table.children.insert((new_parent, new_name.to_owned()), ino) {
-            table.nodes.remove(&replaced);
-        }
-        let renamed_dir = old_key.ends_with('/');
-        for node in table.nodes.values_mut() {
-            if node.ino != ino && !renamed_dir {
-                continue;
-            }
-            let key = match &mut node.location {
-                Location::File { key, .. } => key,
-                Location::Dir { prefix, .. } => prefix,
-                Location::SourceList => continue,
-            };
-            if let Some(rest) = key.strip_prefix(old_key) {
-                *key = format!("{new_key}{rest}");
-            }
-        }
-        if let Some(node) = table.nodes.get_mut(&ino) {
-            node.parent = new_parent;
-            node.name = new_name.to_owned();
-        }
-        drop(table);
-        let mut pending = self.pending.lock();
-        if pending.get_mut(&parent).is_some_and(|names| names.remove(name)) {
-            pending.entry(new_parent).or_default().insert(new_name.to_owned());
-        }
-        drop(pending);
-        let mut missing = self.missing.lock();
-        missing.remove(&(new_parent, new_name.to_owned()));
-        missing.insert((parent, name.to_owned()), Instant::now() + self.ttl);
+    pub fn rename_entry(&self, from: (Ino, &str), to: (Ino, &str), old_key: &str, new_key: &str) {
+        let missing_until = self.valid_until();
+        self.state.lock().rename_entry(from, to, old_key, new_key, missing_until);
     }
 
     /// Enters a file being written: shown at once, trusted until its upload finishes.
     pub fn enter_pending_file(&self, parent: Ino, name: &str, source: usize, key: String, metadata: Arc<Metadata>) -> Node {
-        self.missing.lock().remove(&(parent, name.to_owned()));
-        self.update_listing(parent, name, true);
-        self.pending.lock().entry(parent).or_default().insert(name.to_owned());
         let attributes =
             Attributes { size: 0, mtime: SystemTime::now(), etag: None, metadata: Some(metadata), valid_until: None };
-        self.table.write().upsert(parent, name, Location::File { source, key }, attributes)
+        self.state.lock().enter_created(parent, name, Location::File { source, key }, attributes, true)
     }
 
     /// Forgets what is cached about `ino`: the next `getattr` asks the store.
     pub fn expire(&self, ino: Ino) {
-        if let Some(node) = self.table.write().nodes.get_mut(&ino) {
+        if let Some(node) = self.state.lock().inodes.get_mut(ino) {
             if node.valid_until.is_some() {
                 node.valid_until = Some(Instant::now());
             }
@@ -525,7 +302,7 @@ impl Namespace {
 
     /// The metadata `ino` now has in the store (or will have, for a file being written).
     pub fn set_metadata(&self, ino: Ino, metadata: Arc<Metadata>, etag: Option<Option<String>>) {
-        if let Some(node) = self.table.write().nodes.get_mut(&ino) {
+        if let Some(node) = self.state.lock().inodes.get_mut(ino) {
             node.metadata = Some(metadata);
             if let Some(etag) = etag {
                 node.etag = etag;
@@ -533,141 +310,9 @@ impl Namespace {
         }
     }
 
-    /// `node` with its metadata known: fetched with a HEAD if a listing is all we have.
-    /// Entries of a directory that keeps needing this are fetched in batches (see
-    /// [`METADATA_BATCH`]).
-    pub async fn with_metadata(&self, node: Node) -> Result<Node, FsError> {
-        if node.metadata.is_some() {
-            return Ok(node);
-        }
-        let batch = self.metadata_batch(&node);
-        let fetches = batch.into_iter().map(|(ino, location)| async move {
-            let result = self.fetch_metadata(ino, &location).await;
-            (ino, result)
-        });
-        let mut results = futures::stream::iter(fetches).buffer_unordered(METADATA_CONCURRENCY);
-        let mut wanted = None;
-        while let Some((ino, result)) = results.next().await {
-            if ino == node.ino {
-                wanted = Some(result);
-            } else if let Err(error) = result {
-                tracing::debug!(ino, "metadata of a neighbour not fetched: {error}");
-            }
-        }
-        match wanted {
-            Some(Ok(())) | None => self.node(node.ino),
-            Some(Err(error)) => Err(error),
-        }
-    }
-
-    /// The entries whose metadata to fetch along with `node`'s: `node` first, then, once
-    /// its directory has needed many, the entries after it in the directory's listing.
-    fn metadata_batch(&self, node: &Node) -> Vec<(Ino, Location)> {
-        let mut batch = vec![(node.ino, node.location.clone())];
-        let now = Instant::now();
-        if self.count_in(&self.metadata_fetches, node.parent, now) < METADATA_FETCHES_BEFORE_BATCHING {
-            return batch;
-        }
-        let recent_page = || {
-            let pages = self.recent_pages.lock();
-            pages.get(&node.parent).filter(|p| p.until > now).map(|p| p.names.clone())
-        };
-        let Some(names) = self.fresh_listing(node.parent, now).or_else(recent_page) else {
-            return batch;
-        };
-        let start = names.partition_point(|n| n.as_str() <= node.name.as_str());
-        let table = self.table.read();
-        let unknown = names[start..].iter().filter_map(|name| {
-            let child = table.nodes.get(table.children.get(&(node.parent, name.clone()))?)?;
-            child.metadata.is_none().then(|| (child.ino, child.location.clone()))
-        });
-        batch.extend(unknown.take(METADATA_BATCH - 1));
-        batch
-    }
-
-    async fn fetch_metadata(&self, ino: Ino, location: &Location) -> Result<(), FsError> {
-        match location {
-            Location::SourceList => self.set_metadata(ino, Arc::default(), None),
-            Location::Dir { source, prefix } => {
-                let metadata = self.marker_metadata(self.store(*source), prefix).await?;
-                self.set_metadata(ino, metadata, None);
-            }
-            Location::File { source, key } => match self.fetch_file_metadata(ino, self.store(*source), key).await {
-                Ok(info) => {
-                    let mut table = self.table.write();
-                    if let Some(node) = table.nodes.get_mut(&ino) {
-                        node.size = info.size;
-                        node.mtime = info.mtime;
-                        node.etag = info.etag;
-                        node.metadata = info.metadata;
-                    }
-                }
-                Err(StoreError::NotFound) => {
-                    // Deleted since it was listed.
-                    let (parent, name) = self.node(ino)?.parent_and_name();
-                    self.remove_entry(parent, &name);
-                    return Err(FsError::NotFound);
-                }
-                Err(error) => return Err(error.into()),
-            },
-        }
-        Ok(())
-    }
-
-    /// HEAD of the file `key` (`ino`). A small file in a directory whose files are being
-    /// read (`grep -r`, `cat *`) is read whole instead, for about the same cost, and its
-    /// content kept for the open that follows. Elsewhere (`ls -l`) that GET cost 14%
-    /// more than a HEAD for 64-byte files, so it is not sent.
-    async fn fetch_file_metadata(&self, ino: Ino, store: &Arc<dyn ObjectStore>, key: &str) -> Result<ObjectInfo, StoreError> {
-        let (listed_size, parent) = self.table.read().nodes.get(&ino).map_or((0, ino), |node| (node.size, node.parent));
-        if !(1..=SMALL_OBJECT).contains(&listed_size) || !self.files_read_in(parent) {
-            return store.head(key).await;
-        }
-        match store.head_with_body(key, SMALL_OBJECT).await {
-            Ok((info, body)) => {
-                if let Some(etag) = info.etag.clone().filter(|_| body.len() as u64 == info.size) {
-                    self.small_objects.insert(ino, etag, body);
-                }
-                Ok(info)
-            }
-            Err(StoreError::NotFound) => Err(StoreError::NotFound),
-            // Replaced by an empty object since it was listed, which has no byte to GET.
-            Err(_) => store.head(key).await,
-        }
-    }
-
-    /// `ino` is being opened for reading: small files next to it will be read too.
-    pub fn note_read(&self, ino: Ino) {
-        if let Ok(node) = self.node(ino) {
-            self.reads.lock().insert(node.parent, Instant::now());
-        }
-    }
-
-    fn files_read_in(&self, dir: Ino) -> bool {
-        self.reads.lock().get(&dir).is_some_and(|at| at.elapsed() <= self.ttl)
-    }
-
-    /// The content of `ino` at version `etag` if it was read along with its metadata and
-    /// not opened since.
-    pub fn take_small_object(&self, ino: Ino, etag: &str) -> Option<Bytes> {
-        self.small_objects.take(ino, etag)
-    }
-
-    /// The metadata of the marker `prefix` (a key ending in `/`); empty if there is none.
-    async fn marker_metadata(&self, store: &Arc<dyn ObjectStore>, prefix: &str) -> Result<Arc<Metadata>, FsError> {
-        if prefix.is_empty() {
-            return Ok(Arc::default()); // the bucket itself
-        }
-        match store.head(prefix).await {
-            Ok(info) => Ok(info.metadata.unwrap_or_default()),
-            Err(StoreError::NotFound) => Ok(Arc::default()),
-            Err(error) => Err(error.into()),
-        }
-    }
-
     /// A file being written grew to `size`.
     pub fn set_pending_size(&self, ino: Ino, size: u64) {
-        if let Some(node) = self.table.write().nodes.get_mut(&ino) {
+        if let Some(node) = self.state.lock().inodes.get_mut(ino) {
             node.size = size;
             node.mtime = SystemTime::now();
         }
@@ -676,196 +321,88 @@ impl Namespace {
     /// The upload of `ino` finished with this ETag and metadata: from now on it is an
     /// ordinary object.
     pub fn upload_done(&self, ino: Ino, etag: Option<String>, metadata: Arc<Metadata>) {
-        let mut table = self.table.write();
-        if let Some(node) = table.nodes.get_mut(&ino) {
+        let valid_until = self.valid_until();
+        let mut state = self.state.lock();
+        if let Some(node) = state.inodes.get_mut(ino) {
             node.etag = etag;
             node.metadata = Some(metadata);
             node.mtime = SystemTime::now();
-            node.valid_until = Some(Instant::now() + self.ttl);
-            if let Some(names) = self.pending.lock().get_mut(&node.parent) {
-                names.remove(&node.name);
-            }
+            node.valid_until = Some(valid_until);
         }
+        state.settled(ino);
     }
 
     /// The upload replacing an existing object failed: the object is unchanged in the
     /// bucket, so what was shown while writing is dropped and read again from S3.
     pub fn upload_abandoned(&self, ino: Ino) {
-        let mut table = self.table.write();
-        if let Some(node) = table.nodes.get_mut(&ino) {
+        let mut state = self.state.lock();
+        if let Some(node) = state.inodes.get_mut(ino) {
             node.valid_until = Some(Instant::now());
-            if let Some(names) = self.pending.lock().get_mut(&node.parent) {
-                names.remove(&node.name);
-            }
         }
+        state.settled(ino);
     }
 
     /// Enters a directory just created in `parent`, its marker having `metadata`.
     pub fn enter_dir(&self, parent: Ino, name: &str, source: usize, prefix: String, metadata: Arc<Metadata>) -> Node {
-        self.missing.lock().remove(&(parent, name.to_owned()));
-        self.update_listing(parent, name, true);
-        let attributes = Attributes::dir(SystemTime::now(), Some(metadata), Some(Instant::now() + self.ttl));
-        let node = self.table.write().upsert(parent, name, Location::Dir { source, prefix }, attributes);
+        let attributes = Attributes::dir(SystemTime::now(), Some(metadata), Some(self.valid_until()));
+        let mut state = self.state.lock();
+        let node = state.enter_created(parent, name, Location::Dir { source, prefix }, attributes, false);
         // Just created, so empty: names in it are known to be missing without asking.
-        self.remember_listing(node.ino, Instant::now(), Vec::new());
+        if !self.ttl.is_zero() {
+            state.remember_listing(node.ino, Instant::now() + self.ttl, Vec::new());
+        }
         node
     }
 
     /// Whether files are being written directly in directory `dir`.
     pub fn has_pending_children(&self, dir: Ino) -> bool {
-        self.pending.lock().get(&dir).is_some_and(|names| !names.is_empty())
+        self.state.lock().has_pending(dir)
     }
 
     /// Forgets (parent, name) after it was deleted (or its creation failed): later lookups
     /// say ENOENT without asking the store, until the TTL passes.
     pub fn remove_entry(&self, parent: Ino, name: &str) {
-        self.update_listing(parent, name, false);
-        let mut table = self.table.write();
-        if let Some(ino) = table.children.remove(&(parent, name.to_owned())) {
-            table.nodes.remove(&ino);
-            self.listings.lock().remove(&ino);
-        }
-        if let Some(names) = self.pending.lock().get_mut(&parent) {
-            names.remove(name);
-        }
-        self.missing.lock().insert((parent, name.to_owned()), Instant::now() + self.ttl);
+        let missing_until = self.valid_until();
+        self.state.lock().remove_entry(parent, name, missing_until);
     }
 
-    fn cached_child(&self, parent: Ino, name: &str, now: Instant) -> Option<Node> {
-        let table = self.table.read();
-        let ino = table.children.get(&(parent, name.to_owned()))?;
-        let node = table.nodes.get(ino)?;
-        node.valid_until.is_none_or(|until| until > now).then(|| node.clone())
+    /// The kernel was given an entry for `ino` (lookup, create, readdirplus): it holds
+    /// one more reference until it forgets it.
+    pub fn add_lookup(&self, ino: Ino) {
+        self.state.lock().inodes.add_lookup(ino);
     }
 
-    fn enter_file(&self, parent: Ino, name: &str, source: usize, info: ObjectInfo, valid_until: Option<Instant>) -> Node {
-        self.missing.lock().remove(&(parent, name.to_owned()));
-        let key = info.key.clone();
-        self.table.write().upsert(parent, name, Location::File { source, key }, Attributes::file(info, valid_until))
+    /// The kernel dropped `count` references to `ino` (FUSE `forget`).
+    pub fn forget(&self, ino: Ino, count: u64) {
+        self.state.lock().forget(ino, count);
     }
 
+    /// Drops what expired and nobody references (run every [`SWEEP_INTERVAL`]).
+    pub fn sweep(&self) {
+        self.state.lock().sweep(Instant::now(), self.ttl);
+    }
+
+    /// Enters a page of `dir`'s listing.
     fn enter_listed(&self, dir: Ino, source: usize, prefix: &str, entries: Vec<Entry>) -> Vec<Listed> {
-        let valid_until = Some(Instant::now() + self.ttl);
-        let mut names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
-        names.sort_unstable();
-        let page = CachedListing { until: Instant::now() + self.ttl, names: Arc::new(names) };
-        self.recent_pages.lock().insert(dir, page);
-        let mut missing = self.missing.lock();
-        let mut table = self.table.write();
+        let valid_until = self.valid_until();
+        let names = entries.iter().map(|e| e.name.clone()).collect();
+        let mut state = self.state.lock();
+        state.remember_page(dir, valid_until, names);
         entries
             .into_iter()
             .map(|entry| {
-                missing.remove(&(dir, entry.name.clone()));
                 let (location, attributes) = match entry.kind {
                     EntryKind::Dir => (
                         Location::Dir { source, prefix: format!("{prefix}{}/", entry.name) },
-                        Attributes::dir(self.mounted_at, None, valid_until),
+                        Attributes::dir(self.mounted_at, None, Some(valid_until)),
                     ),
-                    EntryKind::File(info) => {
-                        (Location::File { source, key: info.key.clone() }, Attributes::file(info, valid_until))
-                    }
+                    EntryKind::File(info) => (
+                        Location::File { source, key: info.key.clone() },
+                        Attributes::file(info, Some(valid_until)),
+                    ),
                 };
-                let node = table.upsert(dir, &entry.name, location, attributes);
+                let node = state.enter_found(dir, &entry.name, location, attributes);
                 Listed { name: entry.name, node }
-            })
-            .collect()
-    }
-}
-
-/// A directory being listed: yields entries page by page, so a directory of any size is
-/// listed in memory proportional to one page.
-pub struct DirStream {
-    pub dir: Ino,
-    pub parent: Ino,
-    inner: Option<(usize, String)>,
-    merger: Option<ListingMerger>,
-    token: Option<String>,
-    done: bool,
-    /// Files being written here when listing started and not yet seen in the listing;
-    /// shown after the listed entries.
-    pending: std::collections::BTreeSet<String>,
-    /// A fresh complete listing to serve from, and the position in it.
-    cached: Option<(Arc<Vec<String>>, usize)>,
-    /// Names listed so far from the store, to cache once complete (`None` past the cap).
-    collected: Option<Vec<String>>,
-    started: Instant,
-}
-
-impl DirStream {
-    /// The next batch of entries; empty once the listing is complete.
-    pub async fn next_batch(&mut self, namespace: &Namespace) -> Result<Vec<Listed>, FsError> {
-        if self.done {
-            return Ok(Vec::new());
-        }
-        let Some((source, prefix)) = self.inner.clone() else {
-            self.done = true;
-            let table = namespace.table.read();
-            let mut sources: Vec<Listed> = table
-                .children
-                .iter()
-                .filter(|((parent, _), _)| *parent == ROOT_INO)
-                .filter_map(|((_, name), ino)| {
-                    Some(Listed { name: name.clone(), node: table.nodes.get(ino)?.clone() })
-                })
-                .collect();
-            sources.sort_by(|a, b| a.name.cmp(&b.name));
-            return Ok(sources);
-        };
-        if let Some((names, position)) = &mut self.cached {
-            let end = (*position + 1000).min(names.len());
-            let batch: Vec<String> = names[*position..end].to_vec();
-            *position = end;
-            self.done = end == names.len();
-            let mut listed = self.known_entries(namespace, batch);
-            if self.done {
-                listed.extend(self.take_pending(namespace));
-            }
-            return Ok(listed);
-        }
-        loop {
-            let merger = self.merger.get_or_insert_with(|| ListingMerger::new(prefix.clone()));
-            let page = namespace.store(source).list(&prefix, self.token.take(), None).await?;
-            self.token = page.next_token.clone();
-            self.done = self.token.is_none();
-            let entries = merger.push_page(page);
-            for entry in &entries {
-                self.pending.remove(&entry.name);
-            }
-            if let Some(collected) = &mut self.collected {
-                collected.extend(entries.iter().map(|e| e.name.clone()));
-                if collected.len() > MAX_CACHED_LISTING {
-                    self.collected = None;
-                }
-            }
-            if !entries.is_empty() || self.done {
-                let mut listed = namespace.enter_listed(self.dir, source, &prefix, entries);
-                if self.done {
-                    if let Some(names) = self.collected.take() {
-                        namespace.remember_listing(self.dir, self.started, names);
-                    }
-                    listed.extend(self.take_pending(namespace));
-                }
-                return Ok(listed);
-            }
-        }
-    }
-}
-
-impl DirStream {
-    fn take_pending(&mut self, namespace: &Namespace) -> Vec<Listed> {
-        let pending = std::mem::take(&mut self.pending);
-        self.known_entries(namespace, pending)
-    }
-
-    /// The entries of this directory with these names, from the inode table.
-    fn known_entries(&mut self, namespace: &Namespace, names: impl IntoIterator<Item = String>) -> Vec<Listed> {
-        let table = namespace.table.read();
-        names
-            .into_iter()
-            .filter_map(|name| {
-                self.pending.remove(&name);
-                let ino = table.children.get(&(self.dir, name.clone()))?;
-                Some(Listed { node: table.nodes.get(ino)?.clone(), name })
             })
             .collect()
     }
@@ -875,6 +412,7 @@ impl DirStream {
 mod tests {
     use std::sync::atomic::Ordering;
 
+    use super::metadata::METADATA_BATCH;
     use super::*;
     use crate::store::memory::MemoryStore;
 
@@ -1003,6 +541,34 @@ mod tests {
         assert_eq!(heads, 1 + METADATA_BATCH, "one alone, then a batch of neighbours: {heads} HEADs");
         let known = page.iter().filter(|l| ns.node(l.node.ino).is_ok_and(|n| n.metadata.is_some())).count();
         assert_eq!(known, heads, "each HEAD filled in one entry");
+    }
+
+    #[tokio::test]
+    async fn forgotten_and_expired_entries_leave_memory() {
+        let keys: Vec<String> = (0..500).map(|i| format!("d/f{i:03}")).collect();
+        let store = Arc::new(MemoryStore::with_keys(keys.into_iter().map(|k| (k, b"x".to_vec()))));
+        let source = Source { mount_name: None, store, prefix: String::new() };
+        let ns = Namespace::new(vec![source], Duration::from_millis(50));
+        let d = ns.lookup(ROOT_INO, "d").await.expect("d");
+        ns.add_lookup(d.ino);
+        let listed = ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page");
+        assert_eq!(listed.len(), 500);
+        let kept = listed[7].node.ino;
+        ns.add_lookup(kept); // the kernel holds this one (readdirplus)
+        ns.add_lookup(kept);
+        let before = ns.state.lock().sizes()[0];
+        assert_eq!(before, 502, "root, d and 500 files");
+        ns.sweep();
+        assert_eq!(ns.state.lock().sizes()[0], before, "nothing expired yet");
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        ns.sweep();
+        assert_eq!(ns.state.lock().sizes(), [3, 0, 0, 0, 0], "root, d and the referenced file; no listing, no counter");
+        ns.forget(kept, 1);
+        assert!(ns.node(kept).is_ok(), "one reference left");
+        ns.forget(kept, 1);
+        assert!(ns.node(kept).is_err(), "forgotten by the kernel: gone");
+        let again = ns.lookup(d.ino, "f007").await.expect("looked up again");
+        assert_ne!(again.ino, kept, "a forgotten path gets a new number");
     }
 
     #[tokio::test]

@@ -92,7 +92,13 @@ impl ReadHandle {
         }
     }
 
-    /// The file was renamed while open: read the same bytes from their new key.
+    /// The key read and the ETag the reads are pinned to.
+    pub fn object(&self) -> (Arc<str>, Option<Arc<str>>) {
+        self.object.read().clone()
+    }
+
+    /// The object was copied (renamed, or rewritten onto itself with new metadata) while
+    /// open: read the same bytes from the copy.
     pub fn relocate(&self, key: &str, etag: Option<&str>) {
         *self.object.write() = (key.into(), etag.map(Into::into));
     }
@@ -369,7 +375,7 @@ mod tests {
         rt.block_on(reader.read(3 * MIB, 10)).expect("first read");
         store.put("k", vec![7; 4 * MIB as usize]);
         let error = rt.block_on(reader.read(0, 10)).expect_err("must fail");
-        assert_eq!(error.errno(), fuser::Errno::EIO);
+        assert_eq!(error.errno(), fuser::Errno::ESTALE);
     }
 
     #[test]

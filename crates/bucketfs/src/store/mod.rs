@@ -72,8 +72,34 @@ pub enum StoreError {
     Unreachable { endpoint: String, detail: String },
     #[error("request timed out: {0}")]
     Timeout(String),
+    /// The server answered 5xx or asked us to slow down (503 SlowDown).
+    #[error("server unavailable: {message}{}", request_suffix(.request_id))]
+    Unavailable { message: String, request_id: Option<String> },
+    /// The connection broke while a body was being received (reset, truncated).
+    #[error("transfer interrupted: {0}")]
+    Interrupted(String),
+    /// The multipart upload is gone: aborted by another client or a lifecycle rule.
+    #[error("the multipart upload was aborted by someone else (NoSuchUpload)")]
+    UploadGone,
+    /// The object would exceed what the store accepts (EntityTooLarge).
+    #[error("object too large for the store (EntityTooLarge)")]
+    TooLarge,
     #[error("S3 error: {message}{}", request_suffix(.request_id))]
     Other { message: String, request_id: Option<String> },
+}
+
+impl StoreError {
+    /// Worth another try: the store may answer after a moment (a restarting server, a
+    /// dropped connection, a 5xx, a request to slow down).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Unreachable { .. }
+                | StoreError::Timeout(_)
+                | StoreError::Unavailable { .. }
+                | StoreError::Interrupted(_)
+        )
+    }
 }
 
 fn request_suffix(request_id: &Option<String>) -> String {

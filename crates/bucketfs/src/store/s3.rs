@@ -5,7 +5,8 @@
 use std::error::Error as _;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::future::Future;
+use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use aws_config::meta::region::RegionProviderChain;
@@ -34,15 +35,23 @@ pub struct StoreConfig {
     pub force_path_style: bool,
     pub max_concurrent_requests: usize,
     pub read_timeout: Duration,
+    /// How long a call keeps retrying transient failures (see [`S3Store::retrying`]).
+    pub retry_window: Duration,
 }
 
 /// Timeouts are what keeps a dead server from hanging a program on the mount: bytes must
 /// keep flowing (`read_timeout`, default 20 s), a connection must open within
 /// `CONNECT_TIMEOUT` (or the read timeout, if shorter), and one attempt may not take
-/// longer than twice the read timeout. With three attempts, no call outlives about two
-/// minutes by default, and a refused connection fails within seconds.
+/// longer than twice the read timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const MAX_ATTEMPTS: u32 = 3;
+/// Retries are ours, not the SDK's (whose standard mode gives up after 3 attempts, about
+/// 2 s against a refused connection, and draws on a shared retry quota): a transient
+/// failure is retried with exponential backoff and jitter, from `FIRST_BACKOFF` doubling
+/// up to `MAX_BACKOFF`, for as long as the store's `retry_window` (default 10 s) allows.
+/// So a store restarting for a few seconds is invisible, and a dead one fails in about
+/// the window.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 // Uploads are sent with UNSIGNED-PAYLOAD: hashing every byte with SHA-256 for the
 // signature cost 40% of the daemon's CPU when copying a large file, and the SDK's CRC32
@@ -59,6 +68,7 @@ pub struct S3Store {
     endpoint: String,
     /// Caps requests in flight to this bucket, whoever issues them.
     requests: Semaphore,
+    retry_window: Duration,
 }
 
 impl S3Store {
@@ -69,7 +79,7 @@ impl S3Store {
             .or_else(aws_config::Region::new("us-east-1"));
         let mut loader = aws_config::defaults(BehaviorVersion::latest())
             .region(region)
-            .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS))
+            .retry_config(RetryConfig::disabled())
             .timeout_config(
                 TimeoutConfig::builder()
                     .connect_timeout(CONNECT_TIMEOUT.min(read_timeout))
@@ -96,6 +106,7 @@ impl S3Store {
             bucket: config.bucket.clone(),
             endpoint,
             requests: Semaphore::new(config.max_concurrent_requests.max(1)),
+            retry_window: config.retry_window,
         })
     }
 
@@ -132,6 +143,18 @@ impl S3Store {
                 StoreError::AccessDenied(request_id)
             }
             (Some("PreconditionFailed"), _) | (_, Some(412)) => StoreError::Changed,
+            (Some("NoSuchUpload"), _) => StoreError::UploadGone,
+            (Some("EntityTooLarge"), _) => StoreError::TooLarge,
+            (Some("SlowDown" | "ServiceUnavailable" | "InternalError" | "RequestTimeout" | "Throttling"
+                | "ThrottlingException" | "XMinioServerNotInitialized"), _)
+            | (_, Some(500..=599)) => StoreError::Unavailable {
+                message: match (code, status) {
+                    (Some(code), _) => code,
+                    (None, Some(status)) => format!("HTTP {status}"),
+                    _ => innermost_message(&err),
+                },
+                request_id,
+            },
             _ => StoreError::Other {
                 message: match (code, err.message(), status) {
                     (Some(code), Some(msg), _) => format!("{code}: {msg}"),
@@ -178,14 +201,13 @@ fn to_system_time(t: Option<&aws_sdk_s3::primitives::DateTime>) -> SystemTime {
 }
 
 impl S3Store {
-    async fn list_objects(
+    async fn list_once(
         &self,
         prefix: &str,
         delimiter: Option<&str>,
         continuation: Option<String>,
         max_keys: Option<i32>,
     ) -> Result<ListPage, StoreError> {
-        let _permit = self.requests.acquire().await;
         tracing::debug!(bucket = %self.bucket, prefix, recursive = delimiter.is_none(), "s3 LIST");
         let response = self
             .client
@@ -226,27 +248,9 @@ impl S3Store {
     }
 }
 
-#[async_trait]
-impl ObjectStore for S3Store {
-    fn location(&self) -> String {
-        format!("{}/{}", self.endpoint, self.bucket)
-    }
-
-    async fn list(
-        &self,
-        prefix: &str,
-        continuation: Option<String>,
-        max_keys: Option<i32>,
-    ) -> Result<ListPage, StoreError> {
-        self.list_objects(prefix, Some("/"), continuation, max_keys).await
-    }
-
-    async fn list_recursive(&self, prefix: &str, continuation: Option<String>) -> Result<ListPage, StoreError> {
-        self.list_objects(prefix, None, continuation, None).await
-    }
-
-    async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError> {
-        let _permit = self.requests.acquire().await;
+/// One attempt of each call; [`S3Store::retrying`] repeats them.
+impl S3Store {
+    async fn head_once(&self, key: &str) -> Result<ObjectInfo, StoreError> {
         tracing::debug!(bucket = %self.bucket, key, "s3 HEAD");
         let response = self
             .client
@@ -265,8 +269,7 @@ impl ObjectStore for S3Store {
         })
     }
 
-    async fn head_with_body(&self, key: &str, limit: u64) -> Result<(ObjectInfo, Bytes), StoreError> {
-        let _permit = self.requests.acquire().await;
+    async fn head_with_body_once(&self, key: &str, limit: u64) -> Result<(ObjectInfo, Bytes), StoreError> {
         tracing::debug!(bucket = %self.bucket, key, limit, "s3 GET-SMALL");
         let response = self
             .client
@@ -289,14 +292,15 @@ impl ObjectStore for S3Store {
             etag: response.e_tag().map(str::to_owned),
             metadata: Some(stored_metadata(response.metadata(), response.content_type())),
         };
-        let body = response.body.collect().await.map_err(|e| StoreError::Other {
-            message: format!("reading body of {key}: {}", innermost_message(&e)),
-            request_id: None,
-        })?;
+        let body = response
+            .body
+            .collect()
+            .await
+            .map_err(|e| StoreError::Interrupted(format!("reading {key}: {}", innermost_message(&e))))?;
         Ok((info, body.into_bytes()))
     }
 
-    async fn get_range(
+    async fn get_range_once(
         &self,
         key: &str,
         range: Range<u64>,
@@ -305,7 +309,6 @@ impl ObjectStore for S3Store {
         if range.is_empty() {
             return Ok(Bytes::new());
         }
-        let _permit = self.requests.acquire().await;
         tracing::debug!(bucket = %self.bucket, key, start = range.start, len = range.end - range.start, "s3 GET");
         let response = self
             .client
@@ -320,34 +323,27 @@ impl ObjectStore for S3Store {
         let expected = (range.end - range.start) as usize;
         let mut buffer = Vec::with_capacity(expected);
         let mut body = response.body;
-        while let Some(chunk) = body.try_next().await.map_err(|e| StoreError::Other {
-            message: format!("reading body of {key}: {}", innermost_message(&e)),
-            request_id: None,
-        })? {
+        while let Some(chunk) = body
+            .try_next()
+            .await
+            .map_err(|e| StoreError::Interrupted(format!("reading {key}: {}", innermost_message(&e))))?
+        {
             buffer.extend_from_slice(&chunk);
         }
         if buffer.len() != expected {
-            return Err(StoreError::Other {
-                message: format!(
-                    "short read of {key} bytes {}..{}: got {} bytes",
-                    range.start,
-                    range.end,
-                    buffer.len()
-                ),
-                request_id: None,
-            });
+            let (start, end, got) = (range.start, range.end, buffer.len());
+            return Err(StoreError::Interrupted(format!("short read of {key} bytes {start}..{end}: got {got} bytes")));
         }
         Ok(Bytes::from(buffer))
     }
 
-    async fn put(
+    async fn put_once(
         &self,
         key: &str,
         data: Bytes,
         metadata: &Metadata,
         create_only: bool,
     ) -> Result<Option<String>, StoreError> {
-        let _permit = self.requests.acquire().await;
         tracing::debug!(bucket = %self.bucket, key, len = data.len(), create_only, "s3 PUT");
         let small = data.len() <= SIGNED_PUT_LIMIT;
         let request = self
@@ -374,8 +370,7 @@ impl ObjectStore for S3Store {
         Ok(response.e_tag().map(str::to_owned))
     }
 
-    async fn start_upload(&self, key: &str, metadata: &Metadata) -> Result<String, StoreError> {
-        let _permit = self.requests.acquire().await;
+    async fn start_upload_once(&self, key: &str, metadata: &Metadata) -> Result<String, StoreError> {
         tracing::debug!(bucket = %self.bucket, key, "s3 CREATE-MULTIPART");
         let response = self
             .client
@@ -393,8 +388,7 @@ impl ObjectStore for S3Store {
         })
     }
 
-    async fn upload_part(&self, key: &str, upload_id: &str, number: i32, data: Bytes) -> Result<String, StoreError> {
-        let _permit = self.requests.acquire().await;
+    async fn upload_part_once(&self, key: &str, upload_id: &str, number: i32, data: Bytes) -> Result<String, StoreError> {
         tracing::debug!(bucket = %self.bucket, key, number, len = data.len(), "s3 UPLOAD-PART");
         let response = self
             .client
@@ -415,14 +409,13 @@ impl ObjectStore for S3Store {
         })
     }
 
-    async fn copy(
+    async fn copy_once(
         &self,
         source: &str,
         key: &str,
         if_match: Option<&str>,
         metadata: &Metadata,
     ) -> Result<Option<String>, StoreError> {
-        let _permit = self.requests.acquire().await;
         tracing::debug!(bucket = %self.bucket, source, key, "s3 COPY");
         let response = self
             .client
@@ -440,7 +433,7 @@ impl ObjectStore for S3Store {
         Ok(response.copy_object_result().and_then(|r| r.e_tag()).map(str::to_owned))
     }
 
-    async fn upload_part_copy(
+    async fn upload_part_copy_once(
         &self,
         key: &str,
         upload_id: &str,
@@ -449,7 +442,6 @@ impl ObjectStore for S3Store {
         range: Range<u64>,
         if_match: Option<&str>,
     ) -> Result<String, StoreError> {
-        let _permit = self.requests.acquire().await;
         tracing::debug!(bucket = %self.bucket, key, number, source, start = range.start, len = range.end - range.start, "s3 UPLOAD-PART-COPY");
         let response = self
             .client
@@ -470,14 +462,13 @@ impl ObjectStore for S3Store {
         })
     }
 
-    async fn finish_upload(
+    async fn finish_upload_once(
         &self,
         key: &str,
         upload_id: &str,
         parts: Vec<(i32, String)>,
         create_only: bool,
     ) -> Result<Option<String>, StoreError> {
-        let _permit = self.requests.acquire().await;
         tracing::debug!(bucket = %self.bucket, key, parts = parts.len(), create_only, "s3 COMPLETE-MULTIPART");
         let parts = parts
             .into_iter()
@@ -497,8 +488,7 @@ impl ObjectStore for S3Store {
         Ok(response.e_tag().map(str::to_owned))
     }
 
-    async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
-        let _permit = self.requests.acquire().await;
+    async fn abort_upload_once(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
         tracing::debug!(bucket = %self.bucket, key, "s3 ABORT-MULTIPART");
         self.client
             .abort_multipart_upload()
@@ -511,8 +501,7 @@ impl ObjectStore for S3Store {
         Ok(())
     }
 
-    async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        let _permit = self.requests.acquire().await;
+    async fn delete_once(&self, key: &str) -> Result<(), StoreError> {
         tracing::debug!(bucket = %self.bucket, key, "s3 DELETE");
         self.client
             .delete_object()
@@ -522,6 +511,130 @@ impl ObjectStore for S3Store {
             .await
             .map_err(|e| self.map_error(e))?;
         Ok(())
+    }
+}
+
+impl S3Store {
+    /// Runs `attempt` (one request) until it succeeds, fails for good, or transient
+    /// failures ([`StoreError::is_transient`]) have gone on for the retry window. Each
+    /// attempt takes a request permit of its own, so a call waiting out an outage holds
+    /// none. Calls that are not idempotent are safe to repeat here: a create-only PUT or
+    /// complete repeated after a lost answer fails its precondition rather than write
+    /// twice (see SEMANTICS, "Limits and timeouts").
+    async fn retrying<T, F, Fut>(&self, what: &'static str, key: &str, attempt: F) -> Result<T, StoreError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let started = Instant::now();
+        let mut backoff = FIRST_BACKOFF;
+        let mut failures = 0u32;
+        loop {
+            let result = {
+                let _permit = self.requests.acquire().await;
+                attempt().await
+            };
+            let error = match result {
+                Err(error) if error.is_transient() => error,
+                done => {
+                    if failures > 0 {
+                        let waited = started.elapsed();
+                        tracing::info!(bucket = %self.bucket, key, "s3 {what} answered after {failures} failed attempts ({waited:?})");
+                    }
+                    return done;
+                }
+            };
+            failures += 1;
+            // Equal jitter: half the backoff fixed, half random, so the clients one outage
+            // stopped do not all come back at the same instant.
+            let pause = backoff / 2 + backoff.mul_f64(rand::random::<f64>() / 2.0);
+            if started.elapsed() + pause > self.retry_window {
+                tracing::info!(bucket = %self.bucket, key, "s3 {what} failed after {failures} attempts: {error}");
+                return Err(error);
+            }
+            tracing::debug!(bucket = %self.bucket, key, "s3 {what} failed ({error}); retrying in {pause:?}");
+            tokio::time::sleep(pause).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+}
+
+#[async_trait]
+impl ObjectStore for S3Store {
+    fn location(&self) -> String {
+        format!("{}/{}", self.endpoint, self.bucket)
+    }
+
+    async fn list(&self, prefix: &str, continuation: Option<String>, max_keys: Option<i32>) -> Result<ListPage, StoreError> {
+        self.retrying("LIST", prefix, || self.list_once(prefix, Some("/"), continuation.clone(), max_keys)).await
+    }
+
+    async fn list_recursive(&self, prefix: &str, continuation: Option<String>) -> Result<ListPage, StoreError> {
+        self.retrying("LIST", prefix, || self.list_once(prefix, None, continuation.clone(), None)).await
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError> {
+        self.retrying("HEAD", key, || self.head_once(key)).await
+    }
+
+    async fn head_with_body(&self, key: &str, limit: u64) -> Result<(ObjectInfo, Bytes), StoreError> {
+        self.retrying("GET", key, || self.head_with_body_once(key, limit)).await
+    }
+
+    async fn get_range(&self, key: &str, range: Range<u64>, if_match: Option<&str>) -> Result<Bytes, StoreError> {
+        self.retrying("GET", key, || self.get_range_once(key, range.clone(), if_match)).await
+    }
+
+    async fn put(&self, key: &str, data: Bytes, metadata: &Metadata, create_only: bool) -> Result<Option<String>, StoreError> {
+        self.retrying("PUT", key, || self.put_once(key, data.clone(), metadata, create_only)).await
+    }
+
+    async fn start_upload(&self, key: &str, metadata: &Metadata) -> Result<String, StoreError> {
+        self.retrying("CREATE-MULTIPART", key, || self.start_upload_once(key, metadata)).await
+    }
+
+    async fn upload_part(&self, key: &str, upload_id: &str, number: i32, data: Bytes) -> Result<String, StoreError> {
+        self.retrying("UPLOAD-PART", key, || self.upload_part_once(key, upload_id, number, data.clone())).await
+    }
+
+    async fn copy(&self, source: &str, key: &str, if_match: Option<&str>, metadata: &Metadata) -> Result<Option<String>, StoreError> {
+        self.retrying("COPY", key, || self.copy_once(source, key, if_match, metadata)).await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        key: &str,
+        upload_id: &str,
+        number: i32,
+        source: &str,
+        range: Range<u64>,
+        if_match: Option<&str>,
+    ) -> Result<String, StoreError> {
+        let attempt = || self.upload_part_copy_once(key, upload_id, number, source, range.clone(), if_match);
+        self.retrying("UPLOAD-PART-COPY", key, attempt).await
+    }
+
+    async fn finish_upload(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<(i32, String)>,
+        create_only: bool,
+    ) -> Result<Option<String>, StoreError> {
+        let attempt = || self.finish_upload_once(key, upload_id, parts.clone(), create_only);
+        self.retrying("COMPLETE-MULTIPART", key, attempt).await
+    }
+
+    async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
+        match self.retrying("ABORT-MULTIPART", key, || self.abort_upload_once(key, upload_id)).await {
+            // Gone already: what an abort is for (also when an earlier attempt's answer was lost).
+            Err(StoreError::UploadGone) => Ok(()),
+            other => other,
+        }
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.retrying("DELETE", key, || self.delete_once(key)).await
     }
 }
 

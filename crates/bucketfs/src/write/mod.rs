@@ -10,8 +10,10 @@
 //! Nothing is visible in the bucket until [`Upload::commit`] (at `close`/`fsync`), which
 //! returns only once the object is durable, or with the error the store gave. After a
 //! commit of an empty file, writes from offset 0 start over (shells close a duplicate
-//! descriptor before writing); other writes after a commit fail with EINVAL. A failed or
-//! discarded upload is aborted, so no multipart upload is left behind.
+//! descriptor before writing); other writes after a commit fail with
+//! [`FsError::Committed`], and the caller goes on in a staging file that starts as the
+//! stored object (`Upload::stored`), so a write after `fsync` never shrinks the file. A
+//! failed or discarded upload is aborted, so no multipart upload is left behind.
 //!
 //! Writes may land anywhere at or after the first byte not yet sent (programs that seek
 //! back a little, or leave holes, work); rewriting bytes already sent to S3 is not
@@ -24,6 +26,7 @@
 //! [`copy_object`] copies inside the store, for metadata changes and renames.
 
 pub mod journal;
+pub mod multipart;
 pub mod staging;
 
 use std::collections::VecDeque;
@@ -37,6 +40,8 @@ use tokio::task::JoinHandle;
 use crate::fs::error::FsError;
 use crate::memory::{MemoryLimiter, Reservation};
 use crate::store::{Metadata, ObjectStore, StoreError};
+use journal::Journal;
+use multipart::MultipartUpload;
 
 /// S3's smallest part (except the last) and largest part.
 pub const MIN_PART: u64 = 5 * 1024 * 1024;
@@ -68,11 +73,8 @@ struct Part {
 }
 
 struct Multipart {
-    /// The key the upload was started for (the file may have been renamed since).
-    key: String,
-    upload_id: String,
-    /// Removed from the journal when this is dropped (completed or aborted).
-    _journal: Option<journal::Entry>,
+    /// Started for the key the file had then (it may have been renamed since).
+    upload: MultipartUpload,
     in_flight: VecDeque<Part>,
     done: Vec<(i32, String)>,
     next_number: i32,
@@ -88,6 +90,8 @@ struct State {
     multipart: Option<Multipart>,
     /// Set once committed (or failed): later commits return the same answer.
     outcome: Option<Result<Option<String>, StoreError>>,
+    /// Size of the object stored by the commit.
+    stored_size: u64,
     /// The file was unlinked while open: commit uploads nothing.
     discarded: bool,
     /// Write without If-None-Match: the key holds our own (empty) object, or the file was
@@ -107,7 +111,7 @@ pub struct Upload {
     create_only: bool,
     part_size: u64,
     memory: Arc<MemoryLimiter>,
-    journal: Option<Arc<journal::Journal>>,
+    journal: Option<Arc<Journal>>,
     state: Mutex<State>,
 }
 
@@ -118,7 +122,7 @@ impl Upload {
         create_only: bool,
         part_size: u64,
         memory: Arc<MemoryLimiter>,
-        journal: Option<Arc<journal::Journal>>,
+        journal: Option<Arc<Journal>>,
         metadata: Metadata,
     ) -> Self {
         let state = State { metadata, ..State::default() };
@@ -162,16 +166,22 @@ impl Upload {
     /// Accepts `data` at `offset`; returns the file size so far.
     pub async fn write(&self, offset: u64, data: &[u8]) -> Result<u64, FsError> {
         let mut state = self.state.lock().await;
+        if state.discarded {
+            // Unlinked while open: nothing will be stored, the writes go nowhere (as on a
+            // local disk, where they go to a file no name reaches).
+            return Ok(offset + data.len() as u64);
+        }
         match &state.outcome {
             None => {}
             Some(Err(error)) => return Err(error.clone().into()),
             // Shells open a file, dup2() it and close the first descriptor before writing:
             // that close committed an empty object, which the writes now replace.
-            Some(Ok(_)) if state.sent == 0 && offset == 0 => {
+            Some(Ok(_)) if state.stored_size == 0 && offset == 0 => {
                 state.outcome = None;
                 state.replace = true;
             }
-            Some(Ok(_)) => return Err(FsError::Invalid("write after the file was committed by close or fsync")),
+            // Anything else builds on the stored object, which only a staging file can do.
+            Some(Ok(_)) => return Err(FsError::Committed),
         }
         if offset < state.sent {
             return Err(FsError::Unsupported("rewriting bytes already uploaded"));
@@ -213,6 +223,7 @@ impl Upload {
         if let Some(outcome) = &state.outcome {
             return outcome.clone().map_err(Into::into);
         }
+        let size = state.sent + state.buffer.len() as u64;
         let outcome = if state.discarded {
             self.abort(&mut state).await;
             Ok(None)
@@ -222,9 +233,19 @@ impl Upload {
         if outcome.is_err() {
             self.abort(&mut state).await;
         }
+        state.stored_size = if outcome.is_ok() && !state.discarded { size } else { 0 };
         state.outcome = Some(outcome.clone());
         state.buffer_memory = None;
         outcome.map_err(Into::into)
+    }
+
+    /// The object this upload stored, as (ETag, size); `None` until committed.
+    pub async fn stored(&self) -> Option<(Option<String>, u64)> {
+        let state = self.state.lock().await;
+        match &state.outcome {
+            Some(Ok(etag)) => Some((etag.clone(), state.stored_size)),
+            _ => None,
+        }
     }
 
     /// The file was unlinked while open for writing: upload nothing.
@@ -270,17 +291,18 @@ impl Upload {
                 multipart.done.push((part.number, join(part.task).await?));
             }
             let parts = std::mem::take(&mut multipart.done);
-            let started = &multipart.key;
-            let create_only = create_only && *started == key;
-            let etag = self.store.finish_upload(started, &multipart.upload_id, parts, create_only).await?;
-            if *started == key && state.started_with.as_ref() == Some(&state.metadata) {
+            let started = multipart.upload.key().to_owned();
+            let create_only = create_only && started == key;
+            let etag = multipart.upload.complete(parts, create_only).await?;
+            if started == key && state.started_with.as_ref() == Some(&state.metadata) {
                 return Ok(etag);
             }
             // Renamed, or attributes changed, after the upload started: copy the object
             // to where it belongs, with the metadata it must have.
-            let etag = copy_object(&self.store, started, &key, size, etag.as_deref(), &state.metadata).await?;
-            if *started != key {
-                self.store.delete(started).await?;
+            let journal = self.journal.as_deref();
+            let etag = copy_object(&self.store, journal, &started, &key, size, etag.as_deref(), &state.metadata).await?;
+            if started != key {
+                self.store.delete(&started).await?;
             }
             Ok(etag)
         }
@@ -296,9 +318,7 @@ impl Upload {
             for part in &multipart.in_flight {
                 part.task.abort();
             }
-            if let Err(error) = self.store.abort_upload(&multipart.key, &multipart.upload_id).await {
-                tracing::warn!(key = %multipart.key, "could not abort multipart upload {}: {error}", multipart.upload_id);
-            }
+            multipart.upload.abort().await;
         }
     }
 
@@ -311,11 +331,9 @@ impl Upload {
     /// when the memory budget is spent (so a fast writer slows down instead of growing).
     async fn send_part(&self, state: &mut State, len: usize) -> Result<(), FsError> {
         if state.multipart.is_none() {
-            let key = self.key();
-            let upload_id = self.store.start_upload(&key, &state.metadata).await?;
+            let upload = MultipartUpload::start(&self.store, self.journal.as_deref(), &self.key(), &state.metadata).await?;
             state.started_with = Some(state.metadata.clone());
-            let journal = self.journal.as_ref().and_then(|j| j.record(self.store.as_ref(), &key, &upload_id));
-            state.multipart = Some(Multipart { key, upload_id, _journal: journal, in_flight: VecDeque::new(), done: Vec::new(), next_number: 1 });
+            state.multipart = Some(Multipart { upload, in_flight: VecDeque::new(), done: Vec::new(), next_number: 1 });
         }
         let rest = state.buffer.split_off(len);
         let data = Bytes::from(std::mem::replace(&mut state.buffer, rest));
@@ -377,10 +395,7 @@ impl Upload {
     }
 
     fn spawn_part(&self, multipart: &Multipart, number: i32, data: Bytes, memory: Reservation) -> Part {
-        let store = self.store.clone();
-        let key = multipart.key.clone();
-        let upload_id = multipart.upload_id.clone();
-        let task = tokio::spawn(async move { store.upload_part(&key, &upload_id, number, data).await });
+        let task = tokio::spawn(multipart.upload.part_task(number, data));
         Part { number, task, _memory: memory }
     }
 }
@@ -392,6 +407,8 @@ fn reserved(state: &State) -> usize {
 
 /// What a file open for writing writes into: a streamed upload (new or truncated files
 /// written front to back) or a staging file (changes in place, `O_RDWR`).
+// One per open file, inside the writer's `Arc`: boxing the larger variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Output {
     Streamed(Upload),
     Staged(staging::Staged),
@@ -464,21 +481,35 @@ impl Output {
 }
 
 /// Copies `source` (at version `etag`, `size` bytes) to `key` with `metadata`, inside the
-/// store: one CopyObject up to 5 GiB, a multipart copy above. `source` may be `key`.
+/// store: one CopyObject up to 5 GiB, a multipart copy (recorded in `journal`) above.
+/// `source` may be `key`.
 pub async fn copy_object(
     store: &Arc<dyn ObjectStore>,
+    journal: Option<&Journal>,
     source: &str,
     key: &str,
     size: u64,
     etag: Option<&str>,
     metadata: &Metadata,
 ) -> Result<Option<String>, StoreError> {
-    copy_object_in_parts_above(MAX_SINGLE_COPY, store, source, key, size, etag, metadata).await
+    copy_object_in_parts_above(single_copy_limit(), store, journal, source, key, size, etag, metadata).await
 }
 
+/// Largest object copied with one CopyObject: S3's 5 GiB, or less where a test says so
+/// (`BUCKETFS_TEST_SINGLE_COPY_LIMIT`, bytes), so that multipart copies can be tested
+/// without 5 GiB objects.
+fn single_copy_limit() -> u64 {
+    static LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::env::var("BUCKETFS_TEST_SINGLE_COPY_LIMIT").ok().and_then(|v| v.parse().ok()).unwrap_or(MAX_SINGLE_COPY)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn copy_object_in_parts_above(
     single_copy_limit: u64,
     store: &Arc<dyn ObjectStore>,
+    journal: Option<&Journal>,
     source: &str,
     key: &str,
     size: u64,
@@ -488,25 +519,17 @@ async fn copy_object_in_parts_above(
     if size <= single_copy_limit {
         return store.copy(source, key, etag, metadata).await;
     }
-    let part_size = COPY_PART.min(single_copy_limit).max(size.div_ceil(MAX_PARTS));
-    let upload_id = store.start_upload(key, metadata).await?;
+    let part_size = COPY_PART.min(single_copy_limit).max(size.div_ceil(MAX_PARTS)).max(1);
+    let upload = MultipartUpload::start(store, journal, key, metadata).await?;
     let copies = (0..size.div_ceil(part_size)).map(|index| {
         let range = index * part_size..((index + 1) * part_size).min(size);
         let number = index as i32 + 1;
-        let upload_id = &upload_id;
-        async move { Ok::<_, StoreError>((number, store.upload_part_copy(key, upload_id, number, source, range, etag).await?)) }
+        let upload = &upload;
+        async move { Ok::<_, StoreError>((number, upload.copy_part(number, source, range, etag).await?)) }
     });
-    let result = async {
-        let parts: Vec<(i32, String)> = futures::stream::iter(copies).buffered(COPY_CONCURRENCY).try_collect().await?;
-        store.finish_upload(key, &upload_id, parts, false).await
-    }
-    .await;
-    if result.is_err() {
-        if let Err(error) = store.abort_upload(key, &upload_id).await {
-            tracing::warn!(key, "could not abort multipart copy {upload_id}: {error}");
-        }
-    }
-    result
+    let parts = futures::stream::iter(copies).buffered(COPY_CONCURRENCY).try_collect();
+    let parts: Result<Vec<(i32, String)>, StoreError> = parts.await;
+    upload.finish_with(async { parts }, false).await
 }
 
 async fn join(task: JoinHandle<Result<String, StoreError>>) -> Result<String, StoreError> {
@@ -588,12 +611,12 @@ mod tests {
         rt.block_on(async {
             let etag = store.head("src").await.expect("head").etag;
             let limit = 6 * MIB; // parts of 6 MiB: 6 + 6 + 6 + 2
-            copy_object_in_parts_above(limit, &store, "src", "dst", data.len() as u64, etag.as_deref(), &metadata)
+            copy_object_in_parts_above(limit, &store, None, "src", "dst", data.len() as u64, etag.as_deref(), &metadata)
                 .await
                 .expect("copy");
             let copied = store.get_range("dst", 0..data.len() as u64, None).await.expect("get");
             assert!(copied[..] == data[..], "copy differs");
-            let stale = copy_object_in_parts_above(limit, &store, "src", "dst", data.len() as u64, Some("\"old\""), &metadata);
+            let stale = copy_object_in_parts_above(limit, &store, None, "src", "dst", data.len() as u64, Some("\"old\""), &metadata);
             assert!(matches!(stale.await, Err(StoreError::Changed)), "copies are pinned to the ETag");
         });
         assert_eq!(memory_store.metadata("dst").expect("dst"), metadata);

@@ -20,6 +20,8 @@ use futures::{StreamExt, TryStreamExt};
 use rangemap::RangeSet;
 use tokio::sync::Mutex;
 
+use super::journal::Journal;
+use super::multipart::MultipartUpload;
 use super::{part_size_for, MAX_PARTS, MIN_PART, UPLOAD_CONCURRENCY};
 use crate::fs::error::FsError;
 use crate::memory::{MemoryLimiter, Reservation};
@@ -57,6 +59,7 @@ struct State {
 
 pub struct Staged {
     store: Arc<dyn ObjectStore>,
+    journal: Option<Arc<Journal>>,
     key: parking_lot::Mutex<String>,
     part_size: u64,
     memory: Arc<MemoryLimiter>,
@@ -68,6 +71,8 @@ pub struct Staged {
 pub struct StagingConfig {
     pub dir: std::path::PathBuf,
     pub limit: Arc<MemoryLimiter>,
+    /// Where the multipart uploads of commits are recorded.
+    pub journal: Option<Arc<Journal>>,
 }
 
 impl Staged {
@@ -101,6 +106,7 @@ impl Staged {
         };
         Ok(Self {
             store,
+            journal: staging.journal.clone(),
             key: parking_lot::Mutex::new(key),
             part_size: part_size.max(MIN_PART),
             memory,
@@ -215,7 +221,8 @@ impl Staged {
             None if state.metadata_changed => match &state.base {
                 Some(base) => {
                     let etag = base.etag.clone();
-                    super::copy_object(&self.store, &key, &key, base.size, etag.as_deref(), &state.metadata).await?
+                    let journal = self.journal.as_deref();
+                    super::copy_object(&self.store, journal, &key, &key, base.size, etag.as_deref(), &state.metadata).await?
                 }
                 None => self.upload(&mut state, &key, 0).await?,
             },
@@ -276,25 +283,15 @@ impl Staged {
             let data = read_range(&state.file, 0..size)?;
             return Ok(self.store.put(key, data, &state.metadata, create_only).await?);
         }
-        let upload_id = self.store.start_upload(key, &state.metadata).await?;
-        let result = self.upload_parts(state, key, &upload_id, copy_prefix.then_some(kept), upload_from).await;
-        let result = match result {
-            Ok(parts) => self.store.finish_upload(key, &upload_id, parts, create_only).await,
-            Err(error) => Err(error),
-        };
-        if result.is_err() {
-            if let Err(error) = self.store.abort_upload(key, &upload_id).await {
-                tracing::warn!(key, "could not abort multipart upload {upload_id}: {error}");
-            }
-        }
-        Ok(result?)
+        let upload = MultipartUpload::start(&self.store, self.journal.as_deref(), key, &state.metadata).await?;
+        let parts = self.upload_parts(state, &upload, copy_prefix.then_some(kept), upload_from).await;
+        Ok(upload.finish_with(async { parts }, create_only).await?)
     }
 
     async fn upload_parts(
         &self,
         state: &State,
-        key: &str,
-        upload_id: &str,
+        upload: &MultipartUpload,
         copied_prefix: Option<u64>,
         upload_from: u64,
     ) -> Result<Vec<(i32, String)>, StoreError> {
@@ -318,14 +315,14 @@ impl Staged {
             let base_etag = base_etag.clone();
             async move {
                 let etag = if copied {
-                    self.store.upload_part_copy(key, upload_id, number, key, range, base_etag.as_deref()).await?
+                    upload.copy_part(number, upload.key(), range, base_etag.as_deref()).await?
                 } else {
                     let _memory = self.memory.reserve(range.end - range.start);
                     let data = read_range(file, range).map_err(|e| StoreError::Other {
                         message: format!("reading the staging file: {e}"),
                         request_id: None,
                     })?;
-                    self.store.upload_part(key, upload_id, number, data).await?
+                    upload.upload_part(number, data).await?
                 };
                 Ok::<_, StoreError>((number, etag))
             }
@@ -366,7 +363,7 @@ mod tests {
     const MIB: usize = 1024 * 1024;
 
     fn staged(store: &Arc<MemoryStore>, base: Option<Base>) -> Staged {
-        let staging = StagingConfig { dir: std::env::temp_dir(), limit: MemoryLimiter::new(1 << 30) };
+        let staging = StagingConfig { dir: std::env::temp_dir(), limit: MemoryLimiter::new(1 << 30), journal: None };
         let store: Arc<dyn ObjectStore> = store.clone();
         Staged::new(store, "k".into(), base, Metadata::default(), MIN_PART, &staging, MemoryLimiter::new(1 << 30))
             .expect("staging file")

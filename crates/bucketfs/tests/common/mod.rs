@@ -1230,6 +1230,7 @@ pub struct MountBuilder {
     foreground: bool,
     log_passthrough: bool,
     request_log: bool,
+    env: Vec<(String, String)>,
 }
 
 impl MountBuilder {
@@ -1246,7 +1247,15 @@ impl MountBuilder {
             foreground: true,
             log_passthrough: true,
             request_log: false,
+            env: Vec::new(),
         }
+    }
+
+    /// Sets an environment variable of the bucketfs process (test knobs such as
+    /// `BUCKETFS_TEST_SINGLE_COPY_LIMIT`).
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.to_owned(), value.to_owned()));
+        self
     }
 
     /// Makes bucketfs log every S3 request it sends (see [`Mount::s3_requests`]).
@@ -1327,6 +1336,7 @@ impl MountBuilder {
         if let Some(token) = &self.session_token {
             cmd.env("AWS_SESSION_TOKEN", token);
         }
+        cmd.envs(self.env.iter().map(|(name, value)| (name, value)));
         let mut args: Vec<OsString> = vec!["mount".into()];
         if self.foreground {
             args.push("--foreground".into());

@@ -1,0 +1,103 @@
+//! Open files: what a handle reads from or writes into, and who may commit it.
+//!
+//! A file open for reading is a [`Reader`]; a file open for writing is a [`Writer`],
+//! committed by its opener's `close()` (see `Fs::flush`). "Opener" means the *process*:
+//! the kernel tells FUSE which thread calls, and Go, Java, Node (libuv), Python thread
+//! pools and `tokio::fs` routinely close a file on another thread than the one that
+//! opened it, so every caller's thread id is resolved to its process ([`process_of`])
+//! before it is compared. A forked child is another process: its close of an inherited
+//! descriptor (at exit, or at exec) does not end the parent's file.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::namespace::Ino;
+use crate::read::ReadHandle;
+use crate::write::Output;
+
+/// A file open for writing.
+pub(super) struct Writer {
+    /// The process that opened the file; see `Fs::flush`.
+    pub opener: u32,
+    /// A new file (rather than an existing one being replaced).
+    pub created: bool,
+    pub ino: Ino,
+    pub output: Output,
+    /// Held by the upload that `close()` left running (`--write-back`): whoever must see
+    /// the stored object waits for it by locking this (see `Fs::settle`).
+    pub background: Arc<tokio::sync::Mutex<()>>,
+    /// `close()` has handed the upload to the background.
+    pub handed_off: AtomicBool,
+}
+
+impl Writer {
+    pub fn new(opener: u32, created: bool, ino: Ino, output: Output) -> Self {
+        Self {
+            opener,
+            created,
+            ino,
+            output,
+            background: Arc::default(),
+            handed_off: AtomicBool::new(false),
+        }
+    }
+}
+
+/// A file open for reading: the object in the store, its content already here (a small
+/// file read with its metadata), or what a writer has written.
+#[derive(Clone)]
+pub(super) enum Reader {
+    Object(Arc<ReadHandle>),
+    Loaded(Bytes),
+    Writer(Arc<Writer>),
+}
+
+/// An open file.
+pub struct Opened {
+    pub handle: u64,
+    /// The kernel's cached pages of this file are still valid.
+    pub keep_cache: bool,
+}
+
+/// The process (thread group) of thread `thread`, as FUSE names callers by thread id.
+///
+/// Read from `/proc/THREAD/status` on every call rather than cached: a thread id is
+/// reused once its thread is gone, and a stale entry would make one process's close
+/// commit (or not commit) another's file. It is one small local read per open for
+/// writing and per close of a written file. A thread we cannot see (another pid
+/// namespace, FUSE's 0) stands for itself.
+pub fn process_of(thread: u32) -> u32 {
+    if thread == 0 {
+        return 0;
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{thread}/status")) else {
+        return thread;
+    };
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Tgid:"))
+        .and_then(|tgid| tgid.trim().parse().ok())
+        .unwrap_or(thread)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::process_of;
+
+    #[test]
+    fn a_thread_resolves_to_its_process() {
+        let process = std::process::id();
+        let (thread, resolved) = std::thread::spawn(|| {
+            let thread = nix::unistd::gettid().as_raw() as u32;
+            (thread, process_of(thread))
+        })
+        .join()
+        .expect("thread");
+        assert_ne!(thread, process, "a spawned thread has its own id");
+        assert_eq!(resolved, process);
+        assert_eq!(process_of(process), process);
+        assert_eq!(process_of(0), 0, "an unknown caller stands for itself");
+    }
+}

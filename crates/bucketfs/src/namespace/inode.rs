@@ -1,0 +1,247 @@
+//! The inode table: inode numbers ⇄ (parent, name), and what each stands for.
+//!
+//! Inodes are handed out on first sight of a (parent, name) and never reused while
+//! mounted; an entry whose type changes (file ⇄ directory) gets a new number. The kernel
+//! counts its references to each inode (lookups) and gives them back with `forget`: an
+//! inode it no longer knows leaves the table, and so does one nobody referenced whose
+//! attributes expired ([`InodeTable::sweep`]), so the table holds what the kernel holds
+//! plus what was seen within the TTL, not everything ever listed. A path forgotten and
+//! looked up again gets a new number. The table lives inside
+//! [`super::dir_state::DirState`], behind the namespace's one lock.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use crate::store::{Metadata, ObjectInfo};
+
+pub type Ino = u64;
+pub const ROOT_INO: Ino = 1;
+
+/// What an inode stands for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    /// The root of a multiplexed mount: a fixed directory of sources.
+    SourceList,
+    /// A directory: all keys of `source` starting with `prefix` (empty or ending in `/`).
+    Dir { source: usize, prefix: String },
+    /// One object.
+    File { source: usize, key: String },
+}
+
+impl Location {
+    pub fn is_dir(&self) -> bool {
+        !matches!(self, Location::File { .. })
+    }
+}
+
+/// An inode as the layers above see it: a snapshot, cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub ino: Ino,
+    pub location: Location,
+    /// Object size, mtime and ETag for files; mtime only for directories.
+    pub size: u64,
+    pub mtime: SystemTime,
+    pub etag: Option<String>,
+    /// The object's (for a directory: its `dir/` marker's) metadata, once known: LIST
+    /// does not return it. An implicit directory has empty metadata.
+    pub metadata: Option<Arc<Metadata>>,
+    pub(super) parent: Ino,
+    pub(super) name: String,
+    /// Until when the attributes may be used without asking the store again; `None`
+    /// for entries that never expire (the roots, files being written).
+    pub(super) valid_until: Option<Instant>,
+    /// References the kernel holds (entries it was given, less those it forgot).
+    pub(super) lookups: u64,
+}
+
+impl Node {
+    /// The directory holding this entry and its name there.
+    pub fn parent_and_name(&self) -> (Ino, String) {
+        (self.parent, self.name.clone())
+    }
+
+    pub(super) fn fresh_at(&self, now: Instant) -> bool {
+        self.valid_until.is_none_or(|until| until > now)
+    }
+}
+
+/// What the store (or a change made here) says of an entry.
+pub(super) struct Attributes {
+    pub size: u64,
+    pub mtime: SystemTime,
+    pub etag: Option<String>,
+    pub metadata: Option<Arc<Metadata>>,
+    pub valid_until: Option<Instant>,
+}
+
+impl Attributes {
+    pub fn dir(mtime: SystemTime, metadata: Option<Arc<Metadata>>, valid_until: Option<Instant>) -> Self {
+        Self { size: 0, mtime, etag: None, metadata, valid_until }
+    }
+
+    pub fn file(info: ObjectInfo, valid_until: Option<Instant>) -> Self {
+        Self { size: info.size, mtime: info.mtime, etag: info.etag, metadata: info.metadata, valid_until }
+    }
+}
+
+pub(super) struct InodeTable {
+    nodes: HashMap<Ino, Node>,
+    children: HashMap<(Ino, String), Ino>,
+    next_ino: Ino,
+}
+
+impl InodeTable {
+    /// A table holding only the root, which stands for `root`.
+    pub fn new(root: Location, mounted_at: SystemTime) -> Self {
+        let node = Node {
+            ino: ROOT_INO,
+            location: root,
+            size: 0,
+            mtime: mounted_at,
+            etag: None,
+            metadata: Some(Arc::default()),
+            parent: ROOT_INO,
+            name: String::new(),
+            valid_until: None,
+            lookups: 0,
+        };
+        Self { nodes: HashMap::from([(ROOT_INO, node)]), children: HashMap::new(), next_ino: ROOT_INO }
+    }
+
+    pub fn get(&self, ino: Ino) -> Option<&Node> {
+        self.nodes.get(&ino)
+    }
+
+    pub fn get_mut(&mut self, ino: Ino) -> Option<&mut Node> {
+        self.nodes.get_mut(&ino)
+    }
+
+    pub fn child(&self, parent: Ino, name: &str) -> Option<&Node> {
+        self.nodes.get(self.children.get(&(parent, name.to_owned()))?)
+    }
+
+    /// The entries of `parent` the table knows, in no order.
+    pub fn children_of(&self, parent: Ino) -> impl Iterator<Item = (&str, &Node)> {
+        self.children
+            .iter()
+            .filter(move |((of, _), _)| *of == parent)
+            .filter_map(|((_, name), ino)| Some((name.as_str(), self.nodes.get(ino)?)))
+    }
+
+    /// Records what (parent, name) is now; keeps its inode number unless its type changed.
+    pub fn upsert(&mut self, parent: Ino, name: &str, location: Location, info: Attributes) -> Node {
+        let existing = self.children.get(&(parent, name.to_owned())).copied();
+        let same_kind = existing.and_then(|ino| self.nodes.get(&ino)).filter(|n| n.location.is_dir() == location.is_dir());
+        // A listing says nothing about metadata: keep what a HEAD told us while it is fresh.
+        let metadata = match (&info.metadata, same_kind) {
+            (None, Some(old)) if old.fresh_at(Instant::now()) => old.metadata.clone(),
+            _ => info.metadata,
+        };
+        let (ino, lookups) = match same_kind {
+            Some(old) => (old.ino, old.lookups),
+            None => {
+                self.next_ino += 1;
+                self.children.insert((parent, name.to_owned()), self.next_ino);
+                (self.next_ino, 0)
+            }
+        };
+        let node = Node {
+            ino,
+            location,
+            size: info.size,
+            mtime: info.mtime,
+            etag: info.etag,
+            metadata,
+            parent,
+            name: name.to_owned(),
+            valid_until: info.valid_until,
+            lookups,
+        };
+        self.nodes.insert(ino, node.clone());
+        node
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The kernel was given an entry for `ino`.
+    pub fn add_lookup(&mut self, ino: Ino) {
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            node.lookups += 1;
+        }
+    }
+
+    /// The kernel dropped `count` references to `ino`; true if that was the last one and
+    /// the inode left the table.
+    pub fn forget(&mut self, ino: Ino, count: u64) -> bool {
+        let Some(node) = self.nodes.get_mut(&ino) else { return false };
+        node.lookups = node.lookups.saturating_sub(count);
+        if node.lookups > 0 || ino == ROOT_INO || node.valid_until.is_none() {
+            return false;
+        }
+        self.unlink(ino);
+        true
+    }
+
+    /// Removes the inodes nobody references whose attributes expired before `now` (the
+    /// roots, the sources and files being written never expire); returns them.
+    pub fn sweep(&mut self, now: Instant) -> Vec<Ino> {
+        let stale: Vec<Ino> =
+            self.nodes.values().filter(|n| n.lookups == 0 && !n.fresh_at(now) && n.ino != ROOT_INO).map(|n| n.ino).collect();
+        for ino in &stale {
+            self.unlink(*ino);
+        }
+        stale
+    }
+
+    fn unlink(&mut self, ino: Ino) {
+        if let Some(node) = self.nodes.remove(&ino) {
+            let key = (node.parent, node.name);
+            if self.children.get(&key) == Some(&ino) {
+                self.children.remove(&key);
+            }
+        }
+    }
+
+    /// Forgets (parent, name); returns the inode it had.
+    pub fn remove(&mut self, parent: Ino, name: &str) -> Option<Ino> {
+        let ino = *self.children.get(&(parent, name.to_owned()))?;
+        self.unlink(ino);
+        Some(ino)
+    }
+
+    /// (parent, name) is now (new_parent, new_name), its key (for a directory: prefix)
+    /// `new_key` instead of `old_key`; what was at the new name is gone. The inode keeps
+    /// its number, and everything below a renamed directory moves with it. Returns the
+    /// inode moved and the one replaced.
+    pub fn rename(&mut self, (parent, name): (Ino, &str), (new_parent, new_name): (Ino, &str), old_key: &str, new_key: &str) -> Option<(Ino, Option<Ino>)> {
+        let ino = self.children.remove(&(parent, name.to_owned()))?;
+        let replaced = self.children.insert((new_parent, new_name.to_owned()), ino);
+        if let Some(replaced) = replaced {
+            self.nodes.remove(&replaced);
+        }
+        let renamed_dir = old_key.ends_with('/');
+        for node in self.nodes.values_mut() {
+            if node.ino != ino && !renamed_dir {
+                continue;
+            }
+            let key = match &mut node.location {
+                Location::File { key, .. } => key,
+                Location::Dir { prefix, .. } => prefix,
+                Location::SourceList => continue,
+            };
+            if let Some(rest) = key.strip_prefix(old_key) {
+                *key = format!("{new_key}{rest}");
+            }
+        }
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            node.parent = new_parent;
+            node.name = new_name.to_owned();
+        }
+        Some((ino, replaced))
+    }
+}

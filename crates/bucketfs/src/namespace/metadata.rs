@@ -1,0 +1,160 @@
+//! Stored attributes of listed entries. LIST carries no object metadata, so an entry
+//! known only from a listing takes a HEAD (for a directory: a HEAD of its marker) when
+//! it is used. A directory that keeps needing them (`ls -l`, `stat *`, `grep -r`) gets
+//! them in batches of its next entries; a small file in a directory whose files are
+//! being read comes with its content (a ranged GET for the HEAD), kept in
+//! [`crate::cache::SmallObjects`] for the open that follows.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures::StreamExt;
+
+use super::dir_state::Counted;
+use super::inode::{Ino, Location, Node};
+use super::Namespace;
+use crate::fs::error::FsError;
+use crate::store::{Metadata, ObjectInfo, ObjectStore, StoreError};
+
+/// After this many metadata HEADs in one directory within the TTL, each one also
+/// fetches the next entries of the directory's listing, `METADATA_BATCH` of them,
+/// `METADATA_CONCURRENCY` at a time.
+const METADATA_FETCHES_BEFORE_BATCHING: u32 = 2;
+pub(super) const METADATA_BATCH: usize = 64;
+const METADATA_CONCURRENCY: usize = 16;
+/// Files up to this size are read whole when their metadata is fetched (see `cache`).
+const SMALL_OBJECT: u64 = 64 * 1024;
+
+impl Namespace {
+    /// `node` with its metadata known: fetched with a HEAD if a listing is all we have.
+    /// Entries of a directory that keeps needing this are fetched in batches (see
+    /// [`METADATA_BATCH`]).
+    pub async fn with_metadata(&self, node: Node) -> Result<Node, FsError> {
+        if node.metadata.is_some() {
+            return Ok(node);
+        }
+        let batch = self.metadata_batch(&node);
+        let fetches = batch.into_iter().map(|(ino, location)| async move {
+            let result = self.fetch_metadata(ino, &location).await;
+            (ino, result)
+        });
+        let mut results = futures::stream::iter(fetches).buffer_unordered(METADATA_CONCURRENCY);
+        let mut wanted = None;
+        while let Some((ino, result)) = results.next().await {
+            if ino == node.ino {
+                wanted = Some(result);
+            } else if let Err(error) = result {
+                tracing::debug!(ino, "metadata of a neighbour not fetched: {error}");
+            }
+        }
+        match wanted {
+            Some(Ok(())) | None => self.node(node.ino),
+            Some(Err(error)) => Err(error),
+        }
+    }
+
+    /// The entries whose metadata to fetch along with `node`'s: `node` first, then, once
+    /// its directory has needed many, the entries after it in the directory's listing.
+    fn metadata_batch(&self, node: &Node) -> Vec<(Ino, Location)> {
+        let mut batch = vec![(node.ino, node.location.clone())];
+        let now = Instant::now();
+        if self.count(Counted::MetadataFetches, node.parent, now) < METADATA_FETCHES_BEFORE_BATCHING {
+            return batch;
+        }
+        let state = self.state.lock();
+        let Some(names) = state.fresh_names(node.parent, now) else {
+            return batch;
+        };
+        let start = names.partition_point(|n| n.as_str() <= node.name.as_str());
+        let unknown = names[start..].iter().filter_map(|name| {
+            let child = state.inodes.child(node.parent, name)?;
+            child.metadata.is_none().then(|| (child.ino, child.location.clone()))
+        });
+        batch.extend(unknown.take(METADATA_BATCH - 1));
+        batch
+    }
+
+    async fn fetch_metadata(&self, ino: Ino, location: &Location) -> Result<(), FsError> {
+        match location {
+            Location::SourceList => self.set_metadata(ino, Arc::default(), None),
+            Location::Dir { source, prefix } => {
+                let metadata = self.marker_metadata(self.store(*source), prefix).await?;
+                self.set_metadata(ino, metadata, None);
+            }
+            Location::File { source, key } => match self.fetch_file_metadata(ino, self.store(*source), key).await {
+                Ok(info) => {
+                    let mut state = self.state.lock();
+                    if let Some(node) = state.inodes.get_mut(ino) {
+                        node.size = info.size;
+                        node.mtime = info.mtime;
+                        node.etag = info.etag;
+                        node.metadata = info.metadata;
+                    }
+                }
+                Err(StoreError::NotFound) => {
+                    // Deleted since it was listed.
+                    let (parent, name) = self.node(ino)?.parent_and_name();
+                    self.remove_entry(parent, &name);
+                    return Err(FsError::NotFound);
+                }
+                Err(error) => return Err(error.into()),
+            },
+        }
+        Ok(())
+    }
+
+    /// HEAD of the file `key` (`ino`). A small file in a directory whose files are being
+    /// read (`grep -r`, `cat *`) is read whole instead, for about the same cost, and its
+    /// content kept for the open that follows. Elsewhere (`ls -l`) that GET cost 14%
+    /// more than a HEAD for 64-byte files, so it is not sent.
+    async fn fetch_file_metadata(&self, ino: Ino, store: &Arc<dyn ObjectStore>, key: &str) -> Result<ObjectInfo, StoreError> {
+        let (listed_size, read_here) = {
+            let state = self.state.lock();
+            match state.inodes.get(ino) {
+                Some(node) => (node.size, state.files_read_in(node.parent, Instant::now(), self.ttl)),
+                None => (0, false),
+            }
+        };
+        if !(1..=SMALL_OBJECT).contains(&listed_size) || !read_here {
+            return store.head(key).await;
+        }
+        match store.head_with_body(key, SMALL_OBJECT).await {
+            Ok((info, body)) => {
+                if let Some(etag) = info.etag.clone().filter(|_| body.len() as u64 == info.size) {
+                    self.small_objects.insert(ino, etag, body);
+                }
+                Ok(info)
+            }
+            Err(StoreError::NotFound) => Err(StoreError::NotFound),
+            // Replaced by an empty object since it was listed, which has no byte to GET.
+            Err(_) => store.head(key).await,
+        }
+    }
+
+    /// `ino` is being opened for reading: small files next to it will be read too.
+    pub fn note_read(&self, ino: Ino) {
+        let mut state = self.state.lock();
+        if let Some(parent) = state.inodes.get(ino).map(|node| node.parent) {
+            state.note_read(parent, Instant::now());
+        }
+    }
+
+    /// The content of `ino` at version `etag` if it was read along with its metadata and
+    /// not opened since.
+    pub fn take_small_object(&self, ino: Ino, etag: &str) -> Option<Bytes> {
+        self.small_objects.take(ino, etag)
+    }
+
+    /// The metadata of the marker `prefix` (a key ending in `/`); empty if there is none.
+    pub(super) async fn marker_metadata(&self, store: &Arc<dyn ObjectStore>, prefix: &str) -> Result<Arc<Metadata>, FsError> {
+        if prefix.is_empty() {
+            return Ok(Arc::default()); // the bucket itself
+        }
+        match store.head(prefix).await {
+            Ok(info) => Ok(info.metadata.unwrap_or_default()),
+            Err(StoreError::NotFound) => Ok(Arc::default()),
+            Err(error) => Err(error.into()),
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! Directory streams: a directory listed page by page, so a directory of any size is
+//! listed in memory proportional to one page, from the store or from a fresh complete
+//! listing kept by the namespace. Entries come back already entered in the inode table.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::dir_state::MAX_CACHED_LISTING;
+use super::inode::{Ino, Node, ROOT_INO};
+use super::listing::ListingMerger;
+use super::Namespace;
+use crate::fs::error::FsError;
+
+/// Entries served per batch from a cached listing (a store page holds 1,000 keys too).
+const CACHED_BATCH: usize = 1000;
+
+/// One entry of a directory listing, already entered in the inode table.
+#[derive(Clone, Debug)]
+pub struct Listed {
+    pub name: String,
+    pub node: Node,
+}
+
+/// A directory being listed.
+pub struct DirStream {
+    pub dir: Ino,
+    pub parent: Ino,
+    /// (source, prefix) of a directory in a bucket; `None` for the multiplexed root.
+    pub(super) inner: Option<(usize, String)>,
+    pub(super) merger: Option<ListingMerger>,
+    pub(super) token: Option<String>,
+    pub(super) done: bool,
+    /// Files being written here when listing started and not yet seen in the listing;
+    /// shown after the listed entries.
+    pub(super) pending: BTreeSet<String>,
+    /// A fresh complete listing to serve from, and the position in it.
+    pub(super) cached: Option<(Arc<Vec<String>>, usize)>,
+    /// Names listed so far from the store, to cache once complete (`None` past the cap).
+    pub(super) collected: Option<Vec<String>>,
+    pub(super) started: Instant,
+}
+
+impl DirStream {
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// The next batch of entries; empty once the listing is complete.
+    pub async fn next_batch(&mut self, namespace: &Namespace) -> Result<Vec<Listed>, FsError> {
+        if self.done {
+            return Ok(Vec::new());
+        }
+        let Some((source, prefix)) = self.inner.clone() else {
+            self.done = true;
+            let state = namespace.state.lock();
+            let mut sources: Vec<Listed> = state
+                .inodes
+                .children_of(ROOT_INO)
+                .map(|(name, node)| Listed { name: name.to_owned(), node: node.clone() })
+                .collect();
+            sources.sort_by(|a, b| a.name.cmp(&b.name));
+            return Ok(sources);
+        };
+        if let Some((names, position)) = &mut self.cached {
+            let end = (*position + CACHED_BATCH).min(names.len());
+            let batch: Vec<String> = names[*position..end].to_vec();
+            *position = end;
+            self.done = end == names.len();
+            let mut listed = self.known_entries(namespace, batch);
+            if self.done {
+                listed.extend(self.take_pending(namespace));
+            }
+            return Ok(listed);
+        }
+        loop {
+            let merger = self.merger.get_or_insert_with(|| ListingMerger::new(prefix.clone()));
+            let page = namespace.store(source).list(&prefix, self.token.take(), None).await?;
+            self.token = page.next_token.clone();
+            self.done = self.token.is_none();
+            let entries = merger.push_page(page);
+            for entry in &entries {
+                self.pending.remove(&entry.name);
+            }
+            if let Some(collected) = &mut self.collected {
+                collected.extend(entries.iter().map(|e| e.name.clone()));
+                if collected.len() > MAX_CACHED_LISTING {
+                    self.collected = None;
+                }
+            }
+            if !entries.is_empty() || self.done {
+                let mut listed = namespace.enter_listed(self.dir, source, &prefix, entries);
+                if self.done {
+                    if let Some(names) = self.collected.take() {
+                        namespace.remember_listing(self.dir, self.started, names);
+                    }
+                    listed.extend(self.take_pending(namespace));
+                }
+                return Ok(listed);
+            }
+        }
+    }
+
+    fn take_pending(&mut self, namespace: &Namespace) -> Vec<Listed> {
+        let pending = std::mem::take(&mut self.pending);
+        self.known_entries(namespace, pending)
+    }
+
+    /// The entries of this directory with these names, from the inode table.
+    fn known_entries(&mut self, namespace: &Namespace, names: impl IntoIterator<Item = String>) -> Vec<Listed> {
+        let state = namespace.state.lock();
+        names
+            .into_iter()
+            .filter_map(|name| {
+                self.pending.remove(&name);
+                let node = state.inodes.child(self.dir, &name)?.clone();
+                Some(Listed { node, name })
+            })
+            .collect()
+    }
+}
