@@ -20,9 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use aws_config::retry::RetryConfig;
 use aws_config::BehaviorVersion;
-use aws_sdk_s3::config::{
-    Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
-};
+use aws_sdk_s3::config::{Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
 use aws_sdk_s3::Client;
@@ -264,10 +262,7 @@ async fn upload_object(
                     .send()
                     .await
                     .with_context(|| format!("UploadPart {part_number} of {bucket}/{key}"))?;
-                Ok(CompletedPart::builder()
-                    .part_number(part_number)
-                    .set_e_tag(out.e_tag().map(str::to_string))
-                    .build())
+                Ok(CompletedPart::builder().part_number(part_number).set_e_tag(out.e_tag().map(str::to_string)).build())
             }
         })
         .buffer_unordered(concurrency.max(1))
@@ -276,13 +271,7 @@ async fn upload_object(
     let mut parts = match result {
         Ok(parts) => parts,
         Err(e) => {
-            let _ = client
-                .abort_multipart_upload()
-                .bucket(bucket)
-                .key(key)
-                .upload_id(&upload_id)
-                .send()
-                .await;
+            let _ = client.abort_multipart_upload().bucket(bucket).key(key).upload_id(&upload_id).send().await;
             return Err(e);
         }
     };
@@ -314,12 +303,7 @@ fn file_source(path: &Path) -> Result<(u64, PartSource)> {
 /// All objects under a prefix: (key, size).
 async fn list_all(client: &Client, bucket: &str, prefix: &str) -> Result<Vec<(String, u64)>> {
     let mut out = Vec::new();
-    let mut pages = client
-        .list_objects_v2()
-        .bucket(bucket)
-        .prefix(prefix)
-        .into_paginator()
-        .send();
+    let mut pages = client.list_objects_v2().bucket(bucket).prefix(prefix).into_paginator().send();
     while let Some(page) = pages.next().await {
         let page = page.with_context(|| format!("ListObjectsV2 {bucket}/{prefix}"))?;
         for obj in page.contents() {
@@ -382,12 +366,7 @@ async fn main() -> Result<()> {
             let created = if client.head_bucket().bucket(bucket).send().await.is_ok() {
                 false
             } else {
-                client
-                    .create_bucket()
-                    .bucket(bucket)
-                    .send()
-                    .await
-                    .with_context(|| format!("CreateBucket {bucket}"))?;
+                client.create_bucket().bucket(bucket).send().await.with_context(|| format!("CreateBucket {bucket}"))?;
                 true
             };
             println!("{{\"bucket\":\"{bucket}\",\"created\":{created},\"seconds\":{}}}", secs(t0.elapsed()));
@@ -493,10 +472,7 @@ async fn main() -> Result<()> {
             let bytes = stream::iter(files)
                 .map(|path| {
                     let client = client.clone();
-                    let rel = path
-                        .strip_prefix(dir)
-                        .map(|p| p.to_string_lossy().into_owned())
-                        .unwrap_or_default();
+                    let rel = path.strip_prefix(dir).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
                     let key = join_key(prefix, &rel);
                     async move {
                         let (size, src) = file_source(&path)?;
@@ -534,19 +510,13 @@ async fn main() -> Result<()> {
                 .buffer_unordered((*concurrency).max(1))
                 .try_collect::<Vec<()>>()
                 .await?;
-            println!(
-                "{{\"objects\":{count},\"bytes\":{},\"seconds\":{}}}",
-                count * size,
-                secs(t0.elapsed())
-            );
+            println!("{{\"objects\":{count},\"bytes\":{},\"seconds\":{}}}", count * size, secs(t0.elapsed()));
         }
         Cmd::RmPrefix { bucket, prefix } => {
             let keys = list_all(&client, bucket, prefix).await?;
             let n = keys.len();
-            let batches: Vec<Vec<String>> = keys
-                .chunks(1000)
-                .map(|c| c.iter().map(|(k, _)| k.clone()).collect())
-                .collect();
+            let batches: Vec<Vec<String>> =
+                keys.chunks(1000).map(|c| c.iter().map(|(k, _)| k.clone()).collect()).collect();
             stream::iter(batches)
                 .map(|batch| {
                     let client = client.clone();
@@ -563,7 +533,11 @@ async fn main() -> Result<()> {
                             .await
                             .with_context(|| format!("DeleteObjects in {bucket}"))?;
                         if let Some(err) = out.errors().first() {
-                            bail!("DeleteObjects {bucket}/{}: {}", err.key().unwrap_or("?"), err.message().unwrap_or("?"));
+                            bail!(
+                                "DeleteObjects {bucket}/{}: {}",
+                                err.key().unwrap_or("?"),
+                                err.message().unwrap_or("?")
+                            );
                         }
                         Ok(())
                     }

@@ -116,11 +116,17 @@ fn changes_are_stored_in_s3fs_format() {
 #[test]
 fn attributes_stored_by_others_show() {
     let b = create_bucket("attrs-foreign");
-    put_with_metadata(&b, "dir/script", b"#!/bin/sh\n", &[("mode", "33261"), ("uid", "12"), ("gid", "34"), ("mtime", "1577934245.5")]);
+    put_with_metadata(
+        &b,
+        "dir/script",
+        b"#!/bin/sh\n",
+        &[("mode", "33261"), ("uid", "12"), ("gid", "34"), ("mtime", "1577934245.5")],
+    );
     put_with_metadata(&b, "dir/", b"", &[("mode", "16832"), ("mtime", "1500000000")]);
     put(&b, "dir/plain", b"p".to_vec());
     for i in 0..40 {
-        put_with_metadata(&b, &format!("many/f{i:02}"), b"m", &[("mode", "33152")]); // 0600
+        put_with_metadata(&b, &format!("many/f{i:02}"), b"m", &[("mode", "33152")]);
+        // 0600
     }
     let m = MountBuilder::new().bucket(&b).mount();
 
@@ -146,8 +152,13 @@ fn make_tree(source: &Path) {
     for (dir, _) in tree {
         std::fs::create_dir_all(source.join(dir)).expect("mkdir");
     }
-    let files: [(&str, usize, u32); 5] =
-        [("a/x.sh", 100, 0o755), ("a/b/secret", 10, 0o600), ("c/big", 6 * MIB + 3, 0o640), ("top", 0, 0o444), ("a/y", 5000, 0o644)];
+    let files: [(&str, usize, u32); 5] = [
+        ("a/x.sh", 100, 0o755),
+        ("a/b/secret", 10, 0o600),
+        ("c/big", 6 * MIB + 3, 0o640),
+        ("top", 0, 0o444),
+        ("a/y", 5000, 0o644),
+    ];
     for (i, (path, size, mode)) in files.iter().enumerate() {
         let path = source.join(path);
         std::fs::write(&path, gen_data(i as u64, *size)).expect("write");
@@ -161,7 +172,8 @@ fn make_tree(source: &Path) {
     assert!(status.expect("touch -h").success());
     for (i, (dir, mode)) in tree.iter().enumerate().rev() {
         std::fs::set_permissions(source.join(dir), std::fs::Permissions::from_mode(*mode)).expect("chmod dir");
-        let status = Command::new("touch").arg("-d").arg(format!("@{}", 1_300_000_000 + i * 100)).arg(source.join(dir)).status();
+        let status =
+            Command::new("touch").arg("-d").arg(format!("@{}", 1_300_000_000 + i * 100)).arg(source.join(dir)).status();
         assert!(status.expect("touch").success());
     }
 }
@@ -242,7 +254,11 @@ fn rsync_in_and_out() {
     rsync(&into, &back);
     assert_eq!(tree_attributes(&back), expected, "after rsync -a out of the mount");
     run(Command::new("diff").arg("-r").arg(&source).arg(&back));
-    assert!(list_keys(&b, "").iter().all(|k| !k.contains("/.")), "rsync's temporary files are gone: {:?}", list_keys(&b, ""));
+    assert!(
+        list_keys(&b, "").iter().all(|k| !k.contains("/.")),
+        "rsync's temporary files are gone: {:?}",
+        list_keys(&b, "")
+    );
 }
 
 /// Symlinks are stored as s3fs stores them (the target as content, `S_IFLNK` in the mode),
@@ -282,7 +298,11 @@ fn xattr_set(path: &Path, name: &str, value: &[u8], flags: i32) -> std::io::Resu
     let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
     let c_name = std::ffi::CString::new(name).expect("name");
     let rc = unsafe { libc::setxattr(c_path.as_ptr(), c_name.as_ptr(), value.as_ptr().cast(), value.len(), flags) };
-    if rc < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+    if rc < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 fn xattr_list(path: &Path) -> Vec<String> {
@@ -306,7 +326,11 @@ fn user_xattrs_are_object_metadata() {
     xattr_set(&f, "user.origin", b"camera 7", 0).expect("setxattr");
     assert_eq!(stored_metadata(&b, "f").get("origin").map(String::as_str), Some("camera 7"));
     assert_eq!(get(&b, "f"), b"x", "content unchanged");
-    assert_errno(xattr_set(&f, "user.origin", b"again", libc::XATTR_CREATE), libc::EEXIST, "XATTR_CREATE on an existing name");
+    assert_errno(
+        xattr_set(&f, "user.origin", b"again", libc::XATTR_CREATE),
+        libc::EEXIST,
+        "XATTR_CREATE on an existing name",
+    );
     assert_errno(xattr_set(&f, "user.mode", b"1", 0), libc::EOPNOTSUPP, "a name holding an attribute");
     assert_errno(xattr_set(&f, "user.note", "café".as_bytes(), 0), libc::EOPNOTSUPP, "a value S3 metadata cannot hold");
     assert_errno(xattr_get(&f, "user.absent"), libc::ENODATA, "missing attribute");
@@ -335,7 +359,8 @@ fn chmod_after_another_client_replaced_the_object_keeps_its_version() {
     assert_eq!(get(&b, "f"), b"version two!");
     let stored = stored_metadata(&b, "f");
     assert_eq!(stored.get("origin").map(String::as_str), Some("new"), "{stored:?}");
-    assert_eq!(stored.get("mode").map(String::as_str), Some("33152"), "{stored:?}"); // S_IFREG | 0600
+    assert_eq!(stored.get("mode").map(String::as_str), Some("33152"), "{stored:?}");
+    // S_IFREG | 0600
 }
 
 /// chmod, touch and setxattr rewrite the object onto itself, which gives a multipart
@@ -357,7 +382,8 @@ fn open_readers_survive_metadata_changes() {
     reader.read_exact(&mut more).expect("read after chmod");
     read.extend_from_slice(&more);
     xattr_set(&m.join("f"), "user.color", b"blue", 0).expect("setxattr");
-    let status = Command::new("touch").args(["-m", "-d", "2001-02-03 04:05:06"]).arg(m.join("f")).status().expect("touch");
+    let status =
+        Command::new("touch").args(["-m", "-d", "2001-02-03 04:05:06"]).arg(m.join("f")).status().expect("touch");
     assert!(status.success());
     reader.read_to_end(&mut read).expect("read after setxattr and touch");
     assert_ne!(head(&b, "f").etag, etag_before, "the rewrite gave the object a new ETag");

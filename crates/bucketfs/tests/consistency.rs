@@ -18,10 +18,7 @@ fn overwrite_during_read_fails_with_eio() {
     let new = gen_data(2, size);
     put(&b, "obj", old.clone());
     let old_etag = head(&b, "obj").etag;
-    let m = MountBuilder::new()
-        .bucket(&b)
-        .args(["--part-size", "1MiB"])
-        .mount();
+    let m = MountBuilder::new().bucket(&b).args(["--part-size", "1MiB"]).mount();
 
     let f1 = File::open(m.join("obj")).unwrap();
     let first = read_at(&f1, 0, MIB).unwrap();
@@ -29,11 +26,7 @@ fn overwrite_during_read_fails_with_eio() {
     let f2 = File::open(m.join("obj")).unwrap(); // opened before the overwrite, never read yet
 
     put(&b, "obj", new.clone());
-    assert_ne!(
-        head(&b, "obj").etag,
-        old_etag,
-        "the overwrite must change the ETag"
-    );
+    assert_ne!(head(&b, "obj").etag, old_etag, "the overwrite must change the ETag");
 
     let check = |f: &File, name: &str, off: usize, len: usize| {
         let what = format!("{name}: pread({off}, {len}) after the overwrite");
@@ -73,24 +66,14 @@ fn overwrite_during_read_fails_with_eio() {
         match f1.read(&mut buf) {
             Ok(0) => break None,
             Ok(n) => {
-                assert_same_bytes(
-                    &buf[..n],
-                    &old[off..off + n],
-                    &format!("sequential read at {off}"),
-                );
+                assert_same_bytes(&buf[..n], &old[off..off + n], &format!("sequential read at {off}"));
                 off += n;
             }
             Err(e) => break Some(e),
         }
     };
-    let e = err.unwrap_or_else(|| {
-        panic!("read the whole object ({off} bytes) of an overwritten object without error")
-    });
-    assert_eq!(
-        e.raw_os_error(),
-        Some(libc::ESTALE),
-        "sequential read at {off}: {e:?}"
-    );
+    let e = err.unwrap_or_else(|| panic!("read the whole object ({off} bytes) of an overwritten object without error"));
+    assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "sequential read at {off}: {e:?}");
 }
 
 /// With --metadata-ttl 1, a new object, a deleted object and an overwritten object (new size,
@@ -103,10 +86,7 @@ fn changes_are_visible_after_the_metadata_ttl() {
     let v2 = gen_data(11, 2 * MIB + 20);
     put(&b, "dir/changing", v1.clone());
     put(&b, "dir/doomed", b"bye".to_vec());
-    let m = MountBuilder::new()
-        .bucket(&b)
-        .args(["--metadata-ttl", "1", "--part-size", "1MiB"])
-        .mount();
+    let m = MountBuilder::new().bucket(&b).args(["--metadata-ttl", "1", "--part-size", "1MiB"]).mount();
     assert_eq!(ls(&m.join("dir")), ["changing", "doomed"]);
     assert_file_content(&m.join("dir/changing"), MIB, &v1);
 
@@ -115,21 +95,9 @@ fn changes_are_visible_after_the_metadata_ttl() {
     delete(&b, "dir/doomed");
     std::thread::sleep(Duration::from_millis(2500));
 
-    assert_eq!(
-        ls(&m.join("dir")),
-        ["changing", "newcomer"],
-        "{}",
-        m.diagnostics()
-    );
-    assert_errno(
-        std::fs::metadata(m.join("dir/doomed")),
-        libc::ENOENT,
-        "stat a deleted object",
-    );
+    assert_eq!(ls(&m.join("dir")), ["changing", "newcomer"], "{}", m.diagnostics());
+    assert_errno(std::fs::metadata(m.join("dir/doomed")), libc::ENOENT, "stat a deleted object");
     assert_eq!(std::fs::read(m.join("dir/newcomer")).unwrap(), b"hello");
-    assert_eq!(
-        std::fs::metadata(m.join("dir/changing")).unwrap().len(),
-        v2.len() as u64
-    );
+    assert_eq!(std::fs::metadata(m.join("dir/changing")).unwrap().len(), v2.len() as u64);
     assert_file_content(&m.join("dir/changing"), MIB, &v2);
 }

@@ -5,35 +5,20 @@ mod common;
 
 use common::*;
 
-
 #[test]
 fn minio_starts_and_roundtrips_objects() {
     let m = minio();
     assert!(m.endpoint.starts_with("http://127.0.0.1:"));
     let bucket = create_bucket("smoke");
-    assert!(
-        bucket.len() <= 63
-            && bucket
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-    );
+    assert!(bucket.len() <= 63 && bucket.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
     put(&bucket, "dir/hello.txt", b"hello".to_vec());
     put(&bucket, "top", Vec::new());
-    assert_eq!(
-        list_keys(&bucket, ""),
-        vec!["dir/hello.txt".to_string(), "top".to_string()]
-    );
+    assert_eq!(list_keys(&bucket, ""), vec!["dir/hello.txt".to_string(), "top".to_string()]);
     assert_eq!(get(&bucket, "dir/hello.txt"), b"hello");
     let h = head(&bucket, "dir/hello.txt");
     assert_eq!(h.size, 5);
-    let age = std::time::SystemTime::now()
-        .duration_since(h.last_modified)
-        .unwrap_or_default();
-    assert!(
-        age.as_secs() < 60,
-        "LastModified is off: {:?}",
-        h.last_modified
-    );
+    let age = std::time::SystemTime::now().duration_since(h.last_modified).unwrap_or_default();
+    assert!(age.as_secs() < 60, "LastModified is off: {:?}", h.last_modified);
     delete(&bucket, "top");
     assert_eq!(list_keys(&bucket, ""), vec!["dir/hello.txt".to_string()]);
     // bucket names are unique
@@ -43,9 +28,7 @@ fn minio_starts_and_roundtrips_objects() {
 #[test]
 fn put_many_is_concurrent_and_complete() {
     let bucket = create_bucket("smoke-many");
-    let objs: Vec<(String, Vec<u8>)> = (0..300)
-        .map(|i| (format!("k/{i:04}"), format!("{i}").into_bytes()))
-        .collect();
+    let objs: Vec<(String, Vec<u8>)> = (0..300).map(|i| (format!("k/{i:04}"), format!("{i}").into_bytes())).collect();
     let t = std::time::Instant::now();
     put_many(&bucket, objs, 32);
     let keys = list_keys(&bucket, "k/");
@@ -82,17 +65,12 @@ fn sha256_file_matches_in_memory_hash() {
         assert_eq!(got, want);
     }
     let f = std::fs::File::open(&p).unwrap();
-    assert_eq!(
-        read_at(&f, MIB as u64 + 3, 10).unwrap(),
-        &data[MIB + 3..MIB + 13]
-    );
+    assert_eq!(read_at(&f, MIB as u64 + 3, 10).unwrap(), &data[MIB + 3..MIB + 13]);
     assert!(read_at(&f, data.len() as u64 - 2, 10).is_err());
 }
 
 #[test]
 fn mountinfo_parser_sees_root() {
     assert!(is_mounted(std::path::Path::new("/")));
-    assert!(!is_mounted(
-        &std::env::temp_dir().join("surely-not-a-mountpoint")
-    ));
+    assert!(!is_mounted(&std::env::temp_dir().join("surely-not-a-mountpoint")));
 }

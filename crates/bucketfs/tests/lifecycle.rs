@@ -13,49 +13,22 @@ fn background_mount_then_unmount_command() {
     put(&b, "hello.txt", b"hello".to_vec());
     let bg = MountBuilder::new().bucket(&b).mount_background();
     let st = bg.status.expect("mount command finished");
-    assert!(
-        st.success(),
-        "`bucketfs mount` (background) failed: {}\n{}",
-        describe_status(&st),
-        bg.diagnostics()
-    );
+    assert!(st.success(), "`bucketfs mount` (background) failed: {}\n{}", describe_status(&st), bg.diagnostics());
     // returns only once the mount answers: no waiting here
-    assert!(
-        is_mounted(&bg.path),
-        "not mounted when `bucketfs mount` returned\n{}",
-        bg.diagnostics()
-    );
+    assert!(is_mounted(&bg.path), "not mounted when `bucketfs mount` returned\n{}", bg.diagnostics());
     assert_eq!(std::fs::read(bg.path.join("hello.txt")).unwrap(), b"hello");
     let pids = bg.daemon_pids();
-    assert!(
-        !pids.is_empty(),
-        "no process with {} in its command line",
-        bg.path.display()
-    );
+    assert!(!pids.is_empty(), "no process with {} in its command line", bg.path.display());
 
-    let (st, out, err) = run_bucketfs(
-        &["unmount", bg.path.to_str().unwrap()],
-        Duration::from_secs(20),
-    );
-    assert!(
-        st.success(),
-        "`bucketfs unmount` failed: {}\nstdout:\n{out}\nstderr:\n{err}",
-        describe_status(&st)
-    );
-    assert!(
-        !is_mounted(&bg.path),
-        "still mounted after `bucketfs unmount`"
-    );
+    let (st, out, err) = run_bucketfs(&["unmount", bg.path.to_str().unwrap()], Duration::from_secs(20));
+    assert!(st.success(), "`bucketfs unmount` failed: {}\nstdout:\n{out}\nstderr:\n{err}", describe_status(&st));
+    assert!(!is_mounted(&bg.path), "still mounted after `bucketfs unmount`");
     assert!(
         wait_until(Duration::from_secs(5), || bg.daemon_pids().is_empty()),
         "daemon still running 5 s after the unmount: {:?}",
         bg.daemon_pids()
     );
-    assert_eq!(
-        ls(&bg.path),
-        Vec::<String>::new(),
-        "the mount point is an empty dir again"
-    );
+    assert_eq!(ls(&bg.path), Vec::<String>::new(), "the mount point is an empty dir again");
 }
 
 #[test]
@@ -64,35 +37,17 @@ fn unmount_command_on_a_foreground_mount() {
     put(&b, "f", b"x".to_vec());
     let mut m = MountBuilder::new().bucket(&b).mount();
     assert_eq!(std::fs::read(m.join("f")).unwrap(), b"x");
-    let (st, out, err) = run_bucketfs(
-        &["unmount", m.path().to_str().unwrap()],
-        Duration::from_secs(20),
-    );
-    assert!(
-        st.success(),
-        "`bucketfs unmount` failed: {}\nstdout:\n{out}\nstderr:\n{err}",
-        describe_status(&st)
-    );
+    let (st, out, err) = run_bucketfs(&["unmount", m.path().to_str().unwrap()], Duration::from_secs(20));
+    assert!(st.success(), "`bucketfs unmount` failed: {}\nstdout:\n{out}\nstderr:\n{err}", describe_status(&st));
     assert!(!m.is_mounted());
-    let st = m
-        .wait_exit(Duration::from_secs(10))
-        .expect("foreground process still running after unmount");
-    assert_eq!(
-        st.code(),
-        Some(0),
-        "foreground process: {}\n{}",
-        describe_status(&st),
-        m.diagnostics()
-    );
+    let st = m.wait_exit(Duration::from_secs(10)).expect("foreground process still running after unmount");
+    assert_eq!(st.code(), Some(0), "foreground process: {}\n{}", describe_status(&st), m.diagnostics());
 }
 
 #[test]
 fn unmount_command_on_a_directory_that_is_not_mounted() {
     let dir = tempfile::tempdir().unwrap();
-    let (st, _, err) = run_bucketfs(
-        &["unmount", dir.path().to_str().unwrap()],
-        Duration::from_secs(20),
-    );
+    let (st, _, err) = run_bucketfs(&["unmount", dir.path().to_str().unwrap()], Duration::from_secs(20));
     assert!(!st.success(), "unmounting a plain directory succeeded");
     assert!(!err.trim().is_empty(), "no error message");
     assert!(!err.contains("panicked"), "{err}");
@@ -107,17 +62,8 @@ fn signal_unmounts_cleanly(sig: i32) {
     let st = m
         .wait_exit(Duration::from_secs(10))
         .unwrap_or_else(|| panic!("still running 10 s after signal {sig}\n{}", m.diagnostics()));
-    assert_eq!(
-        st.code(),
-        Some(0),
-        "after signal {sig}: {}\n{}",
-        describe_status(&st),
-        m.diagnostics()
-    );
-    assert!(
-        !m.is_mounted(),
-        "mount point still in mountinfo after signal {sig}"
-    );
+    assert_eq!(st.code(), Some(0), "after signal {sig}: {}\n{}", describe_status(&st), m.diagnostics());
+    assert!(!m.is_mounted(), "mount point still in mountinfo after signal {sig}");
     assert_eq!(ls(m.path()), Vec::<String>::new());
 }
 
@@ -136,19 +82,10 @@ fn external_fusermount_ends_the_process() {
     let b = create_bucket("ext-unmount");
     let mut m = MountBuilder::new().bucket(&b).mount();
     force_unmount(m.path()).expect("fusermount3 -u");
-    let st = m.wait_exit(Duration::from_secs(10)).unwrap_or_else(|| {
-        panic!(
-            "still running 10 s after fusermount3 -u\n{}",
-            m.diagnostics()
-        )
-    });
-    assert_eq!(
-        st.code(),
-        Some(0),
-        "{}\n{}",
-        describe_status(&st),
-        m.diagnostics()
-    );
+    let st = m
+        .wait_exit(Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("still running 10 s after fusermount3 -u\n{}", m.diagnostics()));
+    assert_eq!(st.code(), Some(0), "{}\n{}", describe_status(&st), m.diagnostics());
 }
 
 /// --log-file: logs go to the file, not to stderr.
@@ -166,22 +103,12 @@ fn log_file_receives_the_logs() {
     assert_eq!(std::fs::read(m.join("f")).unwrap(), b"x");
     assert_eq!(ls(m.path()), ["f"]);
     m.signal(libc::SIGTERM);
-    let st = m
-        .wait_exit(Duration::from_secs(10))
-        .expect("exit after SIGTERM");
+    let st = m.wait_exit(Duration::from_secs(10)).expect("exit after SIGTERM");
     assert_eq!(st.code(), Some(0), "{}", m.diagnostics());
-    let text =
-        std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("log file {}: {e}", log.display()));
-    assert!(
-        !text.trim().is_empty(),
-        "the log file is empty at --log-level debug"
-    );
+    let text = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("log file {}: {e}", log.display()));
+    assert!(!text.trim().is_empty(), "the log file is empty at --log-level debug");
     if std::env::var_os("RUST_LOG").is_none() {
-        assert_eq!(
-            m.stderr().trim(),
-            "",
-            "logs must go to --log-file, not stderr"
-        );
+        assert_eq!(m.stderr().trim(), "", "logs must go to --log-file, not stderr");
     }
 }
 
@@ -209,9 +136,11 @@ fn background_mount_logs_warnings_by_default() {
     }
     let logs = cache.path().join("bucketfs-logs");
     let found = wait_until(Duration::from_secs(10), || {
-        std::fs::read_dir(&logs).into_iter().flatten().flatten().any(|entry| {
-            std::fs::read_to_string(entry.path()).is_ok_and(|text| text.contains("does not exist"))
-        })
+        std::fs::read_dir(&logs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|entry| std::fs::read_to_string(entry.path()).is_ok_and(|text| text.contains("does not exist")))
     });
     assert!(found, "the warning is in a log file under {}", logs.display());
     let (status, _, _) = run_bucketfs(&["unmount", bg.path.to_str().expect("utf-8")], Duration::from_secs(20));

@@ -29,27 +29,11 @@ fn nested_implicit_directories() {
     assert_eq!(std::fs::read(m.join("a/top.txt")).unwrap(), b"top!");
     assert_eq!(std::fs::read(m.join("root.txt")).unwrap(), b"r");
 
-    assert_errno(
-        std::fs::metadata(m.join("a/nope")),
-        libc::ENOENT,
-        "stat a/nope",
-    );
-    assert_errno(
-        std::fs::metadata(m.join("nope/deeper")),
-        libc::ENOENT,
-        "stat nope/deeper",
-    );
+    assert_errno(std::fs::metadata(m.join("a/nope")), libc::ENOENT, "stat a/nope");
+    assert_errno(std::fs::metadata(m.join("nope/deeper")), libc::ENOENT, "stat nope/deeper");
     // "a/b" is a prefix of "a/b/c.txt" but "a/b/c" is not a key nor a prefix
-    assert_errno(
-        std::fs::metadata(m.join("a/b/c")),
-        libc::ENOENT,
-        "stat a/b/c",
-    );
-    assert_errno(
-        std::fs::metadata(m.join("a/b/c.txt/x")),
-        libc::ENOTDIR,
-        "stat through a file",
-    );
+    assert_errno(std::fs::metadata(m.join("a/b/c")), libc::ENOENT, "stat a/b/c");
+    assert_errno(std::fs::metadata(m.join("a/b/c.txt/x")), libc::ENOTDIR, "stat through a file");
     // a second listing gives the same answer (cached or not)
     assert_eq!(ls(&m.join("a")), ["b", "top.txt"]);
 }
@@ -67,17 +51,9 @@ fn directory_markers() {
     assert_eq!(ls(m.path()), ["empty", "file.txt", "m", "outer"]);
     let e = std::fs::metadata(m.join("empty")).unwrap();
     assert!(e.is_dir(), "the marker empty/ must be a directory");
-    assert_eq!(
-        ls(&m.join("empty")),
-        Vec::<String>::new(),
-        "empty/ has no entries"
-    );
+    assert_eq!(ls(&m.join("empty")), Vec::<String>::new(), "empty/ has no entries");
     assert!(std::fs::metadata(m.join("m")).unwrap().is_dir());
-    assert_eq!(
-        ls(&m.join("m")),
-        ["child.txt"],
-        "the marker itself must not show up as an entry"
-    );
+    assert_eq!(ls(&m.join("m")), ["child.txt"], "the marker itself must not show up as an entry");
     assert_eq!(std::fs::read(m.join("m/child.txt")).unwrap(), b"child");
     assert!(std::fs::metadata(m.join("outer")).unwrap().is_dir());
     assert_eq!(ls(&m.join("outer")), ["inner"]);
@@ -85,20 +61,8 @@ fn directory_markers() {
     assert_eq!(ls(&m.join("outer/inner")), Vec::<String>::new());
     // the directories can be entered and walked
     let (files, dirs) = walk(m.path());
-    assert_eq!(
-        files,
-        ["file.txt", "m/child.txt"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
-    );
-    assert_eq!(
-        dirs,
-        ["empty", "m", "outer", "outer/inner"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
-    );
+    assert_eq!(files, ["file.txt", "m/child.txt"].iter().map(|s| s.to_string()).collect());
+    assert_eq!(dirs, ["empty", "m", "outer", "outer/inner"].iter().map(|s| s.to_string()).collect());
 }
 
 #[test]
@@ -120,14 +84,9 @@ fn sizes_and_mtimes() {
             Ok(d) => d,
             Err(e) => e.duration(),
         };
-        assert!(
-            diff <= Duration::from_secs(2),
-            "mtime of {key} is {mt:?}, LastModified is {lm:?} (diff {diff:?})"
-        );
+        assert!(diff <= Duration::from_secs(2), "mtime of {key} is {mt:?}, LastModified is {lm:?} (diff {diff:?})");
         // not the epoch, not "now" by accident: the object was written moments ago
-        assert!(
-            SystemTime::now().duration_since(mt).unwrap_or_default() < Duration::from_secs(300)
-        );
+        assert!(SystemTime::now().duration_since(mt).unwrap_or_default() < Duration::from_secs(300));
     }
     // sizes through the listing path too (readdir + stat of each entry)
     for e in std::fs::read_dir(m.join("d")).unwrap() {
@@ -145,38 +104,19 @@ fn modes_and_ownership_from_options() {
     put(&b, "marker/", Vec::new());
     let m = MountBuilder::new()
         .bucket(&b)
-        .args([
-            "--uid",
-            "1234",
-            "--gid",
-            "2345",
-            "--file-mode",
-            "0640",
-            "--dir-mode",
-            "0750",
-        ])
+        .args(["--uid", "1234", "--gid", "2345", "--file-mode", "0640", "--dir-mode", "0750"])
         .mount();
     for f in ["file.txt", "implicit/inner.txt"] {
         let md = std::fs::metadata(m.join(f)).unwrap();
         assert!(md.is_file(), "{f}");
-        assert_eq!(
-            md.permissions().mode() & 0o7777,
-            0o640,
-            "mode of {f}: {:o}",
-            md.mode()
-        );
+        assert_eq!(md.permissions().mode() & 0o7777, 0o640, "mode of {f}: {:o}", md.mode());
         assert_eq!(md.uid(), 1234, "uid of {f}");
         assert_eq!(md.gid(), 2345, "gid of {f}");
     }
     for d in ["", "implicit", "marker"] {
         let md = std::fs::metadata(m.join(d)).unwrap();
         assert!(md.is_dir(), "{d:?}");
-        assert_eq!(
-            md.permissions().mode() & 0o7777,
-            0o750,
-            "mode of dir {d:?}: {:o}",
-            md.mode()
-        );
+        assert_eq!(md.permissions().mode() & 0o7777, 0o750, "mode of dir {d:?}: {:o}", md.mode());
         assert_eq!(md.uid(), 1234, "uid of dir {d:?}");
         assert_eq!(md.gid(), 2345, "gid of dir {d:?}");
     }
@@ -196,13 +136,7 @@ fn recursive_walk_equals_key_set() {
         }
     }
     keys.push("x/y/z/w/v/u/very-deep".into());
-    put_many(
-        &b,
-        keys.iter()
-            .map(|k| (k.clone(), k.as_bytes().to_vec()))
-            .collect(),
-        16,
-    );
+    put_many(&b, keys.iter().map(|k| (k.clone(), k.as_bytes().to_vec())).collect(), 16);
     let m = MountBuilder::new().bucket(&b).mount();
     let (files, dirs) = walk(m.path());
     let want_files: BTreeSet<String> = keys.iter().cloned().collect();
@@ -217,11 +151,7 @@ fn recursive_walk_equals_key_set() {
     }
     assert_eq!(dirs, want_dirs);
     for k in keys.iter().step_by(7) {
-        assert_eq!(
-            std::fs::read(m.join(k)).unwrap(),
-            k.as_bytes(),
-            "content of {k}"
-        );
+        assert_eq!(std::fs::read(m.join(k)).unwrap(), k.as_bytes(), "content of {k}");
     }
 }
 
@@ -230,9 +160,8 @@ fn recursive_walk_equals_key_set() {
 fn large_directory_lists_completely() {
     let b = create_bucket("large");
     let n = 2500;
-    let mut objs: Vec<(String, Vec<u8>)> = (0..n)
-        .map(|i| (format!("big/f-{i:05}"), format!("{i}").into_bytes()))
-        .collect();
+    let mut objs: Vec<(String, Vec<u8>)> =
+        (0..n).map(|i| (format!("big/f-{i:05}"), format!("{i}").into_bytes())).collect();
     // sub-directories whose prefixes fall in the middle of a page and at the very end
     objs.push(("big/f-01234-dir/x".into(), b"x".to_vec()));
     objs.push(("big/zz-sub/inner".into(), b"z".to_vec()));
@@ -247,12 +176,7 @@ fn large_directory_lists_completely() {
     assert_eq!(ls(m.path()), ["big", "big2", "bigfile"]);
     let names = ls_unsorted(&m.join("big"));
     let unique: HashSet<&String> = names.iter().collect();
-    assert_eq!(
-        unique.len(),
-        names.len(),
-        "duplicate entries in a {}-entry listing",
-        names.len()
-    );
+    assert_eq!(unique.len(), names.len(), "duplicate entries in a {}-entry listing", names.len());
     let mut want: Vec<String> = (0..n).map(|i| format!("f-{i:05}")).collect();
     want.push("f-01234-dir".into());
     want.push("zz-sub".into());
@@ -270,9 +194,7 @@ fn large_directory_lists_completely() {
             g.difference(&w).take(10).collect::<Vec<_>>()
         );
     }
-    assert!(std::fs::metadata(m.join("big/f-01234-dir"))
-        .unwrap()
-        .is_dir());
+    assert!(std::fs::metadata(m.join("big/f-01234-dir")).unwrap().is_dir());
     assert!(std::fs::metadata(m.join("big/zz-sub")).unwrap().is_dir());
     assert_eq!(std::fs::read(m.join("big/f-02499")).unwrap(), b"2499");
     assert_eq!(std::fs::read(m.join("big/f-00000")).unwrap(), b"0");

@@ -17,17 +17,11 @@ fn bucket_does_not_exist_in_background_mode() {
     let missing = unique_bucket_name("missing-bg");
     let dir = tempfile::tempdir().unwrap();
     let mp = dir.path().canonicalize().unwrap();
-    let r = MountBuilder::new()
-        .bucket(&missing)
-        .mountpoint(&mp)
-        .background()
-        .expect_failure();
+    let r = MountBuilder::new().bucket(&missing).mountpoint(&mp).background().expect_failure();
     r.assert_error("does not exist");
     assert!(!is_mounted(&mp));
     assert!(
-        wait_until(std::time::Duration::from_secs(3), || {
-            pids_with_arg_containing(mp.to_str().unwrap()).is_empty()
-        }),
+        wait_until(std::time::Duration::from_secs(3), || { pids_with_arg_containing(mp.to_str().unwrap()).is_empty() }),
         "a bucketfs process is left behind for {}",
         mp.display()
     );
@@ -36,19 +30,13 @@ fn bucket_does_not_exist_in_background_mode() {
 #[test]
 fn wrong_secret_key() {
     let b = create_bucket("wrong-secret");
-    let r = MountBuilder::new()
-        .bucket(&b)
-        .secret_key("not-the-secret")
-        .expect_failure();
+    let r = MountBuilder::new().bucket(&b).secret_key("not-the-secret").expect_failure();
     r.assert_error("credentials rejected");
 }
 
 #[test]
 fn endpoint_unreachable() {
-    let r = MountBuilder::new()
-        .bucket("any-bucket")
-        .endpoint(UNREACHABLE_ENDPOINT)
-        .expect_failure();
+    let r = MountBuilder::new().bucket("any-bucket").endpoint(UNREACHABLE_ENDPOINT).expect_failure();
     r.assert_error("cannot reach");
 }
 
@@ -56,10 +44,7 @@ fn endpoint_unreachable() {
 fn mountpoint_does_not_exist() {
     let b = create_bucket("mp-missing");
     let dir = tempfile::tempdir().unwrap();
-    let r = MountBuilder::new()
-        .bucket(&b)
-        .mountpoint(dir.path().join("no-such-dir"))
-        .expect_failure();
+    let r = MountBuilder::new().bucket(&b).mountpoint(dir.path().join("no-such-dir")).expect_failure();
     r.assert_error("does not exist");
 }
 
@@ -69,10 +54,7 @@ fn mountpoint_is_a_regular_file() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("regular");
     std::fs::write(&file, b"x").unwrap();
-    let r = MountBuilder::new()
-        .bucket(&b)
-        .mountpoint(&file)
-        .expect_failure();
+    let r = MountBuilder::new().bucket(&b).mountpoint(&file).expect_failure();
     r.assert_error("not a directory");
     assert_eq!(std::fs::read(&file).unwrap(), b"x");
 }
@@ -83,10 +65,7 @@ fn mountpoint_not_empty() {
     put(&b, "k", b"v".to_vec());
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("existing"), b"x").unwrap();
-    let r = MountBuilder::new()
-        .bucket(&b)
-        .mountpoint(dir.path())
-        .expect_failure();
+    let r = MountBuilder::new().bucket(&b).mountpoint(dir.path()).expect_failure();
     r.assert_error("not empty");
     assert_eq!(ls(dir.path()), ["existing"]);
 }
@@ -96,10 +75,7 @@ fn mountpoint_already_mounted() {
     let b = create_bucket("mp-mounted");
     put(&b, "k", b"v".to_vec());
     let mut m = MountBuilder::new().bucket(&b).mount();
-    let r = MountBuilder::new()
-        .bucket(&b)
-        .mountpoint(m.path())
-        .expect_failure();
+    let r = MountBuilder::new().bucket(&b).mountpoint(m.path()).expect_failure();
     r.assert_error("already mounted");
     // the first mount is unaffected
     m.assert_alive();
@@ -127,10 +103,7 @@ fn mixed_multiplexed_and_plain_sources_are_rejected() {
 #[test]
 fn malformed_sources_are_rejected() {
     for src in ["just-a-name", "http://bucket/x", "s3://"] {
-        MountBuilder::new()
-            .source(src)
-            .expect_failure()
-            .assert_failed_cleanly();
+        MountBuilder::new().source(src).expect_failure().assert_failed_cleanly();
     }
 }
 
@@ -145,10 +118,6 @@ fn invalid_option_values_are_rejected() {
         ["--metadata-ttl", "soon"],
         ["--memory-limit", "-5"],
     ] {
-        MountBuilder::new()
-            .bucket(&b)
-            .args(args)
-            .expect_failure()
-            .assert_failed_cleanly();
+        MountBuilder::new().bucket(&b).args(args).expect_failure().assert_failed_cleanly();
     }
 }

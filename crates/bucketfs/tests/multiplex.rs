@@ -19,10 +19,7 @@ fn two_sources_as_top_level_directories() {
     put(&b2, "top", b"no".to_vec());
     put(&b2, "x", b"no: x of b2".to_vec());
 
-    let m = MountBuilder::new()
-        .source(format!("s3://{b1}=one"))
-        .source(format!("s3://{b2}/some/prefix=two"))
-        .mount();
+    let m = MountBuilder::new().source(format!("s3://{b1}=one")).source(format!("s3://{b2}/some/prefix=two")).mount();
     assert_eq!(ls(m.path()), ["one", "two"]);
     assert!(std::fs::metadata(m.join("one")).unwrap().is_dir());
     assert!(std::fs::metadata(m.join("two")).unwrap().is_dir());
@@ -33,17 +30,10 @@ fn two_sources_as_top_level_directories() {
     assert_eq!(std::fs::read(m.join("two/y")).unwrap(), b"from b2");
     assert_eq!(std::fs::read(m.join("two/sub/w")).unwrap(), b"w in b2");
     for rel in ["x", "three", "two/x", "two/prefixy", "two/some", "one/y"] {
-        assert_errno(
-            std::fs::metadata(m.join(rel)),
-            libc::ENOENT,
-            &format!("stat {rel}"),
-        );
+        assert_errno(std::fs::metadata(m.join(rel)), libc::ENOENT, &format!("stat {rel}"));
     }
     let (files, _) = walk(m.path());
-    assert_eq!(
-        files.into_iter().collect::<Vec<_>>(),
-        ["one/dir/z", "one/x", "two/sub/w", "two/y"]
-    );
+    assert_eq!(files.into_iter().collect::<Vec<_>>(), ["one/dir/z", "one/x", "two/sub/w", "two/y"]);
 }
 
 #[test]
@@ -62,11 +52,7 @@ fn prefix_source_at_root() {
     assert_eq!(std::fs::read(m.join("a")).unwrap(), b"A");
     assert_eq!(std::fs::read(m.join("d/b")).unwrap(), b"B");
     for rel in ["top", "x", "pre", "prefix", "pre.txt", "pre/a"] {
-        assert_errno(
-            std::fs::metadata(m.join(rel)),
-            libc::ENOENT,
-            &format!("stat {rel}"),
-        );
+        assert_errno(std::fs::metadata(m.join(rel)), libc::ENOENT, &format!("stat {rel}"));
     }
 }
 
@@ -77,15 +63,9 @@ fn prefix_with_marker_object() {
     put(&b, "deep/er/", Vec::new());
     put(&b, "deep/er/file", b"F".to_vec());
     put(&b, "deep/er/dir/", Vec::new());
-    let m = MountBuilder::new()
-        .source(format!("s3://{b}/deep/er=d"))
-        .mount();
+    let m = MountBuilder::new().source(format!("s3://{b}/deep/er=d")).mount();
     assert_eq!(ls(m.path()), ["d"]);
-    assert_eq!(
-        ls(&m.join("d")),
-        ["dir", "file"],
-        "the prefix marker must not appear as an entry"
-    );
+    assert_eq!(ls(&m.join("d")), ["dir", "file"], "the prefix marker must not appear as an entry");
     assert!(std::fs::metadata(m.join("d/dir")).unwrap().is_dir());
     assert_eq!(std::fs::read(m.join("d/file")).unwrap(), b"F");
 }

@@ -37,19 +37,10 @@ fn special_characters_are_shown_verbatim() {
         "dir with space/inner file",
         "plus+dir/x+y",
     ];
-    put_many(
-        &b,
-        keys.iter()
-            .map(|k| (k.to_string(), k.as_bytes().to_vec()))
-            .collect(),
-        8,
-    );
+    put_many(&b, keys.iter().map(|k| (k.to_string(), k.as_bytes().to_vec())).collect(), 8);
     let m = MountBuilder::new().bucket(&b).mount();
 
-    let mut want_root: Vec<String> = keys
-        .iter()
-        .map(|k| k.split('/').next().unwrap().to_string())
-        .collect();
+    let mut want_root: Vec<String> = keys.iter().map(|k| k.split('/').next().unwrap().to_string()).collect();
     want_root.sort();
     want_root.dedup();
     assert_eq!(ls(m.path()), want_root);
@@ -58,29 +49,13 @@ fn special_characters_are_shown_verbatim() {
     assert_eq!(ls(&m.join("plus+dir")), ["x+y"]);
     for k in keys {
         let p = m.join(k);
-        let data =
-            std::fs::read(&p).unwrap_or_else(|e| panic!("read {k:?}: {e}\n{}", m.diagnostics()));
+        let data = std::fs::read(&p).unwrap_or_else(|e| panic!("read {k:?}: {e}\n{}", m.diagnostics()));
         assert_eq!(data, k.as_bytes(), "content of {k:?}");
-        assert_eq!(
-            std::fs::metadata(&p).unwrap().len(),
-            k.len() as u64,
-            "size of {k:?}"
-        );
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), k.len() as u64, "size of {k:?}");
     }
     // no decoding / re-encoding aliases
-    for alias in [
-        "100%",
-        "with+space.txt",
-        "with%20space.txt",
-        "a b.txt",
-        "a%2Bb.txt",
-        "%C3%A9.txt",
-    ] {
-        assert_errno(
-            std::fs::metadata(m.join(alias)),
-            libc::ENOENT,
-            &format!("stat {alias:?}"),
-        );
+    for alias in ["100%", "with+space.txt", "with%20space.txt", "a b.txt", "a%2Bb.txt", "%C3%A9.txt"] {
+        assert_errno(std::fs::metadata(m.join(alias)), libc::ENOENT, &format!("stat {alias:?}"));
     }
 }
 

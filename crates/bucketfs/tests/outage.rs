@@ -64,7 +64,12 @@ impl Relay {
                         loop {
                             let n = match from.read(&mut buffer) {
                                 Ok(n) => n,
-                                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                                Err(e)
+                                    if matches!(
+                                        e.kind(),
+                                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                                    ) =>
+                                {
                                     if faults.cut() {
                                         break;
                                     }

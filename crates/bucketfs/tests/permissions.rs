@@ -60,14 +60,9 @@ fn refused_writes_give_eacces_and_leave_no_entry() {
     // The identity really is read-only, else nothing below would be tested.
     let ro = s3_client_with(&creds);
     block_on(ro.list_objects_v2().bucket(&b).send()).expect("the read-only identity can list");
-    block_on(ro.get_object().bucket(&b).key("victim.txt").send())
-        .expect("the read-only identity can read");
+    block_on(ro.get_object().bucket(&b).key("victim.txt").send()).expect("the read-only identity can read");
     let put_denied = block_on(
-        ro.put_object()
-            .bucket(&b)
-            .key("probe")
-            .body(aws_sdk_s3::primitives::ByteStream::from(b"x".to_vec()))
-            .send(),
+        ro.put_object().bucket(&b).key("probe").body(aws_sdk_s3::primitives::ByteStream::from(b"x".to_vec())).send(),
     );
     let put_denied = put_denied.expect_err("the read-only identity could PUT");
     assert_eq!(put_denied.code(), Some("AccessDenied"), "PUT by the read-only identity: {put_denied:?}");
@@ -76,11 +71,7 @@ fn refused_writes_give_eacces_and_leave_no_entry() {
     assert_eq!(delete_denied.code(), Some("AccessDenied"), "DELETE by the read-only identity: {delete_denied:?}");
     assert_eq!(bucket_snapshot(&b), before, "the probes changed the bucket");
 
-    let m = MountBuilder::new()
-        .bucket(&b)
-        .credentials(&creds)
-        .args(["--part-size", "5MiB"])
-        .mount();
+    let m = MountBuilder::new().bucket(&b).credentials(&creds).args(["--part-size", "5MiB"]).mount();
 
     // Reading works.
     assert_eq!(ls(m.path()), ["dir", "victim.txt"]);
@@ -121,11 +112,7 @@ fn refused_writes_give_eacces_and_leave_no_entry() {
             libc::ENOENT,
             &format!("stat {rel} after the refused write ({step} gave EACCES)"),
         );
-        assert!(
-            !contains(&list_keys(&b, ""), rel),
-            "{rel} is in the bucket: {:?}",
-            list_keys(&b, "")
-        );
+        assert!(!contains(&list_keys(&b, ""), rel), "{rel} is in the bucket: {:?}", list_keys(&b, ""));
     }
 
     // mkdir
@@ -158,10 +145,7 @@ fn refused_writes_give_eacces_and_leave_no_entry() {
 fn two_mounts_racing_to_create_one_key() {
     let b = create_bucket("perm-race");
     let ma = MountBuilder::new().bucket(&b).args(["--part-size", "5MiB"]).mount();
-    let mb = MountBuilder::new()
-        .bucket(&b)
-        .args(["--part-size", "5MiB", "--metadata-ttl", "0"])
-        .mount();
+    let mb = MountBuilder::new().bucket(&b).args(["--part-size", "5MiB", "--metadata-ttl", "0"]).mount();
 
     let cases = [("small.txt", KIB, KIB + 100, false), ("big.bin", 12 * MIB, 12 * MIB + 3 * KIB, true)];
     for (i, (name, size_a, size_b, multipart)) in cases.into_iter().enumerate() {

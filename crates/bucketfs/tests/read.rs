@@ -19,26 +19,15 @@ fn sizes_around_a_small_part_size() {
         objs.push((format!("f{i}-{s}"), gen_data(100 + i as u64, *s)));
     }
     put_many(&b, objs.clone(), 6);
-    let m = MountBuilder::new()
-        .bucket(&b)
-        .args(["--part-size", "1MiB"])
-        .mount();
+    let m = MountBuilder::new().bucket(&b).args(["--part-size", "1MiB"]).mount();
     for (key, data) in &objs {
         let p = m.join(key);
-        assert_eq!(
-            std::fs::metadata(&p).unwrap().len(),
-            data.len() as u64,
-            "size of {key}"
-        );
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), data.len() as u64, "size of {key}");
         let want = sha256_hex(data);
         for buf in [MIB, 4 * KIB] {
-            let (got, n) = sha256_file(&p, buf)
-                .unwrap_or_else(|e| panic!("reading {key} with a {buf}-byte buffer: {e}"));
-            assert_eq!(
-                n,
-                data.len() as u64,
-                "{key}: bytes read with a {buf}-byte buffer"
-            );
+            let (got, n) =
+                sha256_file(&p, buf).unwrap_or_else(|e| panic!("reading {key} with a {buf}-byte buffer: {e}"));
+            assert_eq!(n, data.len() as u64, "{key}: bytes read with a {buf}-byte buffer");
             assert_eq!(got, want, "{key}: sha256 with a {buf}-byte buffer");
         }
     }
@@ -49,20 +38,13 @@ fn sizes_around_a_small_part_size() {
 fn sizes_around_the_default_part_size() {
     let b = create_bucket("part-default");
     let sizes = [8 * MIB - 1, 8 * MIB, 8 * MIB + 1];
-    let objs: Vec<(String, Vec<u8>)> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (format!("g{i}-{s}"), gen_data(200 + i as u64, *s)))
-        .collect();
+    let objs: Vec<(String, Vec<u8>)> =
+        sizes.iter().enumerate().map(|(i, s)| (format!("g{i}-{s}"), gen_data(200 + i as u64, *s))).collect();
     put_many(&b, objs.clone(), 3);
     let m = MountBuilder::new().bucket(&b).mount();
     for (key, data) in &objs {
         let p = m.join(key);
-        assert_eq!(
-            std::fs::metadata(&p).unwrap().len(),
-            data.len() as u64,
-            "size of {key}"
-        );
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), data.len() as u64, "size of {key}");
         let (got, n) = sha256_file(&p, MIB).unwrap_or_else(|e| panic!("reading {key}: {e}"));
         assert_eq!(n, data.len() as u64, "{key}: bytes read");
         assert_eq!(got, sha256_hex(data), "{key}: sha256 with a 1 MiB buffer");
@@ -85,10 +67,7 @@ fn large_object_100_mib() {
     let (got, n) = sha256_file(&p, MIB).unwrap_or_else(|e| panic!("reading big.bin: {e}"));
     eprintln!("100 MiB read + sha256 through the mount: {:?}", t.elapsed());
     assert_eq!(n, data.len() as u64);
-    assert_eq!(
-        got, want,
-        "sha256 of the 100 MiB object read with a 1 MiB buffer"
-    );
+    assert_eq!(got, want, "sha256 of the 100 MiB object read with a 1 MiB buffer");
     let t = std::time::Instant::now();
     assert_file_content(&p, 4 * KIB, &data);
     eprintln!("100 MiB read with 4 KiB buffers: {:?}", t.elapsed());
@@ -101,10 +80,7 @@ fn random_offset_reads() {
     let size = 24 * MIB + 333;
     let data = gen_data(400, size);
     put(&b, "r.bin", data.clone());
-    let m = MountBuilder::new()
-        .bucket(&b)
-        .args(["--part-size", "1MiB"])
-        .mount();
+    let m = MountBuilder::new().bucket(&b).args(["--part-size", "1MiB"]).mount();
     let f = File::open(m.join("r.bin")).unwrap();
     let mut rng = Rng::new(401);
     let mut cases: Vec<(u64, usize)> = vec![
@@ -132,11 +108,7 @@ fn random_offset_reads() {
             .unwrap_or_else(|e| panic!("case {i}: pread({off}, {len}): {e}\n{}", m.diagnostics()));
         let start = (off as usize).min(size);
         let end = (off as usize + len).min(size);
-        assert_same_bytes(
-            &got,
-            &data[start..end],
-            &format!("case {i}: pread({off}, {len})"),
-        );
+        assert_same_bytes(&got, &data[start..end], &format!("case {i}: pread({off}, {len})"));
     }
 }
 
@@ -148,10 +120,7 @@ fn concurrent_readers_of_one_file() {
     let size = 16 * MIB + 77;
     let data = Arc::new(gen_data(500, size));
     put(&b, "shared.bin", data.to_vec());
-    let m = MountBuilder::new()
-        .bucket(&b)
-        .args(["--part-size", "1MiB"])
-        .mount();
+    let m = MountBuilder::new().bucket(&b).args(["--part-size", "1MiB"]).mount();
     let path = m.join("shared.bin");
     let shared = Arc::new(File::open(&path).unwrap());
     std::thread::scope(|s| {
@@ -166,14 +135,9 @@ fn concurrent_readers_of_one_file() {
                     for i in 0..60 {
                         let off = rng.below(size as u64);
                         let len = 1 + rng.below(512 * KIB as u64) as usize;
-                        let got = pread_full(&shared, off, len)
-                            .unwrap_or_else(|e| panic!("thread {t} read {i}: {e}"));
+                        let got = pread_full(&shared, off, len).unwrap_or_else(|e| panic!("thread {t} read {i}: {e}"));
                         let end = (off as usize + len).min(size);
-                        assert_same_bytes(
-                            &got,
-                            &data[off as usize..end],
-                            &format!("thread {t} read {i}"),
-                        );
+                        assert_same_bytes(&got, &data[off as usize..end], &format!("thread {t} read {i}"));
                     }
                 }
             }));
@@ -190,28 +154,17 @@ fn concurrent_readers_of_one_file() {
 #[test]
 fn concurrent_reads_of_different_files() {
     let b = create_bucket("conc-many");
-    let objs: Vec<(String, Vec<u8>)> = (0..8)
-        .map(|i| {
-            (
-                format!("c/file{i}"),
-                gen_data(700 + i, 2 * MIB + (i as usize) * 300_001),
-            )
-        })
-        .collect();
+    let objs: Vec<(String, Vec<u8>)> =
+        (0..8).map(|i| (format!("c/file{i}"), gen_data(700 + i, 2 * MIB + (i as usize) * 300_001))).collect();
     put_many(&b, objs.clone(), 8);
-    let m = MountBuilder::new()
-        .bucket(&b)
-        .args(["--part-size", "1MiB"])
-        .mount();
+    let m = MountBuilder::new().bucket(&b).args(["--part-size", "1MiB"]).mount();
     std::thread::scope(|s| {
         let handles: Vec<_> = objs
             .iter()
             .enumerate()
             .map(|(i, (key, data))| {
                 let p = m.join(key);
-                s.spawn(move || {
-                    assert_file_content(&p, if i % 2 == 0 { MIB } else { 64 * KIB }, data)
-                })
+                s.spawn(move || assert_file_content(&p, if i % 2 == 0 { MIB } else { 64 * KIB }, data))
             })
             .collect();
         for (i, h) in handles.into_iter().enumerate() {
@@ -227,29 +180,12 @@ fn concurrent_reads_of_different_files() {
 #[test]
 fn tight_memory_and_request_limits_still_read_correctly() {
     let b = create_bucket("tight");
-    let objs: Vec<(String, Arc<Vec<u8>>)> = (0..3)
-        .map(|i| {
-            (
-                format!("t{i}"),
-                Arc::new(gen_data(800 + i, 6 * MIB + 1000 * i as usize)),
-            )
-        })
-        .collect();
-    put_many(
-        &b,
-        objs.iter().map(|(k, d)| (k.clone(), d.to_vec())).collect(),
-        3,
-    );
+    let objs: Vec<(String, Arc<Vec<u8>>)> =
+        (0..3).map(|i| (format!("t{i}"), Arc::new(gen_data(800 + i, 6 * MIB + 1000 * i as usize)))).collect();
+    put_many(&b, objs.iter().map(|(k, d)| (k.clone(), d.to_vec())).collect(), 3);
     let m = MountBuilder::new()
         .bucket(&b)
-        .args([
-            "--part-size",
-            "512KiB",
-            "--memory-limit",
-            "2M",
-            "--max-concurrent-requests",
-            "1",
-        ])
+        .args(["--part-size", "512KiB", "--memory-limit", "2M", "--max-concurrent-requests", "1"])
         .mount();
     let mut threads = Vec::new();
     for (i, (key, data)) in objs.iter().enumerate() {
@@ -272,15 +208,11 @@ fn tight_memory_and_request_limits_still_read_correctly() {
         }));
     }
     let diag = m.diagnostics();
-    run_with_timeout(
-        "3 readers under tight limits",
-        std::time::Duration::from_secs(90),
-        move || {
-            for (i, t) in threads.into_iter().enumerate() {
-                if t.join().is_err() {
-                    panic!("reader {i} failed\n{diag}");
-                }
+    run_with_timeout("3 readers under tight limits", std::time::Duration::from_secs(90), move || {
+        for (i, t) in threads.into_iter().enumerate() {
+            if t.join().is_err() {
+                panic!("reader {i} failed\n{diag}");
             }
-        },
-    );
+        }
+    });
 }

@@ -35,107 +35,35 @@ fn mutations_fail_with_erofs() {
 
     type Op<'a> = (&'a str, Box<dyn Fn() -> io::Result<()> + 'a>);
     let ops: Vec<Op> = vec![
-        (
-            "create a new file",
-            Box::new(|| File::create(p("new.txt")).map(drop)),
-        ),
-        (
-            "create a file in a subdir",
-            Box::new(|| File::create(p("dir/new.txt")).map(drop)),
-        ),
-        (
-            "create_new",
-            Box::new(|| {
-                OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(p("n2"))
-                    .map(drop)
-            }),
-        ),
+        ("create a new file", Box::new(|| File::create(p("new.txt")).map(drop))),
+        ("create a file in a subdir", Box::new(|| File::create(p("dir/new.txt")).map(drop))),
+        ("create_new", Box::new(|| OpenOptions::new().write(true).create_new(true).open(p("n2")).map(drop))),
         ("mkdir", Box::new(|| std::fs::create_dir(p("newdir")))),
-        (
-            "mkdir in a subdir",
-            Box::new(|| std::fs::create_dir(p("dir/sub"))),
-        ),
+        ("mkdir in a subdir", Box::new(|| std::fs::create_dir(p("dir/sub")))),
         ("unlink", Box::new(|| std::fs::remove_file(p("file.txt")))),
-        (
-            "unlink in a subdir",
-            Box::new(|| std::fs::remove_file(p("dir/inner.txt"))),
-        ),
-        (
-            "rmdir of an empty (marker) dir",
-            Box::new(|| std::fs::remove_dir(p("emptydir"))),
-        ),
-        (
-            "rename a file",
-            Box::new(|| std::fs::rename(p("file.txt"), p("renamed.txt"))),
-        ),
-        (
-            "rename a file into a dir",
-            Box::new(|| std::fs::rename(p("file.txt"), p("dir/f.txt"))),
-        ),
-        (
-            "rename a dir",
-            Box::new(|| std::fs::rename(p("dir"), p("dir2"))),
-        ),
+        ("unlink in a subdir", Box::new(|| std::fs::remove_file(p("dir/inner.txt")))),
+        ("rmdir of an empty (marker) dir", Box::new(|| std::fs::remove_dir(p("emptydir")))),
+        ("rename a file", Box::new(|| std::fs::rename(p("file.txt"), p("renamed.txt")))),
+        ("rename a file into a dir", Box::new(|| std::fs::rename(p("file.txt"), p("dir/f.txt")))),
+        ("rename a dir", Box::new(|| std::fs::rename(p("dir"), p("dir2")))),
         (
             "open an existing file for writing",
             Box::new(|| OpenOptions::new().write(true).open(p("file.txt")).map(drop)),
         ),
         (
             "open an existing file for appending",
-            Box::new(|| {
-                OpenOptions::new()
-                    .append(true)
-                    .open(p("file.txt"))
-                    .map(drop)
-            }),
+            Box::new(|| OpenOptions::new().append(true).open(p("file.txt")).map(drop)),
         ),
         (
             "open an existing file read-write",
-            Box::new(|| {
-                OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(p("file.txt"))
-                    .map(drop)
-            }),
+            Box::new(|| OpenOptions::new().read(true).write(true).open(p("file.txt")).map(drop)),
         ),
-        (
-            "open with O_TRUNC",
-            Box::new(|| {
-                OpenOptions::new()
-                    .write(true)
-                    .truncate(true)
-                    .open(p("file.txt"))
-                    .map(drop)
-            }),
-        ),
-        (
-            "truncate(2)",
-            Box::new(|| {
-                errno_result(unsafe { libc::truncate(c_path(&p("file.txt")).as_ptr(), 0) })
-            }),
-        ),
-        (
-            "chmod",
-            Box::new(|| {
-                std::fs::set_permissions(p("file.txt"), std::fs::Permissions::from_mode(0o600))
-            }),
-        ),
-        (
-            "symlink",
-            Box::new(|| std::os::unix::fs::symlink("file.txt", p("link"))),
-        ),
-        (
-            "hard link",
-            Box::new(|| std::fs::hard_link(p("file.txt"), p("hard"))),
-        ),
-        (
-            "mknod (fifo)",
-            Box::new(|| errno_result(unsafe { libc::mkfifo(c_path(&p("fifo")).as_ptr(), 0o644) })),
-        ),
+        ("open with O_TRUNC", Box::new(|| OpenOptions::new().write(true).truncate(true).open(p("file.txt")).map(drop))),
+        ("truncate(2)", Box::new(|| errno_result(unsafe { libc::truncate(c_path(&p("file.txt")).as_ptr(), 0) }))),
+        ("chmod", Box::new(|| std::fs::set_permissions(p("file.txt"), std::fs::Permissions::from_mode(0o600)))),
+        ("symlink", Box::new(|| std::os::unix::fs::symlink("file.txt", p("link")))),
+        ("hard link", Box::new(|| std::fs::hard_link(p("file.txt"), p("hard")))),
+        ("mknod (fifo)", Box::new(|| errno_result(unsafe { libc::mkfifo(c_path(&p("fifo")).as_ptr(), 0o644) }))),
     ];
     let mut failures = Vec::new();
     for (name, op) in &ops {
@@ -152,11 +80,7 @@ fn mutations_fail_with_erofs() {
     }
     drop(f);
 
-    assert!(
-        failures.is_empty(),
-        "mutations that did not fail with EROFS:\n  {}",
-        failures.join("\n  ")
-    );
+    assert!(failures.is_empty(), "mutations that did not fail with EROFS:\n  {}", failures.join("\n  "));
     // nothing changed, neither in the bucket nor through the mount
     assert_eq!(bucket_snapshot(&b), before, "the bucket changed");
     assert_eq!(get(&b, "file.txt"), b"original");

@@ -55,10 +55,7 @@ fn directories_move_recursively() {
     let status = Command::new("mv").arg(m.join("src")).arg(m.join("dst")).status().expect("mv");
     assert!(status.success());
 
-    assert_eq!(
-        list_keys(&b, ""),
-        ["dst/", "dst/a", "dst/sub/", "dst/sub/b", "dst/sub/deeper/c", "srcsibling"]
-    );
+    assert_eq!(list_keys(&b, ""), ["dst/", "dst/a", "dst/sub/", "dst/sub/b", "dst/sub/deeper/c", "srcsibling"]);
     assert_eq!(get(&b, "dst/sub/deeper/c"), b"c");
     let (_, files_after) = walk(&m.join("dst"));
     assert_eq!(files_after, files_before);
@@ -85,7 +82,8 @@ fn forbidden_renames_are_refused() {
     assert_errno(std::fs::rename(m.join("d1"), m.join("f")), libc::ENOTDIR, "dir over file");
     assert_errno(std::fs::rename(m.join("f"), m.join("d1")), libc::EISDIR, "file over dir");
     assert_errno(std::fs::rename(m.join("d1"), m.join("d1/inner")), libc::EINVAL, "dir into itself");
-    let status = Command::new("mv").arg("--no-clobber").arg("-T").arg(m.join("f")).arg(m.join("g")).status().expect("mv -n");
+    let status =
+        Command::new("mv").arg("--no-clobber").arg("-T").arg(m.join("f")).arg(m.join("g")).status().expect("mv -n");
     assert!(status.success());
     assert_eq!(get(&b, "g"), b"g", "mv -n keeps the target");
     assert_eq!(list_keys(&b, ""), ["d1/x", "d2/y", "f", "g"], "nothing moved");
@@ -133,10 +131,7 @@ fn open_files_move_with_their_name() {
     std::fs::rename(m.join("replaced"), m.join("replaced-moved")).expect("rename while replacing");
     drop(writer);
     assert_eq!(get(&b, "replaced-moved"), b"new");
-    assert_eq!(
-        list_keys(&b, ""),
-        ["big-writing-moved", "read-moved", "replaced-moved", "small-writing-moved"]
-    );
+    assert_eq!(list_keys(&b, ""), ["big-writing-moved", "read-moved", "replaced-moved", "small-writing-moved"]);
     assert_eq!(open_uploads(&b), 0);
 }
 
@@ -174,11 +169,13 @@ fn open_files_move_with_their_directory() {
         reader.read_exact(&mut head).expect("read before the rename");
         let mut writer = File::create(m.join(from).join(format!("new{round}"))).expect("create");
         writer.write_all(b"first half;").expect("write");
-        let mut appender = std::fs::OpenOptions::new().append(true).open(m.join(from).join("append")).expect("open to append");
+        let mut appender =
+            std::fs::OpenOptions::new().append(true).open(m.join(from).join("append")).expect("open to append");
         appender.write_all(format!("{round};").as_bytes()).expect("append");
         appended.extend_from_slice(format!("{round};").as_bytes());
 
-        std::fs::rename(m.join(from), m.join(to)).unwrap_or_else(|e| panic!("round {round}: rename with open files: {e}"));
+        std::fs::rename(m.join(from), m.join(to))
+            .unwrap_or_else(|e| panic!("round {round}: rename with open files: {e}"));
 
         writer.write_all(b"second half").expect("write after the rename");
         drop(writer);
@@ -189,7 +186,11 @@ fn open_files_move_with_their_directory() {
         assert!(head == read_data, "round {round}: the reader read the same bytes");
         assert_eq!(get(&b, &format!("{to}/new{round}")), b"first half;second half", "round {round}");
         assert_eq!(get(&b, &format!("{to}/append")), appended, "round {round}: appended under the new name");
-        assert!(list_keys(&b, &format!("{from}/")).is_empty(), "round {round}: left under {from}/: {:?}", list_keys(&b, &format!("{from}/")));
+        assert!(
+            list_keys(&b, &format!("{from}/")).is_empty(),
+            "round {round}: left under {from}/: {:?}",
+            list_keys(&b, &format!("{from}/"))
+        );
     }
     assert_eq!(list_keys(&b, "d/").len(), 13, "marker, read, append and 10 new files, back in d/");
     assert_eq!(open_uploads(&b), 0);

@@ -9,11 +9,7 @@ use std::fs::File;
 use common::*;
 
 fn get_bytes_for(m: &Mount, key: &str) -> (usize, u64) {
-    let gets: Vec<_> = m
-        .s3_requests()
-        .into_iter()
-        .filter(|r| r.op == "GET" && r.key == key)
-        .collect();
+    let gets: Vec<_> = m.s3_requests().into_iter().filter(|r| r.op == "GET" && r.key == key).collect();
     (gets.len(), gets.iter().map(|r| r.range.map_or(0, |(_, len)| len)).sum())
 }
 
@@ -103,11 +99,7 @@ fn small_random_read_fetches_little() {
     assert_same_bytes(&got, &data[off..off + 100], "100 bytes at 20 MiB");
     std::thread::sleep(std::time::Duration::from_millis(300)); // let any read-ahead show up
     let (n, bytes) = get_bytes_for(&m, "big");
-    assert!(
-        n >= 1 && bytes <= MIB as u64,
-        "a 100-byte read fetched {bytes} bytes in {n} GETs:\n{}",
-        m.diagnostics()
-    );
+    assert!(n >= 1 && bytes <= MIB as u64, "a 100-byte read fetched {bytes} bytes in {n} GETs:\n{}", m.diagnostics());
 }
 
 /// Reading a file from start to end fetches every byte about once (read-ahead must not
@@ -119,11 +111,7 @@ fn sequential_read_fetches_each_byte_about_once() {
     let data = gen_data(43, size);
     put(&bucket, "seq", data.clone());
     put(&bucket, "seq4k", data[..8 * MIB].to_vec());
-    let m = MountBuilder::new()
-        .bucket(&bucket)
-        .args(["--part-size", "1MiB"])
-        .request_log()
-        .mount();
+    let m = MountBuilder::new().bucket(&bucket).args(["--part-size", "1MiB"]).request_log().mount();
 
     assert_file_content(&m.join("seq"), MIB, &data);
     let (n, bytes) = get_bytes_for(&m, "seq");

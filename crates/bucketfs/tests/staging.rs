@@ -42,7 +42,13 @@ fn random_changes_match_a_local_file() {
     let m = MountBuilder::new().bucket(&b).args(["--part-size", "5MiB"]).mount();
     for (name, start) in [("existing", original), ("new", Vec::new())] {
         let mut model = start;
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(m.join(name)).expect("open O_RDWR");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(m.join(name))
+            .expect("open O_RDWR");
         let mut rng = Rng::new(7);
         for step in 0..60 {
             match rng.below(10) {
@@ -87,7 +93,9 @@ fn truncate_sparse_and_in_place_writes() {
     put(&b, "grow", b"short".to_vec());
     put(&b, "patch", b"hello world".to_vec());
     let m = MountBuilder::new().bucket(&b).mount();
-    let sh = |script: String| assert!(Command::new("bash").arg("-c").arg(&script).status().expect("bash").success(), "{script}");
+    let sh = |script: String| {
+        assert!(Command::new("bash").arg("-c").arg(&script).status().expect("bash").success(), "{script}")
+    };
     sh(format!("truncate -s 6MiB '{}'", m.join("shrink").display()));
     sh(format!("truncate -s 100 '{}'", m.join("grow").display()));
     sh(format!("printf J | dd of='{}' bs=1 seek=6 conv=notrunc status=none", m.join("patch").display()));

@@ -61,7 +61,8 @@ fn bucketfs_unmount_returns_once_everything_is_stored() {
     let bg = MountBuilder::new().bucket(&b).arg("--write-back").mount_background();
     assert!(bg.status.is_some_and(|s| s.success()), "{}", bg.diagnostics());
     let expected = write_many_files(&bg.path);
-    let (status, _, stderr) = run_bucketfs(&["unmount", bg.path.to_str().expect("utf-8 path")], Duration::from_secs(120));
+    let (status, _, stderr) =
+        run_bucketfs(&["unmount", bg.path.to_str().expect("utf-8 path")], Duration::from_secs(120));
     assert!(status.success(), "bucketfs unmount failed: {stderr}");
     assert_all_stored(&b, &expected);
     assert!(bg.daemon_pids().is_empty(), "the daemon has exited");
@@ -83,7 +84,12 @@ fn later_operations_wait_for_the_upload() {
     assert_eq!(get(&b, "rewritten"), b"version 29");
 
     std::fs::write(m.join("appended"), "first,").expect("write");
-    OpenOptions::new().append(true).open(m.join("appended")).expect("open to append").write_all(b"second").expect("append");
+    OpenOptions::new()
+        .append(true)
+        .open(m.join("appended"))
+        .expect("open to append")
+        .write_all(b"second")
+        .expect("append");
     assert_eq!(std::fs::read_to_string(m.join("appended")).expect("read"), "first,second");
 
     std::fs::write(m.join("moved"), "moved content").expect("write");

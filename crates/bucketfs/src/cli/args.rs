@@ -126,10 +126,8 @@ fn parse_mode(text: &str) -> Result<u16, String> {
 }
 
 fn parse_seconds(text: &str) -> Result<Duration, String> {
-    let seconds: f64 = text
-        .trim_end_matches('s')
-        .parse()
-        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
+    let seconds: f64 =
+        text.trim_end_matches('s').parse().map_err(|_| format!("'{text}' is not a number of seconds"))?;
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("'{text}' is not a valid duration"))
 }
 

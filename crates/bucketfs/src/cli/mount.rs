@@ -20,14 +20,14 @@ use fuser::{Config, MountOption, SessionACL};
 use super::args::MountArgs;
 use super::source::{check_layout, SourceSpec};
 use crate::fs::{Fs, Presentation, WriteConfig};
-use crate::write::journal::Journal;
-use crate::write::staging::StagingConfig;
 use crate::fuse::FuseAdapter;
 use crate::memory::MemoryLimiter;
 use crate::namespace::{Namespace, Source};
 use crate::read::ReadConfig;
 use crate::store::s3::{S3Store, StoreConfig};
 use crate::store::{ObjectStore, StoreError};
+use crate::write::journal::Journal;
+use crate::write::staging::StagingConfig;
 
 /// Set in the environment of the daemon child: write "ready" to stdout once mounted.
 const READY_ENV: &str = "BUCKETFS_NOTIFY_READY";
@@ -208,7 +208,8 @@ fn split_arguments(all: &[String]) -> Result<(&str, Vec<SourceSpec>)> {
     if sources.is_empty() {
         bail!("usage: bucketfs mount SOURCE... MOUNTPOINT (no source given)");
     }
-    let specs = sources.iter().map(|s| SourceSpec::parse(s)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+    let specs =
+        sources.iter().map(|s| SourceSpec::parse(s)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
     check_layout(&specs).map_err(anyhow::Error::msg)?;
     Ok((mountpoint, specs))
 }
@@ -221,7 +222,9 @@ fn check_mountpoint(path: &Path) -> Result<PathBuf> {
         Ok(metadata) => metadata,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!("mount point {shown} does not exist"),
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-            bail!("mount point {shown} is already mounted (by a filesystem that stopped; run `bucketfs unmount {shown}`)")
+            bail!(
+                "mount point {shown} is already mounted (by a filesystem that stopped; run `bucketfs unmount {shown}`)"
+            )
         }
         Err(e) => bail!("mount point {shown}: {e}"),
     };
@@ -296,7 +299,11 @@ async fn connect_sources(args: &MountArgs, specs: &[SourceSpec]) -> Result<Vec<S
         })
         .await;
         match store.list(&spec.prefix, None, Some(1)).await {
-            Ok(_) => Ok(Source { mount_name: spec.mount_name.clone(), store: store as Arc<dyn ObjectStore>, prefix: spec.prefix.clone() }),
+            Ok(_) => Ok(Source {
+                mount_name: spec.mount_name.clone(),
+                store: store as Arc<dyn ObjectStore>,
+                prefix: spec.prefix.clone(),
+            }),
             Err(error) => Err(explain(spec, error)),
         }
     });
@@ -396,7 +403,8 @@ fn init_logging(args: &MountArgs, destination: &LogDestination) -> Result<()> {
             builder.with_ansi(false).with_writer(appender).init();
         }
         LogDestination::Journald => {
-            let journald = tracing_journald::layer().context("connecting to journald")?.with_syslog_identifier("bucketfs".into());
+            let journald =
+                tracing_journald::layer().context("connecting to journald")?.with_syslog_identifier("bucketfs".into());
             let filter = tracing_subscriber::EnvFilter::try_new(&directives)
                 .with_context(|| format!("--log-level {}", args.log_level))?;
             tracing_subscriber::registry().with(filter).with(journald).init();
@@ -425,12 +433,7 @@ fn spawn_daemon(mountpoint: &Path) -> Result<()> {
     let position = arguments.iter().position(|a| a == "mount").map_or(0, |p| p + 1);
     arguments.insert(position, "--foreground".into());
     let mut child = Command::new(exe);
-    child
-        .args(arguments)
-        .env(READY_ENV, "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    child.args(arguments).env(READY_ENV, "1").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     // SAFETY: setsid() is async-signal-safe; the child leaves our session and terminal.
     unsafe {
         child.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from));

@@ -98,7 +98,9 @@ mod tests {
     fn reads_what_s3fs_writes() {
         // As s3fs 1.90 stored a file after `touch -d`, `chmod 750` and `chown 12:34`.
         let mut metadata = Metadata::default();
-        for (k, v) in [("mode", "33256"), ("uid", "12"), ("gid", "34"), ("mtime", "1577934245.123456789"), ("atime", "1")] {
+        for (k, v) in
+            [("mode", "33256"), ("uid", "12"), ("gid", "34"), ("mtime", "1577934245.123456789"), ("atime", "1")]
+        {
             metadata.user.insert(k.into(), v.into());
         }
         let attrs = StoredAttrs::from_metadata(&metadata);

@@ -111,11 +111,17 @@ impl Fs {
                 for attempt in 0..2 {
                     let mut metadata = self.stored_metadata(node.clone()).await?;
                     change(&mut metadata);
-                    match copy_object(store, self.journal(), key, key, node.size, node.etag.as_deref(), &metadata).await {
+                    match copy_object(store, self.journal(), key, key, node.size, node.etag.as_deref(), &metadata).await
+                    {
                         Ok(etag) => {
                             // Same bytes, new ETag: open readers and the kernel's cached
                             // pages of this version stay valid.
-                            let copy = Copied { from: key.clone(), from_etag: node.etag.clone(), to: key.clone(), etag: etag.clone() };
+                            let copy = Copied {
+                                from: key.clone(),
+                                from_etag: node.etag.clone(),
+                                to: key.clone(),
+                                etag: etag.clone(),
+                            };
                             self.follow_copies(std::slice::from_ref(&copy));
                             self.same_content(ino, node.etag.as_deref(), etag.as_deref());
                             self.namespace.set_metadata(ino, Arc::new(metadata), Some(etag));

@@ -222,7 +222,8 @@ mod tests {
         assert_eq!(rows.len(), examples.len(), "one row per error: {rows:?}");
         for error in examples {
             let name = name(&error);
-            let documented = rows.get(&name).unwrap_or_else(|| panic!("no row for {name} in SEMANTICS.md's Errors table"));
+            let documented =
+                rows.get(&name).unwrap_or_else(|| panic!("no row for {name} in SEMANTICS.md's Errors table"));
             let code = errno_named(documented).unwrap_or_else(|| panic!("unknown errno {documented} for {name}"));
             assert_eq!(error.errno().code(), code, "{name}: SEMANTICS.md says {documented}");
         }

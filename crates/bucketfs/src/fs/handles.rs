@@ -34,14 +34,7 @@ pub(super) struct Writer {
 
 impl Writer {
     pub fn new(opener: u32, created: bool, ino: Ino, output: Output) -> Self {
-        Self {
-            opener,
-            created,
-            ino,
-            output,
-            background: Arc::default(),
-            handed_off: AtomicBool::new(false),
-        }
+        Self { opener, created, ino, output, background: Arc::default(), handed_off: AtomicBool::new(false) }
     }
 }
 

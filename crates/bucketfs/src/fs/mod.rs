@@ -28,14 +28,14 @@ use tokio::sync::Semaphore;
 use crate::memory::MemoryLimiter;
 use crate::namespace::{DirStream, Ino, Listed, Location, Namespace, Node};
 use crate::read::{ReadConfig, ReadHandle};
-use handles::{process_of, Reader, Writer};
-pub use handles::Opened;
 use crate::store::Metadata;
 use crate::write::journal::Journal;
 use crate::write::staging::{Base, Staged, StagingConfig};
 use crate::write::{Output, Upload};
 use attrs::StoredAttrs;
 use error::FsError;
+pub use handles::Opened;
+use handles::{process_of, Reader, Writer};
 
 const S_IFMT: u32 = libc::S_IFMT;
 const S_IFREG: u32 = libc::S_IFREG;
@@ -347,7 +347,13 @@ impl Fs {
         Ok(self.add_writer(Writer::new(process_of(caller.thread), false, ino, output)))
     }
 
-    fn new_staged(&self, source: usize, key: String, base: Option<Base>, metadata: Metadata) -> Result<Staged, FsError> {
+    fn new_staged(
+        &self,
+        source: usize,
+        key: String,
+        base: Option<Base>,
+        metadata: Metadata,
+    ) -> Result<Staged, FsError> {
         let store = self.namespace.store(source).clone();
         let config = &self.write_config;
         Staged::new(store, key, base, metadata, config.part_size, &config.staging, self.memory.clone())

@@ -66,7 +66,14 @@ impl Fs {
         }
     }
 
-    async fn rename_file(&self, node: &Node, key: &str, from: (Ino, &str), to: (Ino, &str), to_key: String) -> Result<(), FsError> {
+    async fn rename_file(
+        &self,
+        node: &Node,
+        key: &str,
+        from: (Ino, &str),
+        to: (Ino, &str),
+        to_key: String,
+    ) -> Result<(), FsError> {
         let writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == node.ino).cloned().collect();
         let mut uploading = false;
         for writer in &writers {
@@ -80,9 +87,15 @@ impl Fs {
             store.delete(key).await?;
         } else {
             let metadata = self.stored_metadata(node.clone()).await?;
-            let etag = copy_object(store, self.journal(), key, &to_key, node.size, node.etag.as_deref(), &metadata).await?;
+            let etag =
+                copy_object(store, self.journal(), key, &to_key, node.size, node.etag.as_deref(), &metadata).await?;
             store.delete(key).await?;
-            self.follow_copies(&[Copied { from: key.to_owned(), from_etag: node.etag.clone(), to: to_key.clone(), etag: etag.clone() }]);
+            self.follow_copies(&[Copied {
+                from: key.to_owned(),
+                from_etag: node.etag.clone(),
+                to: to_key.clone(),
+                etag: etag.clone(),
+            }]);
             for writer in &writers {
                 writer.output.relocated(to_key.clone(), etag.clone()).await;
             }
@@ -109,7 +122,8 @@ impl Fs {
         // at its new key first (waiting for a commit in progress), so it cannot land
         // under the old prefix after the listing below; one already stored is in that
         // listing, copied with the rest, and told where it went.
-        let below: Vec<_> = self.writers.lock().values().filter(|w| w.output.key().starts_with(prefix)).cloned().collect();
+        let below: Vec<_> =
+            self.writers.lock().values().filter(|w| w.output.key().starts_with(prefix)).cloned().collect();
         let mut stored_writers = Vec::new();
         let mut redirected = Vec::new();
         for writer in below {
@@ -144,7 +158,13 @@ impl Fs {
 
     /// Copies every key below `prefix` to `to_prefix`, then deletes the originals (and,
     /// when `replacing` an empty directory, its marker). Returns what was copied.
-    async fn move_keys(&self, source: usize, prefix: &str, to_prefix: &str, replacing: bool) -> Result<Vec<Copied>, FsError> {
+    async fn move_keys(
+        &self,
+        source: usize,
+        prefix: &str,
+        to_prefix: &str,
+        replacing: bool,
+    ) -> Result<Vec<Copied>, FsError> {
         let store = self.namespace.store(source).clone();
         let mut keys = Vec::new();
         let mut token = None;
@@ -165,7 +185,8 @@ impl Fs {
                 async move {
                     let info = store.head(&key).await?;
                     let metadata = info.metadata.as_deref().cloned().unwrap_or_default();
-                    let etag = copy_object(&store, journal, &key, &to_key, info.size, info.etag.as_deref(), &metadata).await?;
+                    let etag =
+                        copy_object(&store, journal, &key, &to_key, info.size, info.etag.as_deref(), &metadata).await?;
                     Ok::<_, FsError>(Copied { from: key, from_etag: info.etag, to: to_key, etag })
                 }
             })

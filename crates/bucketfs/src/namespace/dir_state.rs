@@ -148,7 +148,14 @@ impl DirState {
 
     /// Enters an entry created (or being written) here: shown at once, in the cached
     /// listing too.
-    pub fn enter_created(&mut self, parent: Ino, name: &str, location: Location, attributes: Attributes, pending: bool) -> Node {
+    pub fn enter_created(
+        &mut self,
+        parent: Ino,
+        name: &str,
+        location: Location,
+        attributes: Attributes,
+        pending: bool,
+    ) -> Node {
         self.missing.remove(&(parent, name.to_owned()));
         self.update_listing(parent, name, true);
         if pending {
@@ -217,7 +224,14 @@ impl DirState {
     }
 
     /// See [`InodeTable::rename`]; the listings, pending and missing names follow.
-    pub fn rename_entry(&mut self, from: (Ino, &str), to: (Ino, &str), old_key: &str, new_key: &str, missing_until: Instant) {
+    pub fn rename_entry(
+        &mut self,
+        from: (Ino, &str),
+        to: (Ino, &str),
+        old_key: &str,
+        new_key: &str,
+        missing_until: Instant,
+    ) {
         self.update_listing(from.0, from.1, false);
         self.update_listing(to.0, to.1, true);
         if let Some((_, Some(replaced))) = self.inodes.rename(from, to, old_key, new_key) {

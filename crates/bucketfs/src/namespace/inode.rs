@@ -133,7 +133,8 @@ impl InodeTable {
     /// Records what (parent, name) is now; keeps its inode number unless its type changed.
     pub fn upsert(&mut self, parent: Ino, name: &str, location: Location, info: Attributes) -> Node {
         let existing = self.children.get(&(parent, name.to_owned())).copied();
-        let same_kind = existing.and_then(|ino| self.nodes.get(&ino)).filter(|n| n.location.is_dir() == location.is_dir());
+        let same_kind =
+            existing.and_then(|ino| self.nodes.get(&ino)).filter(|n| n.location.is_dir() == location.is_dir());
         // A listing says nothing about metadata: keep what a HEAD told us while it is fresh.
         let metadata = match (&info.metadata, same_kind) {
             (None, Some(old)) if old.fresh_at(Instant::now()) => old.metadata.clone(),
@@ -190,8 +191,12 @@ impl InodeTable {
     /// Removes the inodes nobody references whose attributes expired before `now` (the
     /// roots, the sources and files being written never expire); returns them.
     pub fn sweep(&mut self, now: Instant) -> Vec<Ino> {
-        let stale: Vec<Ino> =
-            self.nodes.values().filter(|n| n.lookups == 0 && !n.fresh_at(now) && n.ino != ROOT_INO).map(|n| n.ino).collect();
+        let stale: Vec<Ino> = self
+            .nodes
+            .values()
+            .filter(|n| n.lookups == 0 && !n.fresh_at(now) && n.ino != ROOT_INO)
+            .map(|n| n.ino)
+            .collect();
         for ino in &stale {
             self.unlink(*ino);
         }
@@ -218,7 +223,13 @@ impl InodeTable {
     /// `new_key` instead of `old_key`; what was at the new name is gone. The inode keeps
     /// its number, and everything below a renamed directory moves with it. Returns the
     /// inode moved and the one replaced.
-    pub fn rename(&mut self, (parent, name): (Ino, &str), (new_parent, new_name): (Ino, &str), old_key: &str, new_key: &str) -> Option<(Ino, Option<Ino>)> {
+    pub fn rename(
+        &mut self,
+        (parent, name): (Ino, &str),
+        (new_parent, new_name): (Ino, &str),
+        old_key: &str,
+        new_key: &str,
+    ) -> Option<(Ino, Option<Ino>)> {
         let ino = self.children.remove(&(parent, name.to_owned()))?;
         let replaced = self.children.insert((new_parent, new_name.to_owned()), ino);
         if let Some(replaced) = replaced {

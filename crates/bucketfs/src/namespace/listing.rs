@@ -67,8 +67,7 @@ impl ListingMerger {
         }
         for prefix in &page.prefixes {
             last_key_seen = max_str(last_key_seen, prefix);
-            let Some(name) = prefix.strip_prefix(self.prefix.as_str()).and_then(|n| n.strip_suffix('/'))
-            else {
+            let Some(name) = prefix.strip_prefix(self.prefix.as_str()).and_then(|n| n.strip_suffix('/')) else {
                 continue;
             };
             if !self.visible(name, prefix) {
@@ -192,9 +191,6 @@ mod tests {
         let names: Vec<_> = listed.iter().map(|e| (e.name.as_str(), e.kind == EntryKind::Dir)).collect();
         let mut names = names;
         names.sort();
-        assert_eq!(
-            names,
-            vec![("a", true), ("a-1", false), ("a-2", false), ("a.txt", false), ("z", false)]
-        );
+        assert_eq!(names, vec![("a", true), ("a-1", false), ("a-2", false), ("a.txt", false), ("z", false)]);
     }
 }

@@ -108,7 +108,12 @@ impl Namespace {
     /// read (`grep -r`, `cat *`) is read whole instead, for about the same cost, and its
     /// content kept for the open that follows. Elsewhere (`ls -l`) that GET cost 14%
     /// more than a HEAD for 64-byte files, so it is not sent.
-    async fn fetch_file_metadata(&self, ino: Ino, store: &Arc<dyn ObjectStore>, key: &str) -> Result<ObjectInfo, StoreError> {
+    async fn fetch_file_metadata(
+        &self,
+        ino: Ino,
+        store: &Arc<dyn ObjectStore>,
+        key: &str,
+    ) -> Result<ObjectInfo, StoreError> {
         let (listed_size, read_here) = {
             let state = self.state.lock();
             match state.inodes.get(ino) {
@@ -147,7 +152,11 @@ impl Namespace {
     }
 
     /// The metadata of the marker `prefix` (a key ending in `/`); empty if there is none.
-    pub(super) async fn marker_metadata(&self, store: &Arc<dyn ObjectStore>, prefix: &str) -> Result<Arc<Metadata>, FsError> {
+    pub(super) async fn marker_metadata(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        prefix: &str,
+    ) -> Result<Arc<Metadata>, FsError> {
         if prefix.is_empty() {
             return Ok(Arc::default()); // the bucket itself
         }

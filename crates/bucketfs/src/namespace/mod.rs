@@ -34,8 +34,8 @@ use crate::cache::SmallObjects;
 use crate::fs::error::FsError;
 use crate::store::{Metadata, ObjectStore, StoreError};
 use dir_state::{Counted, DirState};
-pub use inode::{Ino, Location, Node, ROOT_INO};
 use inode::{Attributes, InodeTable};
+pub use inode::{Ino, Location, Node, ROOT_INO};
 use listing::{Entry, EntryKind};
 pub use readdir::{DirStream, Listed};
 
@@ -270,7 +270,11 @@ impl Namespace {
     pub fn entry_key(&self, parent: Ino, name: &str) -> Result<(usize, String), FsError> {
         let (source, prefix) = self.dir_location(parent)?;
         if names::check_component(name).is_err() {
-            return Err(if name.len() > names::NAME_MAX { FsError::NameTooLong } else { FsError::Invalid("file name") });
+            return Err(if name.len() > names::NAME_MAX {
+                FsError::NameTooLong
+            } else {
+                FsError::Invalid("file name")
+            });
         }
         Ok((source, format!("{prefix}{name}")))
     }
@@ -285,7 +289,14 @@ impl Namespace {
     }
 
     /// Enters a file being written: shown at once, trusted until its upload finishes.
-    pub fn enter_pending_file(&self, parent: Ino, name: &str, source: usize, key: String, metadata: Arc<Metadata>) -> Node {
+    pub fn enter_pending_file(
+        &self,
+        parent: Ino,
+        name: &str,
+        source: usize,
+        key: String,
+        metadata: Arc<Metadata>,
+    ) -> Node {
         let attributes =
             Attributes { size: 0, mtime: SystemTime::now(), etag: None, metadata: Some(metadata), valid_until: None };
         self.state.lock().enter_created(parent, name, Location::File { source, key }, attributes, true)
@@ -396,10 +407,9 @@ impl Namespace {
                         Location::Dir { source, prefix: format!("{prefix}{}/", entry.name) },
                         Attributes::dir(self.mounted_at, None, Some(valid_until)),
                     ),
-                    EntryKind::File(info) => (
-                        Location::File { source, key: info.key.clone() },
-                        Attributes::file(info, Some(valid_until)),
-                    ),
+                    EntryKind::File(info) => {
+                        (Location::File { source, key: info.key.clone() }, Attributes::file(info, Some(valid_until)))
+                    }
                 };
                 let node = state.enter_found(dir, &entry.name, location, attributes);
                 Listed { name: entry.name, node }
@@ -493,7 +503,8 @@ mod tests {
         assert!(gone.metadata.is_none(), "a listing has no metadata");
         store.delete("d/gone").await.expect("delete behind the mount's back");
         assert!(matches!(ns.with_metadata(gone).await, Err(FsError::NotFound)));
-        let names: Vec<_> = ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page").into_iter().map(|l| l.name).collect();
+        let names: Vec<_> =
+            ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page").into_iter().map(|l| l.name).collect();
         assert_eq!(names, ["kept"], "the cached listing forgot it");
         assert!(matches!(ns.lookup(d.ino, "gone").await, Err(FsError::NotFound)));
     }

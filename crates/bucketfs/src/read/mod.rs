@@ -243,11 +243,8 @@ impl ReadHandle {
 
     fn forget_failed(&self, start: u64) {
         let mut state = self.state.lock();
-        let failed = state
-            .segments
-            .get(&start)
-            .and_then(|s| s.data.peek().map(|result| result.is_err()))
-            .unwrap_or(false);
+        let failed =
+            state.segments.get(&start).and_then(|s| s.data.peek().map(|result| result.is_err())).unwrap_or(false);
         if failed {
             state.segments.remove(&start);
         }
@@ -289,7 +286,9 @@ fn gaps(segments: &BTreeMap<u64, Segment>, wanted: Range<u64>) -> Vec<Range<u64>
 
 fn split(range: Range<u64>, piece: u64) -> impl Iterator<Item = Range<u64>> {
     let end = range.end;
-    (range.start..end).step_by(piece.min(usize::MAX as u64) as usize).map(move |s| s..(s.saturating_add(piece)).min(end))
+    (range.start..end)
+        .step_by(piece.min(usize::MAX as u64) as usize)
+        .map(move |s| s..(s.saturating_add(piece)).min(end))
 }
 
 fn concat(pieces: Vec<Bytes>) -> Bytes {

@@ -181,7 +181,13 @@ impl ObjectStore for MemoryStore {
         Ok(stored.data.slice(range.start as usize..range.end as usize))
     }
 
-    async fn put(&self, key: &str, data: Bytes, metadata: &Metadata, create_only: bool) -> Result<Option<String>, StoreError> {
+    async fn put(
+        &self,
+        key: &str,
+        data: Bytes,
+        metadata: &Metadata,
+        create_only: bool,
+    ) -> Result<Option<String>, StoreError> {
         if create_only && self.objects.lock().contains_key(key) {
             return Err(StoreError::AlreadyExists);
         }
@@ -194,7 +200,13 @@ impl ObjectStore for MemoryStore {
         Ok(id)
     }
 
-    async fn copy(&self, source: &str, key: &str, if_match: Option<&str>, metadata: &Metadata) -> Result<Option<String>, StoreError> {
+    async fn copy(
+        &self,
+        source: &str,
+        key: &str,
+        if_match: Option<&str>,
+        metadata: &Metadata,
+    ) -> Result<Option<String>, StoreError> {
         let stored = self.current(source, if_match)?;
         Ok(self.store(key, stored.data, metadata.clone()))
     }

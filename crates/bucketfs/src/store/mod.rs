@@ -138,17 +138,17 @@ pub trait ObjectStore: Send + Sync + 'static {
 
     /// The bytes `range` of `key`. With `if_match`, fails with `Changed` instead of
     /// returning bytes of another version of the object.
-    async fn get_range(
-        &self,
-        key: &str,
-        range: Range<u64>,
-        if_match: Option<&str>,
-    ) -> Result<Bytes, StoreError>;
+    async fn get_range(&self, key: &str, range: Range<u64>, if_match: Option<&str>) -> Result<Bytes, StoreError>;
 
     /// `PutObject`; with `create_only`, fails with `AlreadyExists` if the key exists.
     /// Returns the new ETag.
-    async fn put(&self, key: &str, data: Bytes, metadata: &Metadata, create_only: bool)
-        -> Result<Option<String>, StoreError>;
+    async fn put(
+        &self,
+        key: &str,
+        data: Bytes,
+        metadata: &Metadata,
+        create_only: bool,
+    ) -> Result<Option<String>, StoreError>;
 
     /// `CreateMultipartUpload`; returns the upload id.
     async fn start_upload(&self, key: &str, metadata: &Metadata) -> Result<String, StoreError>;
@@ -156,8 +156,13 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// `CopyObject` (server side, up to 5 GiB) of `source` to `key` with `metadata` in
     /// place of the source's; `source` may be `key` itself. With `if_match`, fails with
     /// `Changed` if the source is no longer that version. Returns the new ETag.
-    async fn copy(&self, source: &str, key: &str, if_match: Option<&str>, metadata: &Metadata)
-        -> Result<Option<String>, StoreError>;
+    async fn copy(
+        &self,
+        source: &str,
+        key: &str,
+        if_match: Option<&str>,
+        metadata: &Metadata,
+    ) -> Result<Option<String>, StoreError>;
 
     /// `UploadPartCopy`: bytes `range` of `source` (at version `if_match`) become part
     /// `number` of the upload. Returns the part's ETag.

@@ -3,9 +3,9 @@
 //! [`StoreError`].
 
 use std::error::Error as _;
+use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
-use std::future::Future;
 use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
@@ -94,13 +94,8 @@ impl S3Store {
             loader = loader.endpoint_url(endpoint);
         }
         let shared = loader.load().await;
-        let endpoint = shared
-            .endpoint_url()
-            .map(str::to_owned)
-            .unwrap_or_else(|| "the AWS S3 endpoint".to_owned());
-        let s3_config = aws_sdk_s3::config::Builder::from(&shared)
-            .force_path_style(config.force_path_style)
-            .build();
+        let endpoint = shared.endpoint_url().map(str::to_owned).unwrap_or_else(|| "the AWS S3 endpoint".to_owned());
+        let s3_config = aws_sdk_s3::config::Builder::from(&shared).force_path_style(config.force_path_style).build();
         Arc::new(Self {
             client: Client::from_conf(s3_config),
             bucket: config.bucket.clone(),
@@ -139,14 +134,22 @@ impl S3Store {
             (Some("InvalidAccessKeyId" | "SignatureDoesNotMatch" | "InvalidToken" | "ExpiredToken"), _) => {
                 StoreError::BadCredentials(code.unwrap_or_default())
             }
-            (Some("AccessDenied" | "AllAccessDisabled"), _) | (None, Some(403)) => {
-                StoreError::AccessDenied(request_id)
-            }
+            (Some("AccessDenied" | "AllAccessDisabled"), _) | (None, Some(403)) => StoreError::AccessDenied(request_id),
             (Some("PreconditionFailed"), _) | (_, Some(412)) => StoreError::Changed,
             (Some("NoSuchUpload"), _) => StoreError::UploadGone,
             (Some("EntityTooLarge"), _) => StoreError::TooLarge,
-            (Some("SlowDown" | "ServiceUnavailable" | "InternalError" | "RequestTimeout" | "Throttling"
-                | "ThrottlingException" | "XMinioServerNotInitialized"), _)
+            (
+                Some(
+                    "SlowDown"
+                    | "ServiceUnavailable"
+                    | "InternalError"
+                    | "RequestTimeout"
+                    | "Throttling"
+                    | "ThrottlingException"
+                    | "XMinioServerNotInitialized",
+                ),
+                _,
+            )
             | (_, Some(500..=599)) => StoreError::Unavailable {
                 message: match (code, status) {
                     (Some(code), _) => code,
@@ -182,14 +185,14 @@ fn innermost_message(err: &(dyn std::error::Error + 'static)) -> String {
 /// than dropped, so the caller can warn about it.
 fn decode_key(encoded: &str) -> String {
     let spaces = encoded.replace('+', " ");
-    percent_decode_str(&spaces)
-        .decode_utf8()
-        .map(|s| s.into_owned())
-        .unwrap_or_else(|_| encoded.to_owned())
+    percent_decode_str(&spaces).decode_utf8().map(|s| s.into_owned()).unwrap_or_else(|_| encoded.to_owned())
 }
 
 /// The metadata headers of a HEAD or GET response (names lower-cased).
-fn stored_metadata(user: Option<&std::collections::HashMap<String, String>>, content_type: Option<&str>) -> Arc<Metadata> {
+fn stored_metadata(
+    user: Option<&std::collections::HashMap<String, String>>,
+    content_type: Option<&str>,
+) -> Arc<Metadata> {
     Arc::new(Metadata {
         user: user.into_iter().flatten().map(|(name, value)| (name.to_ascii_lowercase(), value.clone())).collect(),
         content_type: content_type.map(str::to_owned),
@@ -234,11 +237,7 @@ impl S3Store {
                 })
             })
             .collect();
-        let prefixes = response
-            .common_prefixes()
-            .iter()
-            .filter_map(|p| p.prefix().map(decode_key))
-            .collect();
+        let prefixes = response.common_prefixes().iter().filter_map(|p| p.prefix().map(decode_key)).collect();
         let next_token = if response.is_truncated().unwrap_or(false) {
             response.next_continuation_token().map(str::to_owned)
         } else {
@@ -252,14 +251,8 @@ impl S3Store {
 impl S3Store {
     async fn head_once(&self, key: &str) -> Result<ObjectInfo, StoreError> {
         tracing::debug!(bucket = %self.bucket, key, "s3 HEAD");
-        let response = self
-            .client
-            .head_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|e| self.map_error(e))?;
+        let response =
+            self.client.head_object().bucket(&self.bucket).key(key).send().await.map_err(|e| self.map_error(e))?;
         Ok(ObjectInfo {
             key: key.to_owned(),
             size: response.content_length().unwrap_or(0).max(0) as u64,
@@ -300,12 +293,7 @@ impl S3Store {
         Ok((info, body.into_bytes()))
     }
 
-    async fn get_range_once(
-        &self,
-        key: &str,
-        range: Range<u64>,
-        if_match: Option<&str>,
-    ) -> Result<Bytes, StoreError> {
+    async fn get_range_once(&self, key: &str, range: Range<u64>, if_match: Option<&str>) -> Result<Bytes, StoreError> {
         if range.is_empty() {
             return Ok(Bytes::new());
         }
@@ -363,10 +351,7 @@ impl S3Store {
         } else {
             request.customize().disable_payload_signing()
         };
-        let response = request
-            .send()
-            .await
-            .map_err(|e| created(self.map_error(e), create_only))?;
+        let response = request.send().await.map_err(|e| created(self.map_error(e), create_only))?;
         Ok(response.e_tag().map(str::to_owned))
     }
 
@@ -382,13 +367,19 @@ impl S3Store {
             .send()
             .await
             .map_err(|e| self.map_error(e))?;
-        response.upload_id().map(str::to_owned).ok_or_else(|| StoreError::Other {
-            message: format!("no upload id for {key}"),
-            request_id: None,
-        })
+        response
+            .upload_id()
+            .map(str::to_owned)
+            .ok_or_else(|| StoreError::Other { message: format!("no upload id for {key}"), request_id: None })
     }
 
-    async fn upload_part_once(&self, key: &str, upload_id: &str, number: i32, data: Bytes) -> Result<String, StoreError> {
+    async fn upload_part_once(
+        &self,
+        key: &str,
+        upload_id: &str,
+        number: i32,
+        data: Bytes,
+    ) -> Result<String, StoreError> {
         tracing::debug!(bucket = %self.bucket, key, number, len = data.len(), "s3 UPLOAD-PART");
         let response = self
             .client
@@ -503,13 +494,7 @@ impl S3Store {
 
     async fn delete_once(&self, key: &str) -> Result<(), StoreError> {
         tracing::debug!(bucket = %self.bucket, key, "s3 DELETE");
-        self.client
-            .delete_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|e| self.map_error(e))?;
+        self.client.delete_object().bucket(&self.bucket).key(key).send().await.map_err(|e| self.map_error(e))?;
         Ok(())
     }
 }
@@ -565,7 +550,12 @@ impl ObjectStore for S3Store {
         format!("{}/{}", self.endpoint, self.bucket)
     }
 
-    async fn list(&self, prefix: &str, continuation: Option<String>, max_keys: Option<i32>) -> Result<ListPage, StoreError> {
+    async fn list(
+        &self,
+        prefix: &str,
+        continuation: Option<String>,
+        max_keys: Option<i32>,
+    ) -> Result<ListPage, StoreError> {
         self.retrying("LIST", prefix, || self.list_once(prefix, Some("/"), continuation.clone(), max_keys)).await
     }
 
@@ -585,7 +575,13 @@ impl ObjectStore for S3Store {
         self.retrying("GET", key, || self.get_range_once(key, range.clone(), if_match)).await
     }
 
-    async fn put(&self, key: &str, data: Bytes, metadata: &Metadata, create_only: bool) -> Result<Option<String>, StoreError> {
+    async fn put(
+        &self,
+        key: &str,
+        data: Bytes,
+        metadata: &Metadata,
+        create_only: bool,
+    ) -> Result<Option<String>, StoreError> {
         self.retrying("PUT", key, || self.put_once(key, data.clone(), metadata, create_only)).await
     }
 
@@ -597,7 +593,13 @@ impl ObjectStore for S3Store {
         self.retrying("UPLOAD-PART", key, || self.upload_part_once(key, upload_id, number, data.clone())).await
     }
 
-    async fn copy(&self, source: &str, key: &str, if_match: Option<&str>, metadata: &Metadata) -> Result<Option<String>, StoreError> {
+    async fn copy(
+        &self,
+        source: &str,
+        key: &str,
+        if_match: Option<&str>,
+        metadata: &Metadata,
+    ) -> Result<Option<String>, StoreError> {
         self.retrying("COPY", key, || self.copy_once(source, key, if_match, metadata)).await
     }
 

@@ -300,7 +300,8 @@ impl Upload {
             // Renamed, or attributes changed, after the upload started: copy the object
             // to where it belongs, with the metadata it must have.
             let journal = self.journal.as_deref();
-            let etag = copy_object(&self.store, journal, &started, &key, size, etag.as_deref(), &state.metadata).await?;
+            let etag =
+                copy_object(&self.store, journal, &started, &key, size, etag.as_deref(), &state.metadata).await?;
             if started != key {
                 self.store.delete(&started).await?;
             }
@@ -331,7 +332,8 @@ impl Upload {
     /// when the memory budget is spent (so a fast writer slows down instead of growing).
     async fn send_part(&self, state: &mut State, len: usize) -> Result<(), FsError> {
         if state.multipart.is_none() {
-            let upload = MultipartUpload::start(&self.store, self.journal.as_deref(), &self.key(), &state.metadata).await?;
+            let upload =
+                MultipartUpload::start(&self.store, self.journal.as_deref(), &self.key(), &state.metadata).await?;
             state.started_with = Some(state.metadata.clone());
             state.multipart = Some(Multipart { upload, in_flight: VecDeque::new(), done: Vec::new(), next_number: 1 });
         }
@@ -533,7 +535,9 @@ async fn copy_object_in_parts_above(
 }
 
 async fn join(task: JoinHandle<Result<String, StoreError>>) -> Result<String, StoreError> {
-    task.await.unwrap_or_else(|join| Err(StoreError::Other { message: format!("upload task ended: {join}"), request_id: None }))
+    task.await.unwrap_or_else(|join| {
+        Err(StoreError::Other { message: format!("upload task ended: {join}"), request_id: None })
+    })
 }
 
 #[cfg(test)]
@@ -563,7 +567,15 @@ mod tests {
     fn streamed_writes_with_holes_become_the_same_object() {
         let rt = runtime();
         let store = Arc::new(MemoryStore::default());
-        let upload = Upload::new(store.clone(), "k".into(), true, MIN_PART, MemoryLimiter::new(64 * MIB), None, Metadata::default());
+        let upload = Upload::new(
+            store.clone(),
+            "k".into(),
+            true,
+            MIN_PART,
+            MemoryLimiter::new(64 * MIB),
+            None,
+            Metadata::default(),
+        );
         let mut expected = Vec::new();
         rt.block_on(async {
             let mut offset = 0u64;
@@ -589,7 +601,15 @@ mod tests {
     fn failed_create_is_reported_at_commit_and_aborted() {
         let rt = runtime();
         let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), b"theirs".to_vec())]));
-        let upload = Upload::new(store.clone(), "k".into(), true, MIN_PART, MemoryLimiter::new(64 * MIB), None, Metadata::default());
+        let upload = Upload::new(
+            store.clone(),
+            "k".into(),
+            true,
+            MIN_PART,
+            MemoryLimiter::new(64 * MIB),
+            None,
+            Metadata::default(),
+        );
         rt.block_on(async {
             upload.write(0, &vec![1; 12 * MIB as usize]).await.expect("write");
             let error = upload.commit().await.expect_err("key exists");
@@ -611,12 +631,30 @@ mod tests {
         rt.block_on(async {
             let etag = store.head("src").await.expect("head").etag;
             let limit = 6 * MIB; // parts of 6 MiB: 6 + 6 + 6 + 2
-            copy_object_in_parts_above(limit, &store, None, "src", "dst", data.len() as u64, etag.as_deref(), &metadata)
-                .await
-                .expect("copy");
+            copy_object_in_parts_above(
+                limit,
+                &store,
+                None,
+                "src",
+                "dst",
+                data.len() as u64,
+                etag.as_deref(),
+                &metadata,
+            )
+            .await
+            .expect("copy");
             let copied = store.get_range("dst", 0..data.len() as u64, None).await.expect("get");
             assert!(copied[..] == data[..], "copy differs");
-            let stale = copy_object_in_parts_above(limit, &store, None, "src", "dst", data.len() as u64, Some("\"old\""), &metadata);
+            let stale = copy_object_in_parts_above(
+                limit,
+                &store,
+                None,
+                "src",
+                "dst",
+                data.len() as u64,
+                Some("\"old\""),
+                &metadata,
+            );
             assert!(matches!(stale.await, Err(StoreError::Changed)), "copies are pinned to the ETag");
         });
         assert_eq!(memory_store.metadata("dst").expect("dst"), metadata);
@@ -645,7 +683,8 @@ mod tests {
     fn rewriting_sent_bytes_is_refused() {
         let rt = runtime();
         let store = Arc::new(MemoryStore::default());
-        let upload = Upload::new(store, "k".into(), false, MIN_PART, MemoryLimiter::new(64 * MIB), None, Metadata::default());
+        let upload =
+            Upload::new(store, "k".into(), false, MIN_PART, MemoryLimiter::new(64 * MIB), None, Metadata::default());
         rt.block_on(async {
             upload.write(0, &vec![1; 6 * MIB as usize]).await.expect("write");
             let error = upload.write(10, b"x").await.expect_err("already sent");

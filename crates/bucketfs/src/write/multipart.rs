@@ -42,7 +42,11 @@ impl MultipartUpload {
     }
 
     /// A task uploading part `number` (from 1), for running in the background.
-    pub fn part_task(&self, number: i32, data: Bytes) -> impl std::future::Future<Output = Result<String, StoreError>> + Send + 'static {
+    pub fn part_task(
+        &self,
+        number: i32,
+        data: Bytes,
+    ) -> impl std::future::Future<Output = Result<String, StoreError>> + Send + 'static {
         let (store, key, upload_id) = (self.store.clone(), self.key.clone(), self.upload_id.clone());
         async move { store.upload_part(&key, &upload_id, number, data).await }
     }
@@ -53,13 +57,23 @@ impl MultipartUpload {
     }
 
     /// `UploadPartCopy`: bytes `range` of `source` (at version `if_match`) as part `number`.
-    pub async fn copy_part(&self, number: i32, source: &str, range: Range<u64>, if_match: Option<&str>) -> Result<String, StoreError> {
+    pub async fn copy_part(
+        &self,
+        number: i32,
+        source: &str,
+        range: Range<u64>,
+        if_match: Option<&str>,
+    ) -> Result<String, StoreError> {
         self.store.upload_part_copy(&self.key, &self.upload_id, number, source, range, if_match).await
     }
 
     /// `CompleteMultipartUpload` with `(number, etag)` parts in order; returns the ETag.
     /// After a failure the upload is still open: [`MultipartUpload::abort`] it.
-    pub async fn complete(&mut self, parts: Vec<(i32, String)>, create_only: bool) -> Result<Option<String>, StoreError> {
+    pub async fn complete(
+        &mut self,
+        parts: Vec<(i32, String)>,
+        create_only: bool,
+    ) -> Result<Option<String>, StoreError> {
         let etag = self.store.finish_upload(&self.key, &self.upload_id, parts, create_only).await?;
         self.finished = true;
         self.record = None;

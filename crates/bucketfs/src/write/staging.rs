@@ -222,7 +222,8 @@ impl Staged {
                 Some(base) => {
                     let etag = base.etag.clone();
                     let journal = self.journal.as_deref();
-                    super::copy_object(&self.store, journal, &key, &key, base.size, etag.as_deref(), &state.metadata).await?
+                    super::copy_object(&self.store, journal, &key, &key, base.size, etag.as_deref(), &state.metadata)
+                        .await?
                 }
                 None => self.upload(&mut state, &key, 0).await?,
             },

@@ -170,10 +170,9 @@ extern "C" fn cleanup_minio_at_exit() {
         // wait until it is a zombie (nobody reaps it at this point) or gone
         let stat = format!("/proc/{pid}/stat");
         for _ in 0..100 {
-            let state = std::fs::read_to_string(&stat).ok().and_then(|s| {
-                s.rsplit_once(") ")
-                    .map(|(_, r)| r.chars().next().unwrap_or('?'))
-            });
+            let state = std::fs::read_to_string(&stat)
+                .ok()
+                .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.chars().next().unwrap_or('?')));
             if matches!(state, None | Some('Z') | Some('X')) {
                 break;
             }
@@ -186,10 +185,7 @@ extern "C" fn cleanup_minio_at_exit() {
 fn start_minio() -> Minio {
     let bin = minio_binary();
     if !bin.exists() {
-        panic!(
-            "MinIO not found at {}: run scripts/install-deps (or set BUCKETFS_MINIO)",
-            bin.display()
-        );
+        panic!("MinIO not found at {}: run scripts/install-deps (or set BUCKETFS_MINIO)", bin.display());
     }
     remove_stale_test_dirs();
     let mut last_err = String::new();
@@ -211,14 +207,10 @@ fn start_minio() -> Minio {
 }
 
 fn try_start_minio(bin: &Path, attempt: u32) -> Result<Minio, String> {
-    let base = tmp_root().join(format!(
-        "bucketfs-test-minio-{}-{attempt}",
-        std::process::id()
-    ));
+    let base = tmp_root().join(format!("bucketfs-test-minio-{}-{attempt}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     let data_dir = base.join("data");
-    std::fs::create_dir_all(&data_dir)
-        .map_err(|e| format!("create {}: {e}", data_dir.display()))?;
+    std::fs::create_dir_all(&data_dir).map_err(|e| format!("create {}: {e}", data_dir.display()))?;
     let log_path = base.join("minio.log");
     let log = File::create(&log_path).map_err(|e| format!("create log: {e}"))?;
     let log2 = log.try_clone().unwrap();
@@ -286,14 +278,7 @@ fn try_start_minio(bin: &Path, attempt: u32) -> Result<Minio, String> {
         .expect("spawn minio keeper thread");
     let pid = rx.recv().map_err(|e| e.to_string())??;
 
-    let m = Minio {
-        endpoint: format!("http://127.0.0.1:{port}"),
-        port,
-        data_dir,
-        log_path,
-        pid,
-        exit,
-    };
+    let m = Minio { endpoint: format!("http://127.0.0.1:{port}"), port, data_dir, log_path, pid, exit };
     let deadline = Instant::now() + Duration::from_secs(30);
     // 1. the health endpoint answers
     loop {
@@ -305,10 +290,7 @@ fn try_start_minio(bin: &Path, attempt: u32) -> Result<Minio, String> {
         }
         if Instant::now() > deadline {
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            return Err(format!(
-                "MinIO did not answer within 30 s; log:\n{}",
-                m.log()
-            ));
+            return Err(format!("MinIO did not answer within 30 s; log:\n{}", m.log()));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -334,16 +316,13 @@ fn try_start_minio(bin: &Path, attempt: u32) -> Result<Minio, String> {
 }
 
 fn health_live(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect_timeout(
-        &format!("127.0.0.1:{port}").parse().unwrap(),
-        Duration::from_millis(500),
-    ) else {
+    let Ok(mut s) =
+        TcpStream::connect_timeout(&format!("127.0.0.1:{port}").parse().unwrap(), Duration::from_millis(500))
+    else {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let req = format!(
-        "GET /minio/health/live HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-    );
+    let req = format!("GET /minio/health/live HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
     if s.write_all(req.as_bytes()).is_err() {
         return false;
     }
@@ -370,13 +349,7 @@ pub fn s3_client_for(endpoint: &str, access_key: &str, secret_key: &str) -> aws_
         .region(Region::new(REGION))
         .endpoint_url(endpoint)
         .force_path_style(true)
-        .credentials_provider(Credentials::new(
-            access_key,
-            secret_key,
-            None,
-            None,
-            "bucketfs-tests",
-        ))
+        .credentials_provider(Credentials::new(access_key, secret_key, None, None, "bucketfs-tests"))
         .build();
     aws_sdk_s3::Client::from_conf(conf)
 }
@@ -399,11 +372,8 @@ pub fn unique_bucket_name(hint: &str) -> String {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
     let n = COUNTER.fetch_add(1, Ordering::SeqCst);
     let suffix = format!("-{n}-{}", std::process::id());
-    let mut h: String = hint
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
+    let mut h: String =
+        hint.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
     let max_hint = 63 - 2 - suffix.len();
     h.truncate(max_hint);
     let h = h.trim_matches('-');
@@ -421,14 +391,8 @@ pub fn create_bucket(hint: &str) -> String {
 
 pub fn put(bucket: &str, key: &str, data: impl Into<Vec<u8>>) {
     let data: Vec<u8> = data.into();
-    block_on(
-        s3().put_object()
-            .bucket(bucket)
-            .key(key)
-            .body(ByteStream::from(data))
-            .send(),
-    )
-    .unwrap_or_else(|e| panic!("put s3://{bucket}/{key}: {}", err_text(e)));
+    block_on(s3().put_object().bucket(bucket).key(key).body(ByteStream::from(data)).send())
+        .unwrap_or_else(|e| panic!("put s3://{bucket}/{key}: {}", err_text(e)));
 }
 
 /// PUTs many objects concurrently (up to `concurrency` requests in flight).
@@ -443,13 +407,7 @@ pub fn put_many(bucket: &str, objects: Vec<(String, Vec<u8>)>, concurrency: usiz
             let client = client.clone();
             let bucket = bucket.clone();
             set.spawn(async move {
-                let r = client
-                    .put_object()
-                    .bucket(&bucket)
-                    .key(&key)
-                    .body(ByteStream::from(data))
-                    .send()
-                    .await;
+                let r = client.put_object().bucket(&bucket).key(&key).body(ByteStream::from(data)).send().await;
                 drop(permit);
                 r.map_err(|e| format!("put s3://{bucket}/{key}: {}", err_text(e)))
             });
@@ -476,12 +434,7 @@ pub fn get(bucket: &str, key: &str) -> Vec<u8> {
             .send()
             .await
             .unwrap_or_else(|e| panic!("get s3://{bucket}/{key}: {}", err_text(e)));
-        out.body
-            .collect()
-            .await
-            .expect("read body")
-            .into_bytes()
-            .to_vec()
+        out.body.collect().await.expect("read body").into_bytes().to_vec()
     })
 }
 
@@ -499,8 +452,7 @@ fn to_system_time(t: &aws_sdk_s3::primitives::DateTime) -> SystemTime {
     if secs >= 0 {
         SystemTime::UNIX_EPOCH + Duration::new(secs as u64, nanos)
     } else {
-        SystemTime::UNIX_EPOCH - Duration::from_secs((-secs) as u64)
-            + Duration::from_nanos(nanos as u64)
+        SystemTime::UNIX_EPOCH - Duration::from_secs((-secs) as u64) + Duration::from_nanos(nanos as u64)
     }
 }
 
@@ -511,10 +463,7 @@ pub fn head(bucket: &str, key: &str) -> ObjectInfo {
         key: key.to_string(),
         size: out.content_length().unwrap_or(0) as u64,
         etag: out.e_tag().unwrap_or_default().to_string(),
-        last_modified: out
-            .last_modified()
-            .map(to_system_time)
-            .expect("LastModified"),
+        last_modified: out.last_modified().map(to_system_time).expect("LastModified"),
     }
 }
 
@@ -534,10 +483,7 @@ pub fn list_objects(bucket: &str, prefix: &str) -> Vec<ObjectInfo> {
             if let Some(t) = &token {
                 req = req.continuation_token(t);
             }
-            let page = req
-                .send()
-                .await
-                .unwrap_or_else(|e| panic!("list s3://{bucket}/{prefix}: {}", err_text(e)));
+            let page = req.send().await.unwrap_or_else(|e| panic!("list s3://{bucket}/{prefix}: {}", err_text(e)));
             for o in page.contents() {
                 out.push(ObjectInfo {
                     key: o.key().unwrap_or_default().to_string(),
@@ -556,18 +502,12 @@ pub fn list_objects(bucket: &str, prefix: &str) -> Vec<ObjectInfo> {
 }
 
 pub fn list_keys(bucket: &str, prefix: &str) -> Vec<String> {
-    list_objects(bucket, prefix)
-        .into_iter()
-        .map(|o| o.key)
-        .collect()
+    list_objects(bucket, prefix).into_iter().map(|o| o.key).collect()
 }
 
 /// Key -> (size, etag) of every object: a snapshot to check that "nothing changed".
 pub fn bucket_snapshot(bucket: &str) -> Vec<(String, u64, String)> {
-    list_objects(bucket, "")
-        .into_iter()
-        .map(|o| (o.key, o.size, o.etag))
-        .collect()
+    list_objects(bucket, "").into_iter().map(|o| (o.key, o.size, o.etag)).collect()
 }
 
 /// Multipart uploads started and neither completed nor aborted in the bucket.
@@ -802,25 +742,12 @@ pub fn assert_file_content(path: &Path, buf_size: usize, expected: &[u8]) {
             n
         );
         if buf[..n] != expected[off..off + n] {
-            let d = buf[..n]
-                .iter()
-                .zip(&expected[off..off + n])
-                .position(|(a, b)| a != b)
-                .unwrap();
-            panic!(
-                "{}: content differs at offset {} (buffer size {buf_size})",
-                path.display(),
-                off + d
-            );
+            let d = buf[..n].iter().zip(&expected[off..off + n]).position(|(a, b)| a != b).unwrap();
+            panic!("{}: content differs at offset {} (buffer size {buf_size})", path.display(), off + d);
         }
         off += n;
     }
-    assert_eq!(
-        off,
-        expected.len(),
-        "{}: short read (buffer size {buf_size})",
-        path.display()
-    );
+    assert_eq!(off, expected.len(), "{}: short read (buffer size {buf_size})", path.display());
 }
 
 /// Like `assert_eq!` for big byte slices: reports lengths and the first difference instead of
@@ -877,16 +804,10 @@ pub fn walk(root: &Path) -> (BTreeSet<String>, BTreeSet<String>) {
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
         let abs = root.join(&rel);
-        for e in
-            std::fs::read_dir(&abs).unwrap_or_else(|e| panic!("read_dir {}: {e}", abs.display()))
-        {
+        for e in std::fs::read_dir(&abs).unwrap_or_else(|e| panic!("read_dir {}: {e}", abs.display())) {
             let e = e.unwrap();
             let name = e.file_name().into_string().expect("non-UTF-8 name");
-            let r = if rel.as_os_str().is_empty() {
-                PathBuf::from(&name)
-            } else {
-                rel.join(&name)
-            };
+            let r = if rel.as_os_str().is_empty() { PathBuf::from(&name) } else { rel.join(&name) };
             let md = std::fs::symlink_metadata(root.join(&r)).unwrap();
             let rs = r.to_str().unwrap().to_string();
             if md.is_dir() {
@@ -905,10 +826,7 @@ pub fn walk(root: &Path) -> (BTreeSet<String>, BTreeSet<String>) {
 #[track_caller]
 pub fn assert_errno<T: std::fmt::Debug>(r: io::Result<T>, errno: i32, what: &str) {
     match r {
-        Ok(v) => panic!(
-            "{what}: expected errno {errno} ({}), got success: {v:?}",
-            errno_name(errno)
-        ),
+        Ok(v) => panic!("{what}: expected errno {errno} ({}), got success: {v:?}", errno_name(errno)),
         Err(e) => assert_eq!(
             e.raw_os_error(),
             Some(errno),
@@ -939,11 +857,7 @@ pub fn errno_name(errno: i32) -> &'static str {
 /// hung FUSE request fails the test instead of hanging the suite). A panic inside `f` is
 /// propagated.
 #[track_caller]
-pub fn run_with_timeout<T: Send + 'static>(
-    what: &str,
-    timeout: Duration,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
+pub fn run_with_timeout<T: Send + 'static>(what: &str, timeout: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = mpsc::channel();
     let h = std::thread::spawn(move || {
         let r = f();
@@ -985,13 +899,8 @@ fn unescape_mountinfo(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\'
-            && b.len() >= i + 4
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') as u32 * 64
-                + (b[i + 2] - b'0') as u32 * 8
-                + (b[i + 3] - b'0') as u32;
+        if b[i] == b'\\' && b.len() >= i + 4 && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            let v = (b[i + 1] - b'0') as u32 * 64 + (b[i + 2] - b'0') as u32 * 8 + (b[i + 3] - b'0') as u32;
             out.push(v as u8);
             i += 4;
             continue;
@@ -1028,11 +937,7 @@ pub fn mount_options(path: &Path) -> Option<String> {
                 return None;
             }
             let sep = fields.iter().position(|f| *f == "-")?;
-            Some(format!(
-                "{},{}",
-                fields.get(5)?,
-                fields.get(sep + 3).unwrap_or(&"")
-            ))
+            Some(format!("{},{}", fields.get(5)?, fields.get(sep + 3).unwrap_or(&"")))
         })
         .next_back()
 }
@@ -1050,10 +955,7 @@ pub fn is_mounted(path: &Path) -> bool {
 /// Filesystem type of the top-most mount on `path` (e.g. `fuse.bucketfs`, `fuse`).
 pub fn mount_fstype(path: &Path) -> Option<String> {
     let p = path.to_str().expect("UTF-8 path");
-    mount_entries()
-        .into_iter()
-        .rfind(|(mp, _, _)| mp == p)
-        .map(|(_, t, _)| t)
+    mount_entries().into_iter().rfind(|(mp, _, _)| mp == p).map(|(_, t, _)| t)
 }
 
 /// `fusermount3 -u` (retried, then `-uz`) until `path` is no longer a mount point.
@@ -1065,11 +967,8 @@ pub fn force_unmount(path: &Path) -> Result<(), String> {
             return Ok(());
         }
         let lazy = attempt >= 5;
-        let out = Command::new("fusermount3")
-            .arg(if lazy { "-uz" } else { "-u" })
-            .arg(path)
-            .stdin(Stdio::null())
-            .output();
+        let out =
+            Command::new("fusermount3").arg(if lazy { "-uz" } else { "-u" }).arg(path).stdin(Stdio::null()).output();
         match out {
             Ok(o) if o.status.success() => {}
             Ok(o) => msgs.push(format!(
@@ -1115,10 +1014,7 @@ pub fn pids_with_arg_containing(needle: &str) -> Vec<i32> {
             // zombies have an empty cmdline already, but be explicit
             let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
                 .ok()
-                .and_then(|s| {
-                    s.rsplit_once(") ")
-                        .map(|(_, r)| r.chars().next().unwrap_or('?'))
-                });
+                .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.chars().next().unwrap_or('?')));
             if state != Some('Z') {
                 out.push(pid);
             }
@@ -1178,9 +1074,7 @@ pub fn bucketfs_command(access_key: &str, secret_key: &str) -> Command {
 }
 
 fn log_level_passthrough() -> Option<String> {
-    std::env::var("BUCKETFS_TEST_LOG_LEVEL")
-        .ok()
-        .filter(|s| !s.is_empty())
+    std::env::var("BUCKETFS_TEST_LOG_LEVEL").ok().filter(|s| !s.is_empty())
 }
 
 /// Whether the bucketfs children may print log lines (then "stderr is one line" is not checked).
@@ -1194,9 +1088,7 @@ pub fn run_bucketfs(args: &[&str], timeout: Duration) -> (ExitStatus, String, St
     let out = tempfile::NamedTempFile::new().unwrap();
     let err = tempfile::NamedTempFile::new().unwrap();
     let mut cmd = bucketfs_command(ACCESS_KEY, SECRET_KEY);
-    cmd.args(args)
-        .stdout(Stdio::from(out.reopen().unwrap()))
-        .stderr(Stdio::from(err.reopen().unwrap()));
+    cmd.args(args).stdout(Stdio::from(out.reopen().unwrap())).stderr(Stdio::from(err.reopen().unwrap()));
     let mut child = cmd.spawn().expect("spawn bucketfs");
     let st = match wait_child_timeout(&mut child, timeout) {
         Some(st) => st,
@@ -1308,9 +1200,7 @@ impl MountBuilder {
 
     /// Mounts with these temporary credentials (access key, secret key, session token).
     pub fn credentials(self, c: &TempCredentials) -> Self {
-        self.access_key(&c.access_key)
-            .secret_key(&c.secret_key)
-            .session_token(&c.session_token)
+        self.access_key(&c.access_key).secret_key(&c.secret_key).session_token(&c.session_token)
     }
 
     /// Uses this path as the mount point instead of a fresh temp dir (not removed afterwards).
@@ -1342,15 +1232,7 @@ impl MountBuilder {
             args.push("--foreground".into());
         }
         args.extend(
-            [
-                "--endpoint-url",
-                &self.endpoint,
-                "--force-path-style",
-                "--region",
-                REGION,
-            ]
-            .iter()
-            .map(OsString::from),
+            ["--endpoint-url", &self.endpoint, "--force-path-style", "--region", REGION].iter().map(OsString::from),
         );
         if let Some(l) = log_level_passthrough().filter(|_| self.log_passthrough) {
             args.push("--log-level".into());
@@ -1367,10 +1249,7 @@ impl MountBuilder {
     /// /proc/self/mountinfo. Panics (with the child's stderr) if the child exits first or the
     /// mount does not appear within 20 s.
     pub fn mount(self) -> Mount {
-        assert!(
-            self.foreground,
-            "use mount_background() for background mounts"
-        );
+        assert!(self.foreground, "use mount_background() for background mounts");
         let (dir, path) = match &self.mountpoint {
             Some(p) => (None, p.clone()),
             None => {
@@ -1392,8 +1271,7 @@ impl MountBuilder {
             builder = builder.args(["--log-level", "bucketfs=debug", "--log-file", &file]);
         }
         let (mut cmd, args) = builder.command(&path);
-        cmd.stdout(Stdio::from(stdout.reopen().unwrap()))
-            .stderr(Stdio::from(stderr.reopen().unwrap()));
+        cmd.stdout(Stdio::from(stdout.reopen().unwrap())).stderr(Stdio::from(stderr.reopen().unwrap()));
         unsafe {
             cmd.pre_exec(|| {
                 // If the test process dies without running Drop, ask the mount to go away
@@ -1405,18 +1283,8 @@ impl MountBuilder {
                 Ok(())
             });
         }
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", bucketfs_bin()));
-        let mut m = Mount {
-            child: Some(child),
-            dir,
-            path,
-            stderr,
-            stdout,
-            args,
-            request_log,
-        };
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", bucketfs_bin()));
+        let mut m = Mount { child: Some(child), dir, path, stderr, stdout, args, request_log };
         let deadline = Instant::now() + MOUNT_TIMEOUT;
         loop {
             if mount_count(&m.path) > before {
@@ -1451,11 +1319,7 @@ impl MountBuilder {
     pub fn expect_failure(self) -> MountFailure {
         let path = self.mountpoint.clone().unwrap_or_else(|| {
             // keep the dir around for the duration of the call
-            std::env::temp_dir().join(format!(
-                "bucketfs-mnt-fail-{}-{}",
-                std::process::id(),
-                unique_bucket_name("x")
-            ))
+            std::env::temp_dir().join(format!("bucketfs-mnt-fail-{}-{}", std::process::id(), unique_bucket_name("x")))
         });
         let owned = self.mountpoint.is_none();
         if owned {
@@ -1465,17 +1329,10 @@ impl MountBuilder {
         let stderr = tempfile::NamedTempFile::new().unwrap();
         let stdout = tempfile::NamedTempFile::new().unwrap();
         let (mut cmd, args) = self.command(&path);
-        cmd.stdout(Stdio::from(stdout.reopen().unwrap()))
-            .stderr(Stdio::from(stderr.reopen().unwrap()));
-        let cmdline = args
-            .iter()
-            .map(|a| a.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" ");
+        cmd.stdout(Stdio::from(stdout.reopen().unwrap())).stderr(Stdio::from(stderr.reopen().unwrap()));
+        let cmdline = args.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ");
         let start = Instant::now();
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", bucketfs_bin()));
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", bucketfs_bin()));
         let read_err = || std::fs::read_to_string(stderr.path()).unwrap_or_default();
         let cleanup = |child: &mut Child| {
             if path.exists() && mount_count(&path) > before {
@@ -1539,25 +1396,17 @@ impl MountBuilder {
     /// The returned guard unmounts and kills the daemon (if still there) on drop.
     pub fn mount_background(mut self) -> BackgroundMount {
         self.foreground = false;
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("bucketfs-mnt-bg-{}-", std::process::id()))
-            .tempdir()
-            .unwrap();
+        let dir =
+            tempfile::Builder::new().prefix(&format!("bucketfs-mnt-bg-{}-", std::process::id())).tempdir().unwrap();
         let path = dir.path().canonicalize().unwrap();
-        let log_dir = tempfile::Builder::new()
-            .prefix("bucketfs-bg-log-")
-            .tempdir()
-            .unwrap();
+        let log_dir = tempfile::Builder::new().prefix("bucketfs-bg-log-").tempdir().unwrap();
         let log_file = log_dir.path().join("bucketfs.log");
         let stderr = tempfile::NamedTempFile::new().unwrap();
         let (mut cmd, args) = self.command(&path);
         let out = stderr.reopen().unwrap();
-        cmd.stdout(Stdio::from(out.try_clone().unwrap()))
-            .stderr(Stdio::from(out));
+        cmd.stdout(Stdio::from(out.try_clone().unwrap())).stderr(Stdio::from(out));
         let start = Instant::now();
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", bucketfs_bin()));
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", bucketfs_bin()));
         let status = wait_child_timeout(&mut child, MOUNT_TIMEOUT);
         let elapsed = start.elapsed();
         let bg = BackgroundMount {
@@ -1568,11 +1417,7 @@ impl MountBuilder {
             output: stderr,
             status,
             elapsed,
-            command: args
-                .iter()
-                .map(|a| a.to_string_lossy())
-                .collect::<Vec<_>>()
-                .join(" "),
+            command: args.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" "),
         };
         if status.is_none() {
             let _ = child.kill();
@@ -1614,33 +1459,14 @@ impl MountFailure {
             self.stderr,
             self.stdout
         );
-        assert!(
-            self.status.code().is_some_and(|c| c != 0),
-            "expected a non-zero exit code\n{ctx}"
-        );
-        assert!(
-            self.elapsed < Duration::from_secs(15),
-            "took longer than 15 s\n{ctx}"
-        );
-        assert!(
-            !self.stderr.contains("panicked"),
-            "bucketfs panicked\n{ctx}"
-        );
-        let lines: Vec<&str> = self
-            .stderr
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .collect();
-        let hit = lines
-            .iter()
-            .any(|l| l.to_lowercase().contains(&needle.to_lowercase()));
+        assert!(self.status.code().is_some_and(|c| c != 0), "expected a non-zero exit code\n{ctx}");
+        assert!(self.elapsed < Duration::from_secs(15), "took longer than 15 s\n{ctx}");
+        assert!(!self.stderr.contains("panicked"), "bucketfs panicked\n{ctx}");
+        let lines: Vec<&str> = self.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        let hit = lines.iter().any(|l| l.to_lowercase().contains(&needle.to_lowercase()));
         assert!(hit, "no stderr line contains {needle:?}\n{ctx}");
         if !logging_requested() {
-            assert_eq!(
-                lines.len(),
-                1,
-                "expected a one-line error message on stderr\n{ctx}"
-            );
+            assert_eq!(lines.len(), 1, "expected a one-line error message on stderr\n{ctx}");
         }
     }
 
@@ -1654,22 +1480,10 @@ impl MountFailure {
             self.elapsed,
             self.stderr
         );
-        assert!(
-            self.status.code().is_some_and(|c| c != 0),
-            "expected a non-zero exit\n{ctx}"
-        );
-        assert!(
-            self.elapsed < Duration::from_secs(15),
-            "took longer than 15 s\n{ctx}"
-        );
-        assert!(
-            !self.stderr.contains("panicked"),
-            "bucketfs panicked\n{ctx}"
-        );
-        assert!(
-            !self.stderr.trim().is_empty(),
-            "no error message on stderr\n{ctx}"
-        );
+        assert!(self.status.code().is_some_and(|c| c != 0), "expected a non-zero exit\n{ctx}");
+        assert!(self.elapsed < Duration::from_secs(15), "took longer than 15 s\n{ctx}");
+        assert!(!self.stderr.contains("panicked"), "bucketfs panicked\n{ctx}");
+        assert!(!self.stderr.trim().is_empty(), "no error message on stderr\n{ctx}");
     }
 }
 
@@ -1721,11 +1535,7 @@ impl Mount {
     /// parsed from its debug log lines `s3 GET bucket=B key="K" start=S len=L`.
     pub fn s3_requests(&self) -> Vec<S3Request> {
         let log = self.request_log.as_ref().expect("mount built without request_log()");
-        std::fs::read_to_string(log.path())
-            .unwrap_or_default()
-            .lines()
-            .filter_map(S3Request::parse)
-            .collect()
+        std::fs::read_to_string(log.path()).unwrap_or_default().lines().filter_map(S3Request::parse).collect()
     }
 
     fn requests_text(&self) -> String {
@@ -1767,12 +1577,7 @@ impl Mount {
 
     /// A description for assertion messages: command, stderr, S3 request log.
     pub fn diagnostics(&self) -> String {
-        format!(
-            "command: {}\nbucketfs stderr:\n{}{}",
-            self.command_line(),
-            self.stderr(),
-            self.requests_text()
-        )
+        format!("command: {}\nbucketfs stderr:\n{}{}", self.command_line(), self.stderr(), self.requests_text())
     }
 
     /// Asserts that the mount is still alive: the child runs and the mount point answers.
@@ -1780,11 +1585,7 @@ impl Mount {
     pub fn assert_alive(&mut self) {
         let running = self.is_running();
         assert!(running, "bucketfs process died\n{}", self.diagnostics());
-        assert!(
-            self.is_mounted(),
-            "mount point vanished\n{}",
-            self.diagnostics()
-        );
+        assert!(self.is_mounted(), "mount point vanished\n{}", self.diagnostics());
         if let Err(e) = std::fs::metadata(&self.path) {
             panic!("mount point does not answer: {e}\n{}", self.diagnostics());
         }
