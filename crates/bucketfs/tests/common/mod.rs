@@ -696,6 +696,13 @@ pub fn sha256_file(path: &Path, buf_size: usize) -> io::Result<(String, u64)> {
     Ok((hex::encode(h.finalize()), total))
 }
 
+/// Peak resident memory of a process, from /proc (KiB).
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
+    line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("VmHWM value")
+}
+
 /// `len` bytes at `offset` with pread (`read_exact_at`).
 pub fn read_at(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; len];
