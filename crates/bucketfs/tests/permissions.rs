@@ -8,23 +8,11 @@ mod common;
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::IntoRawFd;
 use std::path::Path;
 use std::time::Duration;
 
 use aws_sdk_s3::error::ProvideErrorMetadata;
 use common::*;
-
-/// close(2) of `file` with its result (dropping a `File` ignores it). This is where
-/// bucketfs commits a new file.
-fn close(file: File) -> io::Result<()> {
-    let fd = file.into_raw_fd();
-    if unsafe { libc::close(fd) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
 
 /// Creates `path`, writes `data` in 1 MiB writes and closes it; on failure, which step
 /// failed (`open`, `write at OFFSET`, `close`) and its error. The descriptor is closed in

@@ -5,8 +5,7 @@
 mod common;
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
-use std::os::fd::IntoRawFd;
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::process::Command;
 
@@ -137,16 +136,6 @@ fn refused_upload_is_reported_and_leaves_no_entry() {
     assert!(matches!(error.raw_os_error(), Some(libc::EIO) | Some(libc::ENOENT)), "{error}");
     drop(file);
     assert_errno(std::fs::metadata(m.join("doomed")), libc::ENOENT, "failed file is gone");
-}
-
-/// close(2) of `file` with its result (dropping a `File` ignores it).
-fn close(file: File) -> io::Result<()> {
-    let fd = file.into_raw_fd();
-    if unsafe { libc::close(fd) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }
 
 /// Go, Java, Node and thread pools close a file on another thread than the one that

@@ -89,13 +89,14 @@ impl Fs {
             let metadata = self.stored_metadata(node.clone()).await?;
             let etag =
                 copy_object(store, self.journal(), key, &to_key, node.size, node.etag.as_deref(), &metadata).await?;
-            store.delete(key).await?;
+            // Readers move before the original goes, so fewer of their GETs hit a deleted key.
             self.follow_copies(&[Copied {
                 from: key.to_owned(),
                 from_etag: node.etag.clone(),
                 to: to_key.clone(),
                 etag: etag.clone(),
             }]);
+            store.delete(key).await?;
             for writer in &writers {
                 writer.output.relocated(to_key.clone(), etag.clone()).await;
             }
@@ -146,7 +147,6 @@ impl Fs {
                 return Err(error);
             }
         };
-        self.follow_copies(&copied);
         for (writer, old_key) in stored_writers {
             if let Some(copy) = copied.iter().find(|c| c.from == old_key) {
                 writer.output.relocated(copy.to.clone(), copy.etag.clone()).await;
@@ -156,8 +156,9 @@ impl Fs {
         Ok(())
     }
 
-    /// Copies every key below `prefix` to `to_prefix`, then deletes the originals (and,
-    /// when `replacing` an empty directory, its marker). Returns what was copied.
+    /// Copies every key below `prefix` to `to_prefix`, moves open readers to the copies,
+    /// then deletes the originals (and, when `replacing` an empty directory, its marker).
+    /// Returns what was copied.
     async fn move_keys(
         &self,
         source: usize,
@@ -192,6 +193,8 @@ impl Fs {
             })
             .collect();
         let copied = futures::stream::iter(copies).buffer_unordered(RENAME_CONCURRENCY).try_collect::<Vec<_>>().await?;
+        // Readers move before the originals go, so fewer of their GETs hit a deleted key.
+        self.follow_copies(&copied);
         if replacing && !keys.iter().any(|key| key == prefix) {
             // The replaced empty directory's marker would lend it its attributes.
             store.delete(to_prefix).await?;

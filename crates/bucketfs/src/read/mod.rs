@@ -48,6 +48,8 @@ type Fetch = Shared<BoxFuture<'static, Result<Bytes, StoreError>>>;
 
 struct Segment {
     range: Range<u64>,
+    /// Which location of the object it was fetched from (see `ReadHandle::relocate`).
+    generation: u64,
     data: Fetch,
     abort: tokio::task::AbortHandle,
     _memory: Reservation,
@@ -60,6 +62,8 @@ struct State {
     frontier: u64,
     window: u64,
     reads: u64,
+    /// How many times the object was relocated (see [`ReadHandle::relocate`]).
+    generation: u64,
 }
 
 pub struct ReadHandle {
@@ -88,7 +92,7 @@ impl ReadHandle {
             size,
             config,
             memory,
-            state: Mutex::new(State { segments: BTreeMap::new(), frontier: 0, window, reads: 0 }),
+            state: Mutex::new(State { segments: BTreeMap::new(), frontier: 0, window, reads: 0, generation: 0 }),
         }
     }
 
@@ -99,8 +103,15 @@ impl ReadHandle {
 
     /// The object was copied (renamed, or rewritten onto itself with new metadata) while
     /// open: read the same bytes from the copy.
+    ///
+    /// GETs still running for the old key may fail once it is deleted: they are dropped
+    /// from the plan (the same bytes are fetched again from the copy), and a read that
+    /// was waiting on one tries again.
     pub fn relocate(&self, key: &str, etag: Option<&str>) {
+        let mut state = self.state.lock();
         *self.object.write() = (key.into(), etag.map(Into::into));
+        state.generation += 1;
+        state.segments.retain(|_, segment| segment.data.peek().is_some_and(|result| result.is_ok()));
     }
 
     /// Reads up to `len` bytes at `offset` (fewer only at the end of the object).
@@ -109,30 +120,37 @@ impl ReadHandle {
         if offset >= end {
             return Ok(Bytes::new());
         }
-        let parts = self.plan(offset..end);
-        let mut pieces = Vec::with_capacity(parts.len());
-        for (range, fetch) in parts {
-            match fetch.await {
-                Ok(bytes) => {
-                    let from = (offset.max(range.start) - range.start) as usize;
-                    let to = (end.min(range.end) - range.start) as usize;
-                    pieces.push(bytes.slice(from..to));
-                }
-                Err(error) => {
-                    self.forget_failed(range.start);
-                    if matches!(error, StoreError::Changed) {
-                        tracing::warn!(key = %self.object.read().0, "object changed while open; failing the read");
+        let mut attempts = 0;
+        'attempt: loop {
+            attempts += 1;
+            let parts = self.plan(offset..end);
+            let mut pieces = Vec::with_capacity(parts.len());
+            for (range, generation, fetch) in parts {
+                match fetch.await {
+                    Ok(bytes) => {
+                        let from = (offset.max(range.start) - range.start) as usize;
+                        let to = (end.min(range.end) - range.start) as usize;
+                        pieces.push(bytes.slice(from..to));
                     }
-                    return Err(error.into());
+                    Err(error) => {
+                        self.forget_failed(range.start);
+                        if generation != self.state.lock().generation && attempts < 3 {
+                            continue 'attempt; // fetched from where the object was before a rename
+                        }
+                        if matches!(error, StoreError::Changed) {
+                            tracing::warn!(key = %self.object.read().0, "object changed while open; failing the read");
+                        }
+                        return Err(error.into());
+                    }
                 }
             }
+            return Ok(concat(pieces));
         }
-        Ok(concat(pieces))
     }
 
     /// Decides what to fetch for a read of `wanted`, starts those GETs, and returns the
     /// segments that cover `wanted`, in order.
-    fn plan(&self, wanted: Range<u64>) -> Vec<(Range<u64>, Fetch)> {
+    fn plan(&self, wanted: Range<u64>) -> Vec<(Range<u64>, u64, Fetch)> {
         let mut state = self.state.lock();
         let sequential = self.is_sequential(&state, &wanted);
         if sequential {
@@ -184,7 +202,7 @@ impl ReadHandle {
             .range(..wanted.end)
             .rev()
             .take_while(|(_, s)| s.range.end > wanted.start)
-            .map(|(_, s)| (s.range.clone(), s.data.clone()))
+            .map(|(_, s)| (s.range.clone(), s.generation, s.data.clone()))
             .collect::<Vec<_>>()
             .into_iter()
             .rev()
@@ -212,7 +230,8 @@ impl ReadHandle {
         }
         .boxed()
         .shared();
-        state.segments.insert(range.start, Segment { range, data, abort, _memory: memory });
+        let generation = state.generation;
+        state.segments.insert(range.start, Segment { range, generation, data, abort, _memory: memory });
     }
 
     /// Drops what is well behind the reader, then, while the handle holds more than twice

@@ -696,6 +696,18 @@ pub fn sha256_file(path: &Path, buf_size: usize) -> io::Result<(String, u64)> {
     Ok((hex::encode(h.finalize()), total))
 }
 
+/// close(2) of `file` with its result (dropping a `File` ignores it). This is where
+/// bucketfs commits a file written through the mount.
+pub fn close(file: File) -> io::Result<()> {
+    use std::os::fd::IntoRawFd;
+    let fd = file.into_raw_fd();
+    if unsafe { libc::close(fd) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Peak resident memory of a process, from /proc (KiB).
 pub fn peak_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
