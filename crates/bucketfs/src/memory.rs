@@ -14,8 +14,6 @@ use std::sync::Arc;
 pub struct MemoryLimiter {
     limit: u64,
     used: AtomicU64,
-    /// Woken whenever bytes are given back (see [`MemoryLimiter::reserve_waiting`]).
-    released: tokio::sync::Notify,
 }
 
 /// Bytes reserved from the budget, given back on drop.
@@ -27,7 +25,7 @@ pub struct Reservation {
 
 impl MemoryLimiter {
     pub fn new(limit: u64) -> Arc<Self> {
-        Arc::new(Self { limit, used: AtomicU64::new(0), released: tokio::sync::Notify::new() })
+        Arc::new(Self { limit, used: AtomicU64::new(0) })
     }
 
     pub fn used(&self) -> u64 {
@@ -42,33 +40,6 @@ impl MemoryLimiter {
             })
             .ok()
             .map(|_| Reservation { limiter: self.clone(), bytes })
-    }
-
-    /// Reserves `bytes`, waiting for others to give memory back; past `patience` without
-    /// room it overdraws rather than wait longer. Upload buffers take memory this way:
-    /// many writers share the budget as their parts complete, and a writer that can only
-    /// go on with more memory is never stuck behind others stuck the same way.
-    pub async fn reserve_waiting(self: &Arc<Self>, bytes: u64, patience: std::time::Duration) -> Reservation {
-        let deadline = tokio::time::Instant::now() + patience;
-        loop {
-            let released = self.released.notified();
-            tokio::pin!(released);
-            released.as_mut().enable();
-            if let Some(reservation) = self.try_reserve(bytes) {
-                return reservation;
-            }
-            if tokio::time::timeout_at(deadline, released).await.is_err() {
-                tracing::debug!(bytes, used = self.used(), limit = self.limit, "memory budget spent: overdrawing");
-                return self.reserve(bytes);
-            }
-        }
-    }
-
-    fn give_back(&self, bytes: u64) {
-        if bytes > 0 {
-            self.used.fetch_sub(bytes, Ordering::AcqRel);
-            self.released.notify_waiters();
-        }
     }
 
     /// Reserves `bytes` even past the limit, for data a reader is blocked on.
@@ -99,14 +70,14 @@ impl Reservation {
     /// Gives back all but `bytes`.
     pub fn shrink_to(&mut self, bytes: u64) {
         let freed = self.bytes.saturating_sub(bytes);
-        self.limiter.give_back(freed);
+        self.limiter.used.fetch_sub(freed, Ordering::AcqRel);
         self.bytes -= freed;
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        self.limiter.give_back(self.bytes);
+        self.limiter.used.fetch_sub(self.bytes, Ordering::AcqRel);
     }
 }
 
@@ -127,25 +98,5 @@ mod tests {
         assert_eq!(limiter.used(), 240);
         drop((b, forced));
         assert_eq!(limiter.used(), 0);
-    }
-
-    #[tokio::test]
-    async fn waiting_reservations_get_memory_given_back_and_overdraw_past_their_patience() {
-        let limiter = MemoryLimiter::new(100);
-        let held = limiter.try_reserve(100).expect("fits");
-        let waiter = tokio::spawn({
-            let limiter = limiter.clone();
-            async move { limiter.reserve_waiting(50, std::time::Duration::from_secs(30)).await }
-        });
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        assert!(!waiter.is_finished(), "waits while the budget is spent");
-        drop(held);
-        let got = waiter.await.expect("waiter");
-        assert_eq!((got.bytes(), limiter.used()), (50, 50), "served from what was given back");
-        let started = std::time::Instant::now();
-        let _rest = limiter.try_reserve(50).expect("fits");
-        let overdrawn = limiter.reserve_waiting(10, std::time::Duration::from_millis(50)).await;
-        assert!(started.elapsed() >= std::time::Duration::from_millis(50));
-        assert_eq!((overdrawn.bytes(), limiter.used()), (10, 110), "overdrawn after its patience");
     }
 }

@@ -51,8 +51,6 @@ const FIRST_BUFFER: usize = 64 * 1024;
 /// Parts per size step: part `n` (from 1) is `base << ((n - 1) / PARTS_PER_STEP)`.
 const PARTS_PER_STEP: i32 = 1000;
 const MAX_PARTS: u64 = 10_000;
-/// How long a writer with no part in flight waits for memory before overdrawing.
-const MEMORY_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 /// Parts of a staging file uploaded at once.
 const UPLOAD_CONCURRENCY: usize = 4;
 /// Largest object one CopyObject may copy.
@@ -374,15 +372,15 @@ impl Upload {
 
     /// Reserves `bytes` for a part buffer, waiting for this file's oldest parts in flight
     /// while the memory budget is spent (so a fast writer slows down instead of growing);
-    /// with none in flight it waits for other files to give memory back, and overdraws
-    /// only if none comes within [`MEMORY_PATIENCE`] (all of them stuck the same way).
+    /// with none in flight it overdraws rather than wait on other files, whose buffers may
+    /// be waiting the same way (one program writing many files in turn: no deadlock).
     async fn reserve_waiting(&self, state: &mut State, bytes: u64) -> Result<Reservation, FsError> {
         loop {
             if let Some(reservation) = self.memory.try_reserve(bytes) {
                 return Ok(reservation);
             }
             let Some(oldest) = state.multipart.as_mut().and_then(|m| m.in_flight.pop_front()) else {
-                return Ok(self.memory.reserve_waiting(bytes, MEMORY_PATIENCE).await);
+                return Ok(self.memory.reserve(bytes));
             };
             match join(oldest.task).await {
                 Ok(etag) => {
