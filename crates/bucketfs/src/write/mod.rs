@@ -560,6 +560,11 @@ mod tests {
         assert!(part_size_for(base, 10_000) <= MAX_PART);
     }
 
+    /// An upload of key `k` with the smallest parts and no journal.
+    fn new_upload(store: Arc<MemoryStore>, create_only: bool, memory: Arc<MemoryLimiter>) -> Upload {
+        Upload::new(store, "k".into(), create_only, MIN_PART, memory, None, Metadata::default())
+    }
+
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
     }
@@ -568,15 +573,7 @@ mod tests {
     fn streamed_writes_with_holes_become_the_same_object() {
         let rt = runtime();
         let store = Arc::new(MemoryStore::default());
-        let upload = Upload::new(
-            store.clone(),
-            "k".into(),
-            true,
-            MIN_PART,
-            MemoryLimiter::new(64 * MIB),
-            None,
-            Metadata::default(),
-        );
+        let upload = new_upload(store.clone(), true, MemoryLimiter::new(64 * MIB));
         let mut expected = Vec::new();
         rt.block_on(async {
             let mut offset = 0u64;
@@ -602,15 +599,7 @@ mod tests {
     fn failed_create_is_reported_at_commit_and_aborted() {
         let rt = runtime();
         let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), b"theirs".to_vec())]));
-        let upload = Upload::new(
-            store.clone(),
-            "k".into(),
-            true,
-            MIN_PART,
-            MemoryLimiter::new(64 * MIB),
-            None,
-            Metadata::default(),
-        );
+        let upload = new_upload(store.clone(), true, MemoryLimiter::new(64 * MIB));
         rt.block_on(async {
             upload.write(0, &vec![1; 12 * MIB as usize]).await.expect("write");
             let error = upload.commit().await.expect_err("key exists");
@@ -667,7 +656,7 @@ mod tests {
         let rt = runtime();
         let store = Arc::new(MemoryStore::default());
         let memory = MemoryLimiter::new(64 * MIB);
-        let upload = Upload::new(store, "k".into(), true, MIN_PART, memory.clone(), None, Metadata::default());
+        let upload = new_upload(store, true, memory.clone());
         rt.block_on(async {
             upload.write(0, &[1; 1000]).await.expect("write");
             assert_eq!(memory.used(), FIRST_BUFFER as u64, "a small file reserves a small buffer");
@@ -684,8 +673,7 @@ mod tests {
     fn rewriting_sent_bytes_is_refused() {
         let rt = runtime();
         let store = Arc::new(MemoryStore::default());
-        let upload =
-            Upload::new(store, "k".into(), false, MIN_PART, MemoryLimiter::new(64 * MIB), None, Metadata::default());
+        let upload = new_upload(store, false, MemoryLimiter::new(64 * MIB));
         rt.block_on(async {
             upload.write(0, &vec![1; 6 * MIB as usize]).await.expect("write");
             let error = upload.write(10, b"x").await.expect_err("already sent");
