@@ -10,9 +10,8 @@ use fuser::{FileAttr, FileType};
 
 use super::attrs::StoredAttrs;
 use super::error::FsError;
-use super::rename::Copied;
 use super::{xattrs, AttrChange, Fs, DIRECTORY_CONTENT_TYPE, S_IFDIR, S_IFLNK, S_IFREG};
-use crate::namespace::{Ino, Location, Node};
+use crate::namespace::{Copied, Ino, Location, Node};
 use crate::store::{Metadata, StoreError};
 use crate::write::staging::Base;
 use crate::write::{copy_object, Output};

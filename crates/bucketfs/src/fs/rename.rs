@@ -7,16 +7,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::error::FsError;
 use super::{Fs, Reader, RENAME_CONCURRENCY};
-
-/// One object copied inside the store: from `from` at version `from_etag` to `to`, where
-/// it has `etag`.
-pub(super) struct Copied {
-    pub from: String,
-    pub from_etag: Option<String>,
-    pub to: String,
-    pub etag: Option<String>,
-}
-use crate::namespace::{Ino, Location, Node};
+use crate::namespace::{Copied, Ino, Location, Node};
 use crate::write::copy_object;
 
 impl Fs {
@@ -100,6 +91,7 @@ impl Fs {
             for writer in &writers {
                 writer.output.relocated(to_key.clone(), etag.clone()).await;
             }
+            self.same_content(node.ino, node.etag.as_deref(), etag.as_deref());
             self.namespace.set_metadata(node.ino, Arc::new(metadata), Some(etag));
         }
         self.namespace.rename_entry(from, to, key, &to_key);
@@ -153,6 +145,12 @@ impl Fs {
             }
         }
         self.namespace.rename_entry(from, to, prefix, &to_prefix);
+        // The files below are the copies now, whose ETags may differ from the originals'
+        // (a multipart object's copy has a plain MD5 ETag): an open() pinned to the old
+        // ETag would fail its first read that reaches the store.
+        for (ino, copy) in self.namespace.follow_copies(&copied) {
+            self.same_content(ino, copy.from_etag.as_deref(), copy.etag.as_deref());
+        }
         Ok(())
     }
 

@@ -67,6 +67,17 @@ impl Node {
     }
 }
 
+/// One object this mount copied inside the store: from `from` at version `from_etag` to
+/// `to`, where the same bytes have `etag` (a rename, or a metadata change that rewrote
+/// the object onto itself).
+#[derive(Clone, Debug)]
+pub struct Copied {
+    pub from: String,
+    pub from_etag: Option<String>,
+    pub to: String,
+    pub etag: Option<String>,
+}
+
 /// What the store (or a change made here) says of an entry.
 pub(super) struct Attributes {
     pub size: u64,
@@ -217,6 +228,21 @@ impl InodeTable {
         let ino = *self.children.get(&(parent, name.to_owned()))?;
         self.unlink(ino);
         Some(ino)
+    }
+
+    /// Files at the keys objects were copied to, still showing the version copied, show
+    /// the copy's ETag (same bytes). Returns them with the copy each follows.
+    pub fn follow_copies<'a>(&mut self, copied: &'a [Copied]) -> Vec<(Ino, &'a Copied)> {
+        let by_key: HashMap<&str, &Copied> = copied.iter().map(|copy| (copy.to.as_str(), copy)).collect();
+        let mut followed = Vec::new();
+        for node in self.nodes.values_mut() {
+            let Location::File { key, .. } = &node.location else { continue };
+            if let Some(copy) = by_key.get(key.as_str()).filter(|copy| copy.from_etag == node.etag) {
+                node.etag = copy.etag.clone();
+                followed.push((node.ino, *copy));
+            }
+        }
+        followed
     }
 
     /// (parent, name) is now (new_parent, new_name), its key (for a directory: prefix)

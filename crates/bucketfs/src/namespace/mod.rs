@@ -35,7 +35,7 @@ use crate::fs::error::FsError;
 use crate::store::{Metadata, ObjectStore, StoreError};
 use dir_state::{Counted, DirState};
 use inode::{Attributes, InodeTable};
-pub use inode::{Ino, Location, Node, ROOT_INO};
+pub use inode::{Copied, Ino, Location, Node, ROOT_INO};
 use listing::{Entry, EntryKind};
 pub use readdir::{DirStream, Listed};
 
@@ -286,6 +286,13 @@ impl Namespace {
     pub fn rename_entry(&self, from: (Ino, &str), to: (Ino, &str), old_key: &str, new_key: &str) {
         let missing_until = self.valid_until();
         self.state.lock().rename_entry(from, to, old_key, new_key, missing_until);
+    }
+
+    /// Objects were copied inside the store (a directory rename, after [`Self::rename_entry`]):
+    /// the files now at their new keys show the copies' ETags. Returns the inodes changed,
+    /// with the copy each follows.
+    pub fn follow_copies<'a>(&self, copied: &'a [Copied]) -> Vec<(Ino, &'a Copied)> {
+        self.state.lock().inodes.follow_copies(copied)
     }
 
     /// Enters a file being written: shown at once, trusted until its upload finishes.
