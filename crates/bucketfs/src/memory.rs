@@ -6,14 +6,27 @@
 //! those are bounded by the kernel's own limit on requests in flight (max_background ×
 //! 1 MiB), so the total stays within the limit plus a small, fixed margin. Many readers
 //! at once therefore slow down to demand reads; they do not grow memory without bound.
+//!
+//! Writers wait ([`MemoryLimiter::reserve_writing`]) while the budget is spent and memory
+//! is **on its way back**: upload parts being sent ([`InFlight`]) return theirs when their
+//! request ends, whatever the programs do. When nothing is in flight, all the budget is
+//! held by buffers that only the programs' own writes or closes can free (one program
+//! filling many files in turn), so waiting could last forever: the writer spills its
+//! buffer to disk instead (`write::part_buffer`), or overdraws where it cannot.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use tokio::sync::Notify;
 
 #[derive(Debug)]
 pub struct MemoryLimiter {
     limit: u64,
     used: AtomicU64,
+    /// Of `used`, bytes held by [`InFlight`] reservations.
+    in_flight: AtomicU64,
+    /// Woken whenever memory is given back.
+    released: Notify,
 }
 
 /// Bytes reserved from the budget, given back on drop.
@@ -25,11 +38,16 @@ pub struct Reservation {
 
 impl MemoryLimiter {
     pub fn new(limit: u64) -> Arc<Self> {
-        Arc::new(Self { limit, used: AtomicU64::new(0) })
+        Arc::new(Self { limit, used: AtomicU64::new(0), in_flight: AtomicU64::new(0), released: Notify::new() })
     }
 
     pub fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
+    }
+
+    /// The budget is used up (or overdrawn).
+    pub fn is_spent(&self) -> bool {
+        self.used() >= self.limit
     }
 
     /// Reserves `bytes` if they fit in what is left, else `None`.
@@ -46,6 +64,33 @@ impl MemoryLimiter {
     pub fn reserve(self: &Arc<Self>, bytes: u64) -> Reservation {
         self.used.fetch_add(bytes, Ordering::AcqRel);
         Reservation { limiter: self.clone(), bytes }
+    }
+
+    /// Reserves `bytes` for a write buffer: at once if they fit, else once memory in
+    /// flight has come back. `None` when the budget is spent and nothing is in flight
+    /// (see the module doc).
+    pub async fn reserve_writing(self: &Arc<Self>, bytes: u64) -> Option<Reservation> {
+        loop {
+            // Registered before the check, so a release between the check and the wait
+            // is not missed.
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if let Some(reservation) = self.try_reserve(bytes) {
+                return Some(reservation);
+            }
+            if self.in_flight.load(Ordering::Acquire) == 0 {
+                return None;
+            }
+            released.await;
+        }
+    }
+
+    fn release(&self, bytes: u64) {
+        if bytes > 0 {
+            self.used.fetch_sub(bytes, Ordering::AcqRel);
+            self.released.notify_waiters();
+        }
     }
 }
 
@@ -70,14 +115,38 @@ impl Reservation {
     /// Gives back all but `bytes`.
     pub fn shrink_to(&mut self, bytes: u64) {
         let freed = self.bytes.saturating_sub(bytes);
-        self.limiter.used.fetch_sub(freed, Ordering::AcqRel);
         self.bytes -= freed;
+        self.limiter.release(freed);
+    }
+
+    /// This memory is being sent and comes back when the request ends (an upload part).
+    pub fn in_flight(self) -> InFlight {
+        self.limiter.in_flight.fetch_add(self.bytes, Ordering::AcqRel);
+        InFlight { reservation: Some(self) }
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        self.limiter.used.fetch_sub(self.bytes, Ordering::AcqRel);
+        self.limiter.release(self.bytes);
+    }
+}
+
+/// A reservation whose memory comes back without the program's help (an upload part
+/// being sent): writers short of memory wait for it rather than overdraw.
+#[derive(Debug)]
+pub struct InFlight {
+    reservation: Option<Reservation>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(reservation) = self.reservation.take() {
+            let (limiter, bytes) = (reservation.limiter.clone(), reservation.bytes);
+            // Given back first, so a writer woken by it finds the room.
+            drop(reservation);
+            limiter.in_flight.fetch_sub(bytes, Ordering::AcqRel);
+        }
     }
 }
 
@@ -98,5 +167,26 @@ mod tests {
         assert_eq!(limiter.used(), 240);
         drop((b, forced));
         assert_eq!(limiter.used(), 0);
+    }
+
+    #[tokio::test]
+    async fn writers_wait_for_memory_in_flight_and_hear_when_none_is() {
+        let limiter = MemoryLimiter::new(100);
+        let sending = limiter.try_reserve(100).expect("fits").in_flight();
+        let waiting = tokio::spawn({
+            let limiter = limiter.clone();
+            async move { limiter.reserve_writing(60).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "must wait while a part is in flight");
+        drop(sending);
+        let got = waiting.await.expect("task").expect("memory came back");
+        assert_eq!(limiter.used(), 60, "got the memory that came back, not an overdraft");
+
+        // The rest of the budget is held by buffers, nothing in flight: no waiting.
+        let _held = limiter.try_reserve(40).expect("fits");
+        assert!(limiter.reserve_writing(30).await.is_none());
+        assert_eq!(limiter.used(), 100);
+        drop(got);
     }
 }

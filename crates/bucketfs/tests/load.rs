@@ -14,13 +14,12 @@ use common::*;
 const FILES: usize = 100;
 const FILE_SIZE: usize = 64 * MIB;
 const MEMORY_LIMIT_MIB: u64 = 512;
-/// What the daemon may hold besides the budget. The goal is a small fixed overhead (the
-/// runtime and SDK, the kernel's 64 requests in flight of 1 MiB, per-file state); measured
-/// on 2026-11-24 the peak was 1.3 GiB with the allocator capped at 2 arenas (1.6 GiB with
-/// glibc's default arenas), so several hundred MiB are still unaccounted for (issue 13,
-/// item 12; writers with no part in flight still overdraw one buffer each). This bound
-/// keeps that from growing while the cause is found.
-const OVERHEAD_MIB: u64 = 1536;
+/// What the daemon may hold besides the budget: the runtime and SDK, the kernel's
+/// requests in flight (up to 1 MiB each), per-file state and allocator slack. Measured on
+/// 2026-11-24: peak 706 MiB with the 512 MiB limit, so about 200 MiB (it was 1.3 GiB
+/// before writers spilled to disk instead of overdrawing and readers dropped consumed
+/// bytes under pressure).
+const OVERHEAD_MIB: u64 = 320;
 
 /// Chunk `index` (1 MiB) of load file `seed`: generated piece by piece, so that the test
 /// never holds a whole file.

@@ -602,7 +602,7 @@ impl Fs {
     fn new_upload(&self, source: usize, key: String, create_only: bool, metadata: Metadata) -> Upload {
         let store = self.namespace.store(source).clone();
         let config = &self.write_config;
-        Upload::new(store, key, create_only, config.part_size, self.memory.clone(), config.journal.clone(), metadata)
+        Upload::new(store, key, create_only, config.part_size, self.memory.clone(), config.staging.clone(), metadata)
     }
 
     fn add_writer(&self, writer: Writer) -> Opened {

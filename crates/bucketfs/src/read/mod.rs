@@ -14,8 +14,9 @@
 //!   parallel pieces that grow with it, up to `part_size`. Small first pieces keep the
 //!   first byte fast; big later pieces keep the request count low.
 //! - **Seeks keep data**: a segment is dropped only once it is well behind the reader
-//!   (more than `part_size`) or when the handle holds more than twice its window; so a
-//!   short backward seek is served from memory.
+//!   (more than `part_size`; once the memory budget is spent, as soon as it is behind)
+//!   or when the handle holds more than twice its window; so a short backward seek is
+//!   served from memory.
 //! - **Versions never mix**: every GET carries `If-Match` with the ETag seen at open; if
 //!   the object changed, the read fails (EIO) instead of returning new bytes.
 //! - **Memory**: read-ahead reserves from the [`MemoryLimiter`] and stops when the budget
@@ -234,10 +235,15 @@ impl ReadHandle {
         state.segments.insert(range.start, Segment { range, generation, data, abort, _memory: memory });
     }
 
-    /// Drops what is well behind the reader, then, while the handle holds more than twice
-    /// its maximum window, whatever is farthest from the current read.
+    /// Drops what is well behind the reader (anything behind it once the memory budget is
+    /// spent), then, while the handle holds more than twice its maximum window, whatever
+    /// is farthest from the current read.
     fn evict(&self, state: &mut State, wanted: &Range<u64>) {
-        let behind = wanted.start.saturating_sub(self.config.part_size);
+        // Bytes behind the reader serve short seeks back; they are worth keeping only
+        // while memory is free. Under pressure they would crowd out read-ahead (or, read
+        // on demand past the budget, grow it: 100 readers kept ~8 MiB each behind them).
+        let keep_behind = if self.memory.is_spent() { 0 } else { self.config.part_size };
+        let behind = wanted.start.saturating_sub(keep_behind);
         state.segments.retain(|_, s| s.range.end > behind);
         let budget = 2 * self.config.max_window;
         let mut held: u64 = state.segments.values().map(|s| s.range.end - s.range.start).sum();
@@ -406,6 +412,23 @@ mod tests {
             rt.block_on(reader.read(i * 128 * KIB, 128 * KIB)).expect("read");
         }
         assert!(reader.memory.used() <= MIB + 128 * KIB, "used {}", reader.memory.used());
+    }
+
+    /// Once the budget is spent, what the reader has consumed goes at once: a reader
+    /// never holds more than the budget plus the read it waits on (100 readers each
+    /// keeping a part behind them held ~1 GiB under a 512 MiB limit).
+    #[test]
+    fn consumed_bytes_are_dropped_when_the_budget_is_spent() {
+        let rt = runtime();
+        let size = 16 * MIB;
+        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), data(size as usize))]));
+        let reader = handle(&store, size, config(), MIB);
+        let mut offset = 0;
+        while offset < size {
+            offset += rt.block_on(reader.read(offset, 128 * KIB)).expect("read").len() as u64;
+            let used = reader.memory.used();
+            assert!(used <= MIB + 128 * KIB, "{used} bytes held at offset {offset}");
+        }
     }
 
     proptest! {

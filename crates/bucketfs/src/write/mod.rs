@@ -27,6 +27,7 @@
 
 pub mod journal;
 pub mod multipart;
+mod part_buffer;
 pub mod staging;
 
 use std::collections::VecDeque;
@@ -42,6 +43,8 @@ use crate::memory::{MemoryLimiter, Reservation};
 use crate::store::{Metadata, ObjectStore, StoreError};
 use journal::Journal;
 use multipart::MultipartUpload;
+use part_buffer::PartBuffer;
+use staging::StagingConfig;
 
 /// S3's smallest part (except the last) and largest part.
 pub const MIN_PART: u64 = 5 * 1024 * 1024;
@@ -68,8 +71,8 @@ pub fn part_size_for(base: u64, number: i32) -> u64 {
 
 struct Part {
     number: i32,
+    /// Sends the part; holds its memory until the request ends.
     task: JoinHandle<Result<String, StoreError>>,
-    _memory: Reservation,
 }
 
 struct Multipart {
@@ -83,8 +86,9 @@ struct Multipart {
 #[derive(Default)]
 struct State {
     /// Bytes `[sent, sent + buffer.len())` of the file, not yet handed to S3.
-    buffer: Vec<u8>,
-    /// The buffer's allocation, counted against `--memory-limit`; handed to the part.
+    buffer: PartBuffer,
+    /// The buffer's allocation in memory, counted against `--memory-limit`; handed to
+    /// the part. `None` while the buffer is spilled to disk.
     buffer_memory: Option<Reservation>,
     sent: u64,
     multipart: Option<Multipart>,
@@ -111,7 +115,8 @@ pub struct Upload {
     create_only: bool,
     part_size: u64,
     memory: Arc<MemoryLimiter>,
-    journal: Option<Arc<Journal>>,
+    /// Where part buffers spill when memory is short, and where uploads are recorded.
+    staging: StagingConfig,
     state: Mutex<State>,
 }
 
@@ -122,13 +127,17 @@ impl Upload {
         create_only: bool,
         part_size: u64,
         memory: Arc<MemoryLimiter>,
-        journal: Option<Arc<Journal>>,
+        staging: StagingConfig,
         metadata: Metadata,
     ) -> Self {
         let state = State { metadata, ..State::default() };
         let key = parking_lot::Mutex::new(key);
         let part_size = part_size.max(MIN_PART);
-        Self { store, key, create_only, part_size, memory, journal, state: Mutex::new(state) }
+        Self { store, key, create_only, part_size, memory, staging, state: Mutex::new(state) }
+    }
+
+    fn journal(&self) -> Option<&Journal> {
+        self.staging.journal.as_deref()
     }
 
     /// The metadata the object will have (or has, once committed).
@@ -192,22 +201,17 @@ impl Upload {
             // Fill up to the end of the current part, zero-filling a hole before `offset`.
             let part_end = self.current_part_size(&state) as usize;
             let needed = (position + data.len()).min(part_end);
-            if reserved(&state) < needed {
+            if !state.buffer.is_spilled() && reserved(&state) < needed {
                 self.grow_buffer(&mut state, needed, part_end).await?;
             }
             if position > state.buffer.len() {
-                let hole_end = position.min(part_end);
-                state.buffer.resize(hole_end, 0);
+                state.buffer.zero_fill_to(position.min(part_end))?;
             } else {
                 // `position < part_end` here: a full buffer is always sent below.
                 let take = data.len().min(part_end - position);
-                let end = position + take;
-                // Overwrite what is already buffered, append the rest (no zero-filling).
-                let overlap = state.buffer.len().min(end) - position;
-                state.buffer[position..position + overlap].copy_from_slice(&data[..overlap]);
-                state.buffer.extend_from_slice(&data[overlap..take]);
+                state.buffer.write_at(position, &data[..take])?;
                 data = &data[take..];
-                position = end;
+                position += take;
             }
             if state.buffer.len() >= part_end {
                 self.send_part(&mut state, part_end).await?;
@@ -268,21 +272,23 @@ impl Upload {
         if offset < state.sent {
             return Err(FsError::Busy("these bytes are already uploaded; they can be read once the file is closed"));
         }
-        let buffered = &state.buffer[(offset - state.sent) as usize..(end - state.sent) as usize];
-        Ok(Some(Bytes::copy_from_slice(buffered)))
+        Ok(Some(state.buffer.read((offset - state.sent) as usize..(end - state.sent) as usize)?))
     }
 
     async fn finish(&self, state: &mut State) -> Result<Option<String>, StoreError> {
         let create_only = self.create_only && !state.replace;
         let key = self.key();
         let size = state.sent + state.buffer.len() as u64;
-        let buffer = Bytes::from(std::mem::take(&mut state.buffer));
+        let memory = self.memory_to_send(state).await;
+        let buffer = state.buffer.take_front(size as usize).map_err(|error| StoreError::Other {
+            message: format!("reading the part buffer spilled to disk: {error}"),
+            request_id: None,
+        })?;
         let Some(mut multipart) = state.multipart.take() else {
             return self.store.put(&key, buffer, &state.metadata, create_only).await;
         };
         if !buffer.is_empty() {
             let number = multipart.next_number;
-            let memory = state.buffer_memory.take().unwrap_or_else(|| self.memory.reserve(0));
             let part = self.spawn_part(&multipart, number, buffer, memory);
             multipart.in_flight.push_back(part);
         }
@@ -299,7 +305,7 @@ impl Upload {
             }
             // Renamed, or attributes changed, after the upload started: copy the object
             // to where it belongs, with the metadata it must have.
-            let journal = self.journal.as_deref();
+            let journal = self.journal();
             let etag =
                 copy_object(&self.store, journal, &started, &key, size, etag.as_deref(), &state.metadata).await?;
             if started != key {
@@ -328,19 +334,17 @@ impl Upload {
         part_size_for(self.part_size, number)
     }
 
-    /// Sends the first `len` buffered bytes as the next part, waiting for earlier parts
-    /// when the memory budget is spent (so a fast writer slows down instead of growing).
+    /// Sends the first `len` buffered bytes as the next part (the buffer's reservation
+    /// goes with it; the next buffer waits for memory in `grow_buffer`).
     async fn send_part(&self, state: &mut State, len: usize) -> Result<(), FsError> {
         if state.multipart.is_none() {
-            let upload =
-                MultipartUpload::start(&self.store, self.journal.as_deref(), &self.key(), &state.metadata).await?;
+            let upload = MultipartUpload::start(&self.store, self.journal(), &self.key(), &state.metadata).await?;
             state.started_with = Some(state.metadata.clone());
             state.multipart = Some(Multipart { upload, in_flight: VecDeque::new(), done: Vec::new(), next_number: 1 });
         }
-        let rest = state.buffer.split_off(len);
-        let data = Bytes::from(std::mem::replace(&mut state.buffer, rest));
         // The part keeps the buffer's reservation until it is uploaded.
-        let memory = state.buffer_memory.take().unwrap_or_else(|| self.memory.reserve(len as u64));
+        let memory = self.memory_to_send(state).await;
+        let data = state.buffer.take_front(len)?;
         let Some(multipart) = state.multipart.as_mut() else { unreachable!("started above") };
         let number = multipart.next_number;
         multipart.next_number += 1;
@@ -354,40 +358,63 @@ impl Upload {
     /// doubling from [`FIRST_BUFFER`], so a small file holds and reserves little more than
     /// its size (an 8 MiB buffer per file would spend the memory budget on 1,000 open
     /// small files); once a file has sent a part, its buffers are whole parts.
+    ///
+    /// While the memory budget is spent, this waits for parts in flight (this file's or
+    /// others') to come back, so fast writers slow down instead of growing. With none in
+    /// flight, only the programs can free memory (their files' buffers fill as they
+    /// write), so waiting could last forever: the buffer spills to disk instead
+    /// (`part_buffer`). A part of this file that failed ends the upload here.
     async fn grow_buffer(&self, state: &mut State, needed: usize, part_end: usize) -> Result<(), FsError> {
         let capacity = if state.multipart.is_some() {
             part_end
         } else {
             needed.next_power_of_two().max(2 * reserved(state)).clamp(FIRST_BUFFER, part_end)
         };
-        let more = self.reserve_waiting(state, (capacity - reserved(state)) as u64).await?;
+        self.reap_finished_parts(state).await?;
+        let more = match self.memory.reserve_writing((capacity - reserved(state)) as u64).await {
+            Some(more) => more,
+            None if state.buffer.spill(&self.staging, part_end) => {
+                // Nothing in flight will free memory: the part fills on disk instead.
+                state.buffer_memory = None;
+                return Ok(());
+            }
+            // No disk either: hold it in memory past the budget rather than fail a write.
+            None => self.memory.reserve((capacity - reserved(state)) as u64),
+        };
         match &mut state.buffer_memory {
             Some(held) => held.absorb(more),
             None => state.buffer_memory = Some(more),
         }
-        let missing = capacity.saturating_sub(state.buffer.len());
-        state.buffer.reserve_exact(missing);
+        state.buffer.reserve_memory(capacity);
         Ok(())
     }
 
-    /// Reserves `bytes` for a part buffer, waiting for this file's oldest parts in flight
-    /// while the memory budget is spent (so a fast writer slows down instead of growing);
-    /// with none in flight it overdraws rather than wait on other files, whose buffers may
-    /// be waiting the same way (one program writing many files in turn: no deadlock).
-    async fn reserve_waiting(&self, state: &mut State, bytes: u64) -> Result<Reservation, FsError> {
-        loop {
-            if let Some(reservation) = self.memory.try_reserve(bytes) {
-                return Ok(reservation);
+    /// The reservation that goes with the buffer's bytes when they are sent: the
+    /// buffer's own, or, for a buffer spilled to disk, memory to read it back into
+    /// (waiting for parts in flight like any writer; past the budget if none are).
+    async fn memory_to_send(&self, state: &mut State) -> Reservation {
+        if let Some(memory) = state.buffer_memory.take() {
+            return memory;
+        }
+        let len = state.buffer.len() as u64;
+        if len == 0 {
+            return self.memory.reserve(0);
+        }
+        match self.memory.reserve_writing(len).await {
+            Some(memory) => memory,
+            None => self.memory.reserve(len),
+        }
+    }
+
+    /// Collects this file's parts that are done; the first failure aborts the upload.
+    async fn reap_finished_parts(&self, state: &mut State) -> Result<(), FsError> {
+        while let Some(multipart) = state.multipart.as_mut() {
+            if !multipart.in_flight.front().is_some_and(|part| part.task.is_finished()) {
+                break;
             }
-            let Some(oldest) = state.multipart.as_mut().and_then(|m| m.in_flight.pop_front()) else {
-                return Ok(self.memory.reserve(bytes));
-            };
-            match join(oldest.task).await {
-                Ok(etag) => {
-                    if let Some(multipart) = state.multipart.as_mut() {
-                        multipart.done.push((oldest.number, etag));
-                    }
-                }
+            let Some(part) = multipart.in_flight.pop_front() else { break };
+            match join(part.task).await {
+                Ok(etag) => multipart.done.push((part.number, etag)),
                 Err(error) => {
                     state.outcome = Some(Err(error.clone()));
                     self.abort(state).await;
@@ -395,11 +422,20 @@ impl Upload {
                 }
             }
         }
+        Ok(())
     }
 
     fn spawn_part(&self, multipart: &Multipart, number: i32, data: Bytes, memory: Reservation) -> Part {
-        let task = tokio::spawn(multipart.upload.part_task(number, data));
-        Part { number, task, _memory: memory }
+        let send = multipart.upload.part_task(number, data);
+        // The part's memory comes back when its request ends, not when this file next
+        // looks at it: other writers wait for exactly that.
+        let memory = memory.in_flight();
+        let task = tokio::spawn(async move {
+            let result = send.await;
+            drop(memory);
+            result
+        });
+        Part { number, task }
     }
 }
 
@@ -562,7 +598,12 @@ mod tests {
 
     /// An upload of key `k` with the smallest parts and no journal.
     fn new_upload(store: Arc<MemoryStore>, create_only: bool, memory: Arc<MemoryLimiter>) -> Upload {
-        Upload::new(store, "k".into(), create_only, MIN_PART, memory, None, Metadata::default())
+        new_upload_of(store, "k", create_only, memory)
+    }
+
+    fn new_upload_of(store: Arc<MemoryStore>, key: &str, create_only: bool, memory: Arc<MemoryLimiter>) -> Upload {
+        let staging = StagingConfig { dir: std::env::temp_dir(), limit: MemoryLimiter::new(u64::MAX), journal: None };
+        Upload::new(store, key.into(), create_only, MIN_PART, memory, staging, Metadata::default())
     }
 
     fn runtime() -> tokio::runtime::Runtime {
@@ -667,6 +708,43 @@ mod tests {
             upload.commit().await.expect("commit");
         });
         assert_eq!(memory.used(), 0, "given back once committed");
+    }
+
+    /// One program writing 20 files in turns under a budget of three parts: nothing in
+    /// flight can free memory while every file fills its first part, so buffers spill to
+    /// disk instead of waiting forever or growing past the budget; every file is stored
+    /// whole, and memory never exceeds the budget by more than one part being read back.
+    #[test]
+    fn files_written_in_turns_spill_instead_of_overdrawing() {
+        let rt = runtime();
+        let store = Arc::new(MemoryStore::default());
+        let limit = 3 * MIN_PART;
+        let memory = MemoryLimiter::new(limit);
+        let uploads: Vec<_> =
+            (0..20).map(|i| new_upload_of(store.clone(), &format!("f{i}"), true, memory.clone())).collect();
+        let size = 2 * MIN_PART as usize + 12_345;
+        let content = |i: usize| (0..size).map(|at| ((at * 7 + i) % 251) as u8).collect::<Vec<u8>>();
+        let mut peak = 0;
+        rt.block_on(async {
+            let chunk = 256 * 1024;
+            for offset in (0..size).step_by(chunk) {
+                for (i, upload) in uploads.iter().enumerate() {
+                    let end = (offset + chunk).min(size);
+                    upload.write(offset as u64, &content(i)[offset..end]).await.expect("write");
+                    peak = peak.max(memory.used());
+                }
+            }
+            for upload in &uploads {
+                upload.commit().await.expect("commit");
+            }
+        });
+        for i in 0..20 {
+            let stored = rt.block_on(store.get_range(&format!("f{i}"), 0..size as u64, None)).expect("get");
+            assert!(stored[..] == content(i)[..], "file {i} differs");
+        }
+        assert!(peak <= limit + MIN_PART, "peak {peak} bytes reserved for a budget of {limit}");
+        assert_eq!(memory.used(), 0);
+        assert_eq!(store.open_uploads(), 0);
     }
 
     #[test]

@@ -342,14 +342,14 @@ fn read_range(file: &File, range: Range<u64>) -> Result<Bytes, FsError> {
     Ok(Bytes::from(buffer))
 }
 
-fn temp_file(dir: &Path) -> Result<File, FsError> {
+pub(super) fn temp_file(dir: &Path) -> Result<File, FsError> {
     tempfile::tempfile_in(dir).map_err(|error| {
         tracing::error!("cannot create a staging file in {}: {error}", dir.display());
         local_error(error)
     })
 }
 
-fn local_error(error: std::io::Error) -> FsError {
+pub(super) fn local_error(error: std::io::Error) -> FsError {
     match error.raw_os_error() {
         Some(libc::ENOSPC) | Some(libc::EDQUOT) => FsError::NoSpace,
         _ => FsError::Local(error.to_string()),
