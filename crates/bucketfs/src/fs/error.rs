@@ -82,6 +82,7 @@ impl FsError {
                 StoreError::AlreadyExists => Errno::EEXIST,
                 StoreError::UploadGone => Errno::ECANCELED,
                 StoreError::TooLarge => Errno::EFBIG,
+                StoreError::KeyTooLong => Errno::ENAMETOOLONG,
                 StoreError::Unreachable { .. }
                 | StoreError::Unavailable { .. }
                 | StoreError::Interrupted(_)
@@ -112,6 +113,7 @@ mod tests {
             StoreError::Interrupted("reset".into()),
             StoreError::UploadGone,
             StoreError::TooLarge,
+            StoreError::KeyTooLong,
             StoreError::Other { message: "m".into(), request_id: None },
         ];
         let mut all = vec![
@@ -152,6 +154,7 @@ mod tests {
             StoreError::Interrupted(_) => "Interrupted",
             StoreError::UploadGone => "UploadGone",
             StoreError::TooLarge => "TooLarge",
+            StoreError::KeyTooLong => "KeyTooLong",
             StoreError::Other { .. } => "Other",
         };
         match error {

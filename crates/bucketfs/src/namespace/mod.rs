@@ -121,7 +121,10 @@ impl Namespace {
             Location::Dir { source, prefix } => (*source, prefix.clone()),
         };
         if names::check_component(name).is_err() {
-            return Err(if name.len() > names::NAME_MAX { FsError::NameTooLong } else { FsError::NotFound });
+            return Err(if name.len() > names::MAX_NAME { FsError::NameTooLong } else { FsError::NotFound });
+        }
+        if prefix.len() + name.len() > names::MAX_KEY {
+            return Err(FsError::NotFound); // no key that long can exist
         }
         let now = Instant::now();
         {
@@ -270,11 +273,14 @@ impl Namespace {
     pub fn entry_key(&self, parent: Ino, name: &str) -> Result<(usize, String), FsError> {
         let (source, prefix) = self.dir_location(parent)?;
         if names::check_component(name).is_err() {
-            return Err(if name.len() > names::NAME_MAX {
+            return Err(if name.len() > names::MAX_NAME {
                 FsError::NameTooLong
             } else {
                 FsError::Invalid("file name")
             });
+        }
+        if prefix.len() + name.len() > names::MAX_KEY {
+            return Err(FsError::NameTooLong);
         }
         Ok((source, format!("{prefix}{name}")))
     }
@@ -456,7 +462,7 @@ mod tests {
 
     #[tokio::test]
     async fn keys_that_cannot_be_names_are_hidden_and_siblings_stay() {
-        let long = "l".repeat(256);
+        let long = "l".repeat(1025);
         let long_key = format!("x/{long}");
         let ns = namespace(&["x//y", "x/sib", "p/./q", "p/../q", "p/sib2", &long_key, "/lead", "top"]);
         let names = |listed: Vec<Listed>| listed.into_iter().map(|l| l.name).collect::<Vec<_>>();
@@ -468,6 +474,21 @@ mod tests {
         assert_eq!(names(ns.list(p.ino).expect("p").next_batch(&ns).await.expect("p")), ["sib2"]);
         assert!(matches!(ns.lookup(x.ino, &long).await, Err(FsError::NameTooLong)));
         assert!(matches!(ns.lookup(x.ino, "").await, Err(FsError::NotFound)));
+    }
+
+    /// As on AWS S3 (and s3fs): a name over 255 bytes is listed and can be looked up and
+    /// created; a key over 1024 bytes cannot be created and cannot exist.
+    #[tokio::test]
+    async fn names_up_to_the_key_limit_are_shown_and_usable() {
+        let long = "n".repeat(600);
+        let ns = namespace(&[&format!("d/{long}"), "d/short"]);
+        let d = ns.lookup(ROOT_INO, "d").await.expect("d");
+        let listed = ns.list(d.ino).expect("d").next_batch(&ns).await.expect("d");
+        assert_eq!(listed.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(), [long.as_str(), "short"]);
+        assert!(!ns.lookup(d.ino, &long).await.expect("600-byte name").location.is_dir());
+        assert_eq!(ns.entry_key(d.ino, &"m".repeat(1022)).expect("key of 1024 bytes").1.len(), 1024);
+        assert!(matches!(ns.entry_key(d.ino, &"m".repeat(1023)), Err(FsError::NameTooLong)));
+        assert!(matches!(ns.lookup(d.ino, &"m".repeat(1023)).await, Err(FsError::NotFound)));
     }
 
     #[tokio::test]

@@ -1,12 +1,20 @@
 //! Which S3 key components can be shown as file names, and why the others cannot.
 //!
-//! S3 keys are arbitrary UTF-8 strings; a POSIX file name is a non-empty byte string of at
-//! most 255 bytes without `/`, and `.`/`..` are taken. A key whose components break
-//! these rules is hidden (and logged once per listing), never mangled: showing `a//b` as
-//! `a/b` would make two keys collide, and a mangled name could not be mapped back.
+//! S3 keys are arbitrary UTF-8 strings of at most 1024 bytes; a file name is a non-empty
+//! byte string without `/`, and `.`/`..` are taken. A key whose components break these
+//! rules is hidden (and logged once per listing), never mangled: showing `a//b` as `a/b`
+//! would make two keys collide, and a mangled name could not be mapped back.
+//!
+//! Names longer than `NAME_MAX` (255) are shown and usable, as s3fs shows them: FUSE
+//! passes names up to 1024 bytes, and the kernel is the judge of what a program may ask
+//! for. What S3 cannot hold is a key longer than [`MAX_KEY`]: creating one is refused
+//! with ENAMETOOLONG before it reaches the store.
 
-/// Longest file name Linux accepts (`NAME_MAX`).
-pub const NAME_MAX: usize = 255;
+/// Longest name FUSE passes to a file system (the kernel's `FUSE_NAME_MAX`).
+pub const MAX_NAME: usize = 1024;
+
+/// Longest key S3 (and MinIO) accepts, in bytes.
+pub const MAX_KEY: usize = 1024;
 
 /// Why a key component is not shown as a directory entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,7 +23,8 @@ pub enum Hidden {
     Empty,
     /// `.` or `..`: the kernel reserves them.
     Dot,
-    /// Longer than `NAME_MAX` bytes: the kernel would refuse it.
+    /// Longer than [`MAX_NAME`] bytes: FUSE cannot pass it (only a prefix of a key can
+    /// make a component that long, as keys end at 1024 bytes).
     TooLong,
     /// Contains NUL, which no file name can hold.
     Nul,
@@ -26,7 +35,7 @@ impl std::fmt::Display for Hidden {
         f.write_str(match self {
             Hidden::Empty => "it has an empty path component (\"//\")",
             Hidden::Dot => "it has a \".\" or \"..\" path component",
-            Hidden::TooLong => "a path component is longer than 255 bytes",
+            Hidden::TooLong => "a path component is longer than 1024 bytes",
             Hidden::Nul => "it contains a NUL byte",
         })
     }
@@ -38,7 +47,7 @@ pub fn check_component(name: &str) -> Result<(), Hidden> {
         Err(Hidden::Empty)
     } else if name == "." || name == ".." {
         Err(Hidden::Dot)
-    } else if name.len() > NAME_MAX {
+    } else if name.len() > MAX_NAME {
         Err(Hidden::TooLong)
     } else if name.contains('\0') {
         Err(Hidden::Nul)
@@ -63,10 +72,12 @@ mod tests {
         assert_eq!(check_component(""), Err(Hidden::Empty));
         assert_eq!(check_component("."), Err(Hidden::Dot));
         assert_eq!(check_component(".."), Err(Hidden::Dot));
-        assert_eq!(check_component(&"x".repeat(256)), Err(Hidden::TooLong));
-        assert_eq!(check_component(&"x".repeat(255)), Ok(()));
-        // 255 bytes is the limit, not 255 characters.
-        assert_eq!(check_component(&"é".repeat(128)), Err(Hidden::TooLong));
+        assert_eq!(check_component(&"x".repeat(1025)), Err(Hidden::TooLong));
+        // Longer than NAME_MAX is shown, as s3fs shows it.
+        assert_eq!(check_component(&"x".repeat(256)), Ok(()));
+        assert_eq!(check_component(&"x".repeat(1024)), Ok(()));
+        // 1024 bytes is the limit, not 1024 characters.
+        assert_eq!(check_component(&"é".repeat(513)), Err(Hidden::TooLong));
         assert_eq!(check_component("a\0b"), Err(Hidden::Nul));
     }
 }

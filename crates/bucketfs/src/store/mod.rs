@@ -84,6 +84,10 @@ pub enum StoreError {
     /// The object would exceed what the store accepts (EntityTooLarge).
     #[error("object too large for the store (EntityTooLarge)")]
     TooLarge,
+    /// The store refuses the key as too long: over 1024 bytes (S3's and MinIO's
+    /// `KeyTooLongError`), or, on MinIO, with a path component over 255 bytes.
+    #[error("key too long for the store")]
+    KeyTooLong,
     #[error("S3 error: {message}{}", request_suffix(.request_id))]
     Other { message: String, request_id: Option<String> },
 }

@@ -138,6 +138,10 @@ impl S3Store {
             (Some("PreconditionFailed"), _) | (_, Some(412)) => StoreError::Changed,
             (Some("NoSuchUpload"), _) => StoreError::UploadGone,
             (Some("EntityTooLarge"), _) => StoreError::TooLarge,
+            (Some("KeyTooLongError"), _) => StoreError::KeyTooLong,
+            // MinIO's answer to a path component over 255 bytes; bucketfs sends no other
+            // names it calls invalid (empty, `.` and `..` components are refused before).
+            (Some("XMinioInvalidObjectName"), _) => StoreError::KeyTooLong,
             (
                 Some(
                     "SlowDown"
@@ -251,8 +255,17 @@ impl S3Store {
 impl S3Store {
     async fn head_once(&self, key: &str) -> Result<ObjectInfo, StoreError> {
         tracing::debug!(bucket = %self.bucket, key, "s3 HEAD");
-        let response =
-            self.client.head_object().bucket(&self.bucket).key(key).send().await.map_err(|e| self.map_error(e))?;
+        let response = self.client.head_object().bucket(&self.bucket).key(key).send().await.map_err(|e| {
+            // A HEAD answer has no body, hence no error code: a 400 for a key with a
+            // component over 255 bytes is MinIO refusing the name (its PUT says
+            // XMinioInvalidObjectName), which AWS S3 accepts.
+            let bad_request = e.raw_response().is_some_and(|r| r.status().as_u16() == 400);
+            if bad_request && key.split('/').any(|component| component.len() > 255) {
+                StoreError::KeyTooLong
+            } else {
+                self.map_error(e)
+            }
+        })?;
         Ok(ObjectInfo {
             key: key.to_owned(),
             size: response.content_length().unwrap_or(0).max(0) as u64,
