@@ -21,6 +21,7 @@ use tokio::runtime::Handle;
 
 use crate::fs::error::FsError;
 use crate::fs::{AttrChange, Caller, Fs};
+use crate::store::StoreError;
 
 /// Largest read or write request the kernel may send us.
 const MAX_REQUEST: u32 = 1024 * 1024;
@@ -73,12 +74,21 @@ fn reply_xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
     }
 }
 
+fn time_or_now(time: TimeOrNow) -> SystemTime {
+    match time {
+        TimeOrNow::SpecificTime(time) => time,
+        TimeOrNow::Now => SystemTime::now(),
+    }
+}
+
 fn caller(req: &Request) -> Caller {
     Caller { thread: req.pid(), uid: req.uid(), gid: req.gid() }
 }
 
 fn log_error(op: &str, error: &FsError) -> Errno {
     match error {
+        // A name the store cannot hold is the program's business, like ENOENT.
+        FsError::Store(StoreError::KeyTooLong) => tracing::debug!("{op}: {error}"),
         FsError::Store(store) => tracing::warn!("{op}: {store}"),
         other => tracing::debug!("{op}: {other}"),
     }
@@ -420,7 +430,7 @@ impl Filesystem for FuseAdapter {
         uid: Option<u32>,
         gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<std::time::SystemTime>,
         _fh: Option<FileHandle>,
@@ -435,10 +445,8 @@ impl Filesystem for FuseAdapter {
             uid,
             gid,
             size,
-            mtime: mtime.map(|time| match time {
-                TimeOrNow::SpecificTime(time) => time,
-                TimeOrNow::Now => SystemTime::now(),
-            }),
+            mtime: mtime.map(time_or_now),
+            atime: atime.map(time_or_now),
         };
         self.spawn(move |fs| async move {
             match fs.setattr(ino.0, change).await {
@@ -475,10 +483,28 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    // Special files cannot be stored in S3.
-
-    fn mknod(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _r: u32, reply: ReplyEntry) {
-        reply.error(if self.fs.read_only() { Errno::EROFS } else { Errno::EPERM });
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = name.to_owned();
+        let caller = caller(req);
+        self.spawn(move |fs| async move {
+            let result = async { fs.mknod(parent.0, new_name(&name)?, mode, rdev, caller).await }.await;
+            match result {
+                Ok(attr) => {
+                    fs.add_lookup(attr.ino.0);
+                    reply.entry(&fs.ttl(), &attr, Generation(0))
+                }
+                Err(e) => reply.error(log_error("mknod", &e)),
+            }
+        });
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, name: &OsStr, target: &Path, reply: ReplyEntry) {

@@ -1,16 +1,21 @@
 //! Changes to what an entry is rather than what it holds: `chmod`, `chown`, `utimens`
 //! and `truncate` (`setattr`), and `user.*` extended attributes. Modes, owners, times and
 //! xattrs live in object metadata: carried by the upload of a file open for writing,
-//! else rewritten in the store at once.
+//! else rewritten in the store at once. Each change stores the time it was made as the
+//! ctime, in the same request.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use fuser::{FileAttr, FileType};
 
 use super::attrs::StoredAttrs;
 use super::error::FsError;
-use super::{xattrs, AttrChange, Fs, DIRECTORY_CONTENT_TYPE, S_IFDIR, S_IFLNK, S_IFREG};
+use super::{
+    xattrs, AttrChange, Fs, DIRECTORY_CONTENT_TYPE, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFREG, S_IFSOCK,
+};
 use crate::namespace::{Copied, Ino, Location, Node};
 use crate::store::{Metadata, StoreError};
 use crate::write::staging::Base;
@@ -45,21 +50,22 @@ impl Fs {
             (false, false) => return Err(FsError::NoAttribute),
             _ => {}
         }
-        self.change_metadata(ino, |metadata| match &value {
-            Some(value) => {
-                metadata.user.insert(key.to_owned(), value.clone());
-            }
-            None => {
-                metadata.user.remove(key);
-            }
+        let changed = StoredAttrs { ctime: Some(SystemTime::now()), ..StoredAttrs::default() };
+        self.change_metadata(ino, |metadata| {
+            match &value {
+                Some(value) => metadata.user.insert(key.to_owned(), value.clone()),
+                None => metadata.user.remove(key),
+            };
+            changed.apply_to(metadata);
         })
         .await
     }
 
-    /// `chmod`, `chown`, `utimens`, `truncate`. Modes, owners and mtimes are stored in
-    /// the object's metadata: carried by the upload while the file is open for writing
-    /// (as `tar` sets them before `close`), else rewritten in place with a server-side
-    /// copy, which returns only once stored. Asking for what is already shown costs nothing.
+    /// `chmod`, `chown`, `utimens`, `truncate`. Modes, owners and times are stored in
+    /// the object's metadata, with the time of the change as ctime: carried by the upload
+    /// while the file is open for writing (as `tar` sets them before `close`), else
+    /// rewritten in place with a server-side copy, which returns only once stored.
+    /// Asking for what is already shown costs nothing.
     pub async fn setattr(&self, ino: Ino, change: AttrChange) -> Result<FileAttr, FsError> {
         self.settle(ino).await;
         let mut current = self.getattr(ino).await?;
@@ -69,17 +75,24 @@ impl Fs {
         let type_bits = match current.kind {
             FileType::Directory => S_IFDIR,
             FileType::Symlink => S_IFLNK,
+            FileType::NamedPipe => S_IFIFO,
+            FileType::Socket => S_IFSOCK,
+            FileType::CharDevice => S_IFCHR,
+            FileType::BlockDevice => S_IFBLK,
             _ => S_IFREG,
         };
-        let wanted = StoredAttrs {
+        let mut wanted = StoredAttrs {
             mode: change.mode.filter(|&mode| mode != current.perm).map(|mode| type_bits | u32::from(mode)),
             uid: change.uid.filter(|&uid| uid != current.uid),
             gid: change.gid.filter(|&gid| gid != current.gid),
             mtime: change.mtime.filter(|&mtime| mtime != current.mtime),
+            atime: change.atime.filter(|&atime| atime != current.atime),
+            ..StoredAttrs::default()
         };
         if wanted == StoredAttrs::default() {
             return Ok(current);
         }
+        wanted.ctime = Some(SystemTime::now());
         self.change_metadata(ino, |metadata| wanted.apply_to(metadata)).await?;
         Ok(self.attr(&self.namespace.node(ino)?))
     }
@@ -92,6 +105,8 @@ impl Fs {
         for writer in writers {
             if let Some(metadata) = writer.output.update_metadata(&change).await {
                 self.namespace.set_metadata(ino, Arc::new(metadata), None);
+                // The times set now hold until the next write (see `Fs::write`).
+                writer.times_kept.store(true, Ordering::Release);
                 return Ok(());
             }
         }
@@ -137,12 +152,18 @@ impl Fs {
             }
             Location::Dir { source, prefix } if !prefix.is_empty() => {
                 // A marker is empty: writing it again with the new metadata is the update
-                // (and turns an implicit directory into an explicit one).
+                // (and turns an implicit directory into an explicit one). The times its
+                // entries' changes set in memory are stored with it.
                 let mut metadata = self.stored_metadata(node.clone()).await?;
+                let touched = node.touched;
+                if let Some(time) = touched {
+                    let times = StoredAttrs { mtime: Some(time), ctime: Some(time), ..StoredAttrs::default() };
+                    times.apply_to(&mut metadata);
+                }
                 change(&mut metadata);
                 metadata.content_type.get_or_insert_with(|| DIRECTORY_CONTENT_TYPE.into());
                 self.namespace.store(*source).put(prefix, Bytes::new(), &metadata, false).await?;
-                self.namespace.set_metadata(ino, Arc::new(metadata), None);
+                self.namespace.set_marker_metadata(ino, Arc::new(metadata), touched);
                 Ok(())
             }
             // The bucket root (or the root of a multiplexed mount) has no object to keep
@@ -150,8 +171,12 @@ impl Fs {
             // `rsync -a` of a tree rooted at "." work (SEMANTICS.md says so).
             _ => {
                 let mut metadata = node.metadata.as_deref().cloned().unwrap_or_default();
+                if let Some(time) = node.touched {
+                    let times = StoredAttrs { mtime: Some(time), ctime: Some(time), ..StoredAttrs::default() };
+                    times.apply_to(&mut metadata);
+                }
                 change(&mut metadata);
-                self.namespace.set_metadata(ino, Arc::new(metadata), None);
+                self.namespace.set_marker_metadata(ino, Arc::new(metadata), node.touched);
                 Ok(())
             }
         }
@@ -182,11 +207,13 @@ impl Fs {
                 return Err(FsError::Unsupported("truncating a file being written front to back (open it O_RDWR)"));
             };
             staged.truncate(size).await?;
+            self.content_changed(writer).await;
             self.namespace.set_pending_size(ino, size);
             return Ok(self.attr(&self.namespace.node(ino)?));
         }
         let mut metadata = self.stored_metadata(node.clone()).await?;
-        StoredAttrs::forget_mtime(&mut metadata);
+        StoredAttrs::forget_content_times(&mut metadata);
+        StoredAttrs::stamp_content_times(&mut metadata, SystemTime::now());
         let etag = if size == 0 {
             self.namespace.store(*source).put(key, Bytes::new(), &metadata, false).await?
         } else {

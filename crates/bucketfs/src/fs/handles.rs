@@ -30,11 +30,23 @@ pub(super) struct Writer {
     pub background: Arc<tokio::sync::Mutex<()>>,
     /// `close()` has handed the upload to the background.
     pub handed_off: AtomicBool,
+    /// The metadata may hold an mtime or ctime from before the next write (the stored
+    /// object's, or set by `utimens`/`chmod` while open), which that write must drop so
+    /// that the commit stamps the time of the last write (see `Fs::write`).
+    pub times_kept: AtomicBool,
 }
 
 impl Writer {
-    pub fn new(opener: u32, created: bool, ino: Ino, output: Output) -> Self {
-        Self { opener, created, ino, output, background: Arc::default(), handed_off: AtomicBool::new(false) }
+    pub fn new(opener: u32, created: bool, ino: Ino, output: Output, times_kept: bool) -> Self {
+        Self {
+            opener,
+            created,
+            ino,
+            output,
+            background: Arc::default(),
+            handed_off: AtomicBool::new(false),
+            times_kept: AtomicBool::new(times_kept),
+        }
     }
 }
 

@@ -1,9 +1,10 @@
 //! The filesystem: what each operation means, independent of how FUSE delivers it.
 //!
 //! [`Fs`] owns the namespace and the open handles, turns namespace nodes into file
-//! attributes, and decides what an operation may do. Modes, owners and mtimes come from
+//! attributes, and decides what an operation may do. Modes, owners and times come from
 //! object metadata ([`attrs`], s3fs's format) where it sets them, else from the mount
-//! options and Last-Modified. Files open for reading get a [`ReadHandle`], files open for
+//! options and Last-Modified. Special files (FIFOs, sockets, devices) are empty objects
+//! whose stored mode says what they are, as s3fs stores them: the kernel does their I/O. Files open for reading get a [`ReadHandle`], files open for
 //! writing an [`Upload`] committed at `flush`/`fsync`. With `--read-only` every change is
 //! refused with EROFS (and the kernel, seeing a read-only mount, refuses most before
 //! they reach us).
@@ -41,6 +42,10 @@ const S_IFMT: u32 = libc::S_IFMT;
 const S_IFREG: u32 = libc::S_IFREG;
 const S_IFDIR: u32 = libc::S_IFDIR;
 const S_IFLNK: u32 = libc::S_IFLNK;
+const S_IFIFO: u32 = libc::S_IFIFO;
+const S_IFSOCK: u32 = libc::S_IFSOCK;
+const S_IFCHR: u32 = libc::S_IFCHR;
+const S_IFBLK: u32 = libc::S_IFBLK;
 /// Content type of directory markers, as s3fs writes them.
 const DIRECTORY_CONTENT_TYPE: &str = "application/x-directory";
 /// Objects copied (then deleted) at once when renaming a directory.
@@ -83,7 +88,7 @@ pub struct WriteConfig {
 /// waits for one of them to end (this bounds the memory they hold).
 const WRITE_BACK_UPLOADS: usize = 32;
 
-/// What a `setattr` asks to change (an atime alone is not kept: see SEMANTICS).
+/// What a `setattr` asks to change.
 #[derive(Clone, Copy, Debug)]
 pub struct AttrChange {
     /// Permission bits (`& 0o7777`).
@@ -92,6 +97,7 @@ pub struct AttrChange {
     pub gid: Option<u32>,
     pub size: Option<u64>,
     pub mtime: Option<SystemTime>,
+    pub atime: Option<SystemTime>,
 }
 
 pub struct Fs {
@@ -289,31 +295,36 @@ impl Fs {
     ) -> Result<(FileAttr, Opened), FsError> {
         self.check_writable()?;
         let (source, key) = self.namespace.new_entry_key(parent, name).await?;
-        let metadata = self.new_entry_metadata(S_IFREG | (mode & 0o7777), caller);
+        // No times yet: the commit stamps the time of the last write.
+        let metadata = self.new_entry_metadata(S_IFREG | (mode & 0o7777), caller, None);
         let output = if flags & libc::O_ACCMODE == libc::O_RDWR {
             Output::Staged(self.new_staged(source, key.clone(), None, metadata.clone())?)
         } else {
             Output::Streamed(self.new_upload(source, key.clone(), true, metadata.clone()))
         };
         let node = self.namespace.enter_pending_file(parent, name, source, key, Arc::new(metadata));
-        let opened = self.add_writer(Writer::new(process_of(caller.thread), true, node.ino, output));
+        self.namespace.touch_dir(parent);
+        let opened = self.add_writer(Writer::new(process_of(caller.thread), true, node.ino, output, false));
         Ok((self.attr(&node), opened))
     }
 
-    /// The metadata of an entry created by `caller` with `mode`: only what differs from
-    /// the mount's defaults is stored.
-    fn new_entry_metadata(&self, mode: u32, caller: Caller) -> Metadata {
+    /// The metadata of an entry created by `caller` with `mode` at `time` (if the entry's
+    /// content is complete at once): only what differs from the mount's defaults is
+    /// stored, and the time, so that it has nanoseconds rather than Last-Modified's
+    /// whole seconds.
+    fn new_entry_metadata(&self, mode: u32, caller: Caller, time: Option<SystemTime>) -> Metadata {
         let p = &self.presentation;
         let default_mode = match mode & S_IFMT {
             S_IFDIR => Some(S_IFDIR | u32::from(p.dir_mode)),
             S_IFREG => Some(S_IFREG | u32::from(p.file_mode)),
-            _ => None, // a symlink must say so
+            _ => None, // a symlink or special file must say so
         };
         let attrs = StoredAttrs {
             mode: (Some(mode) != default_mode).then_some(mode),
             uid: (caller.uid != p.uid).then_some(caller.uid),
             gid: (caller.gid != p.gid).then_some(caller.gid),
-            mtime: None,
+            mtime: time,
+            ..StoredAttrs::default()
         };
         let mut metadata = Metadata::default();
         attrs.apply_to(&mut metadata);
@@ -330,9 +341,12 @@ impl Fs {
             return Err(FsError::IsDir);
         };
         let truncate = flags & libc::O_TRUNC != 0;
-        // The file keeps its mode and owner; its time becomes that of the new content.
+        // The file keeps its mode and owner. Its times become those of the new content:
+        // at once with O_TRUNC, else at the first write (see `Fs::write`).
         let mut metadata = self.stored_metadata(node.clone()).await?;
-        StoredAttrs::forget_mtime(&mut metadata);
+        if truncate {
+            StoredAttrs::forget_content_times(&mut metadata);
+        }
         let output = if truncate && flags & libc::O_ACCMODE == libc::O_WRONLY {
             Output::Streamed(self.new_upload(*source, key.clone(), false, metadata.clone()))
         } else {
@@ -344,7 +358,7 @@ impl Fs {
         let (parent, name) = node.parent_and_name();
         self.namespace.enter_pending_file(parent, &name, *source, key.clone(), Arc::new(metadata));
         self.namespace.set_pending_size(ino, if truncate { 0 } else { node.size });
-        Ok(self.add_writer(Writer::new(process_of(caller.thread), false, ino, output)))
+        Ok(self.add_writer(Writer::new(process_of(caller.thread), false, ino, output, !truncate)))
     }
 
     fn new_staged(
@@ -368,8 +382,20 @@ impl Fs {
             }
             other => other?,
         };
+        self.content_changed(&writer).await;
         self.namespace.set_pending_size(writer.ino, size);
         Ok(data.len() as u32)
+    }
+
+    /// The content of `writer`'s file changed (a write, `ftruncate`): if its metadata may
+    /// still hold an mtime or ctime from before, they go, so that the commit stamps the
+    /// time of this change. Costs one atomic swap on all but the first write.
+    async fn content_changed(&self, writer: &Writer) {
+        if writer.times_kept.swap(false, Ordering::AcqRel) {
+            if let Some(metadata) = writer.output.update_metadata(StoredAttrs::forget_content_times).await {
+                self.namespace.set_metadata(writer.ino, Arc::new(metadata), None);
+            }
+        }
     }
 
     /// A streamed file written again after it stored its object (a write after `fsync`,
@@ -383,10 +409,10 @@ impl Fs {
         let Location::File { source, .. } = node.location else { return Err(FsError::IsDir) };
         let key = upload.key();
         let mut metadata = upload.metadata().await;
-        StoredAttrs::forget_mtime(&mut metadata);
+        StoredAttrs::forget_content_times(&mut metadata); // a write follows
         let staged = self.new_staged(source, key.clone(), Some(Base { etag, size }), metadata.clone())?;
         staged.allow_replace().await;
-        let next = Arc::new(Writer::new(writer.opener, false, writer.ino, Output::Staged(staged)));
+        let next = Arc::new(Writer::new(writer.opener, false, writer.ino, Output::Staged(staged), false));
         {
             let mut writers = self.writers.lock();
             match writers.get(&handle) {
@@ -480,6 +506,12 @@ impl Fs {
     /// is in the bucket when this returns `Ok`. A new file whose upload failed disappears
     /// from the directory (no phantom entries).
     async fn commit_writer(&self, writer: &Writer) -> Result<(), FsError> {
+        // The time the file showed since its last write (with nanoseconds) goes with the
+        // upload, at no cost, so that it does not jump to Last-Modified's whole seconds.
+        if let Ok(node) = self.namespace.node(writer.ino) {
+            let time = node.mtime;
+            writer.output.update_metadata_if_free(|m| StoredAttrs::stamp_content_times(m, time)).await;
+        }
         match writer.output.commit().await {
             Ok(stored) => {
                 // Nothing stored: an unchanged staging file; the object is as it was.
@@ -497,6 +529,7 @@ impl Fs {
                     if let Ok(node) = self.namespace.node(writer.ino) {
                         let (parent, name) = node.parent_and_name();
                         self.namespace.remove_entry(parent, &name);
+                        self.namespace.touch_dir(parent);
                     }
                 } else {
                     // The old object is still there: forget what we showed, ask S3 again.
@@ -526,7 +559,10 @@ impl Fs {
         self.check_writable()?;
         let (source, key) = self.namespace.new_entry_key(parent, name).await?;
         let prefix = format!("{key}/");
-        let mut metadata = self.new_entry_metadata(S_IFDIR | (mode & 0o7777), caller);
+        if prefix.len() > crate::namespace::names::MAX_KEY {
+            return Err(FsError::NameTooLong); // the marker's key is one byte longer
+        }
+        let mut metadata = self.new_entry_metadata(S_IFDIR | (mode & 0o7777), caller, Some(SystemTime::now()));
         metadata.content_type = Some(DIRECTORY_CONTENT_TYPE.into());
         self.namespace.store(source).put(&prefix, Bytes::new(), &metadata, true).await?;
         Ok(self.attr(&self.namespace.enter_dir(parent, name, source, prefix, Arc::new(metadata))))
@@ -545,6 +581,7 @@ impl Fs {
         }
         self.namespace.store(*source).delete(key).await?;
         self.namespace.remove_entry(parent, name);
+        self.namespace.touch_dir(parent);
         Ok(())
     }
 
@@ -557,6 +594,7 @@ impl Fs {
         self.check_empty_dir(&node).await?;
         self.namespace.store(*source).delete(prefix).await?;
         self.namespace.remove_entry(parent, name);
+        self.namespace.touch_dir(parent);
         Ok(())
     }
 
@@ -565,12 +603,50 @@ impl Fs {
     pub async fn symlink(&self, parent: Ino, name: &str, target: &str, caller: Caller) -> Result<FileAttr, FsError> {
         self.check_writable()?;
         let (source, key) = self.namespace.new_entry_key(parent, name).await?;
-        let metadata = self.new_entry_metadata(S_IFLNK | 0o777, caller);
-        let target = Bytes::from(target.to_owned());
-        let size = target.len() as u64;
-        let etag = self.namespace.store(source).put(&key, target, &metadata, true).await?;
+        let metadata = self.new_entry_metadata(S_IFLNK | 0o777, caller, Some(SystemTime::now()));
+        self.put_entry(parent, name, (source, key), Bytes::from(target.to_owned()), metadata).await
+    }
+
+    /// `mknod()`: a FIFO, socket, character or block device (or an empty regular file) is
+    /// an empty object whose stored mode holds the file type, with the device number in
+    /// `x-amz-meta-rdev` for devices, as s3fs stores them. Nothing else is needed: the
+    /// kernel never sends reads or writes of such files to a file system (a FIFO or
+    /// socket lives in the kernel; a device is its driver's, and FUSE mounts are `nodev`).
+    pub async fn mknod(
+        &self,
+        parent: Ino,
+        name: &str,
+        mode: u32,
+        rdev: u32,
+        caller: Caller,
+    ) -> Result<FileAttr, FsError> {
+        self.check_writable()?;
+        let kind = mode & S_IFMT;
+        if ![S_IFREG, S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK].contains(&kind) {
+            return Err(FsError::Invalid("mknod of a directory or symlink"));
+        }
+        let (source, key) = self.namespace.new_entry_key(parent, name).await?;
+        let mut metadata = self.new_entry_metadata(mode & (S_IFMT | 0o7777), caller, Some(SystemTime::now()));
+        if kind == S_IFCHR || kind == S_IFBLK {
+            StoredAttrs { rdev: Some(rdev), ..StoredAttrs::default() }.apply_to(&mut metadata);
+        }
+        self.put_entry(parent, name, (source, key), Bytes::new(), metadata).await
+    }
+
+    /// Stores a new entry whose content is known at once (create-only) and enters it.
+    async fn put_entry(
+        &self,
+        parent: Ino,
+        name: &str,
+        (source, key): (usize, String),
+        content: Bytes,
+        metadata: Metadata,
+    ) -> Result<FileAttr, FsError> {
+        let size = content.len() as u64;
+        let etag = self.namespace.store(source).put(&key, content, &metadata, true).await?;
         let metadata = Arc::new(metadata);
         let node = self.namespace.enter_pending_file(parent, name, source, key, metadata.clone());
+        self.namespace.touch_dir(parent);
         self.namespace.set_pending_size(node.ino, size);
         self.namespace.upload_done(node.ino, etag, metadata);
         Ok(self.attr(&self.namespace.node(node.ino)?))
@@ -663,24 +739,47 @@ impl Fs {
 
     /// The attributes of a negative entry (inode 0): "no such name", cacheable.
     pub fn missing_attr(&self) -> FileAttr {
-        let attr = self.attr_of(0, 0, SystemTime::UNIX_EPOCH, false, StoredAttrs::default());
+        let attr = self.attr_of(0, 0, SystemTime::UNIX_EPOCH, None, false, StoredAttrs::default());
         FileAttr { ino: INodeNo(0), size: 0, blocks: 0, nlink: 0, ..attr }
     }
 
     fn attr(&self, node: &Node) -> FileAttr {
         let stored = node.metadata.as_deref().map(StoredAttrs::from_metadata).unwrap_or_default();
-        self.attr_of(node.ino, node.size, node.mtime, node.location.is_dir(), stored)
+        self.attr_of(node.ino, node.size, node.mtime, node.touched, node.location.is_dir(), stored)
     }
 
-    fn attr_of(&self, ino: Ino, size: u64, mtime: SystemTime, is_dir: bool, stored: StoredAttrs) -> FileAttr {
+    /// `mtime` is the node's own (Last-Modified, or the time of the last write);
+    /// `touched` when an entry of a directory last changed through this mount, newer
+    /// than anything in its marker (see `Node::touched`).
+    fn attr_of(
+        &self,
+        ino: Ino,
+        size: u64,
+        mtime: SystemTime,
+        touched: Option<SystemTime>,
+        is_dir: bool,
+        stored: StoredAttrs,
+    ) -> FileAttr {
         let p = &self.presentation;
-        let (kind, default_perm) = match stored.mode {
-            _ if is_dir => (FileType::Directory, p.dir_mode),
-            Some(mode) if mode & S_IFMT == S_IFLNK => (FileType::Symlink, 0o777),
-            _ => (FileType::RegularFile, p.file_mode),
+        let kind = match stored.mode.map(|mode| mode & S_IFMT) {
+            _ if is_dir => FileType::Directory,
+            Some(S_IFLNK) => FileType::Symlink,
+            Some(S_IFIFO) => FileType::NamedPipe,
+            Some(S_IFSOCK) => FileType::Socket,
+            Some(S_IFCHR) => FileType::CharDevice,
+            Some(S_IFBLK) => FileType::BlockDevice,
+            _ => FileType::RegularFile,
+        };
+        let default_perm = match kind {
+            FileType::Directory => p.dir_mode,
+            FileType::Symlink => 0o777,
+            _ => p.file_mode,
         };
         let perm = stored.mode.map_or(default_perm, |mode| (mode & 0o7777) as u16);
-        let mtime = stored.mtime.unwrap_or(mtime);
+        let mtime = touched.or(stored.mtime).unwrap_or(mtime);
+        // Without a stored ctime (objects written by others) the last change is the mtime.
+        let ctime = touched.or(stored.ctime).unwrap_or(mtime);
+        let atime = stored.atime.unwrap_or(mtime);
         // nlink 1 tells find(1) not to count subdirectories from the link count.
         let nlink = 1;
         let (uid, gid) = (stored.uid.unwrap_or(p.uid), stored.gid.unwrap_or(p.gid));
@@ -688,16 +787,20 @@ impl Fs {
             ino: INodeNo(ino),
             size,
             blocks: size.div_ceil(512),
-            atime: mtime,
+            atime,
             mtime,
-            ctime: mtime,
+            ctime,
             crtime: mtime,
             kind,
             perm,
             nlink,
             uid,
             gid,
-            rdev: 0,
+            rdev: if matches!(kind, FileType::CharDevice | FileType::BlockDevice) {
+                stored.rdev.unwrap_or(0)
+            } else {
+                0
+            },
             blksize: 1024 * 1024,
             flags: 0,
         }

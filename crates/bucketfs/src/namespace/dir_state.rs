@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::inode::{Attributes, Ino, InodeTable, Location, Node};
 
@@ -164,6 +164,14 @@ impl DirState {
         self.inodes.upsert(parent, name, location, attributes)
     }
 
+    /// An entry of directory `dir` was created, removed or renamed: its mtime and ctime
+    /// are now (see [`Node::touched`]).
+    pub fn touch(&mut self, dir: Ino) {
+        if let Some(node) = self.inodes.get_mut(dir) {
+            node.touched = Some(SystemTime::now());
+        }
+    }
+
     /// Enters what the store says (parent, name) is.
     pub fn enter_found(&mut self, parent: Ino, name: &str, location: Location, attributes: Attributes) -> Node {
         self.missing.remove(&(parent, name.to_owned()));
@@ -232,6 +240,8 @@ impl DirState {
         new_key: &str,
         missing_until: Instant,
     ) {
+        self.touch(from.0);
+        self.touch(to.0);
         self.update_listing(from.0, from.1, false);
         self.update_listing(to.0, to.1, true);
         if let Some((_, Some(replaced))) = self.inodes.rename(from, to, old_key, new_key) {

@@ -47,6 +47,11 @@ pub struct Node {
     /// The object's (for a directory: its `dir/` marker's) metadata, once known: LIST
     /// does not return it. An implicit directory has empty metadata.
     pub metadata: Option<Arc<Metadata>>,
+    /// For a directory: when an entry was last created, removed or renamed in it through
+    /// this mount (its mtime and ctime). Kept here, not in the marker: writing the marker
+    /// on every change would cost a PUT per file created by `tar x`. It outlives
+    /// re-reads of the marker and is folded into the marker at its next metadata write.
+    pub touched: Option<SystemTime>,
     pub(super) parent: Ino,
     pub(super) name: String,
     /// Until when the attributes may be used without asking the store again; `None`
@@ -113,6 +118,7 @@ impl InodeTable {
             mtime: mounted_at,
             etag: None,
             metadata: Some(Arc::default()),
+            touched: None,
             parent: ROOT_INO,
             name: String::new(),
             valid_until: None,
@@ -151,12 +157,12 @@ impl InodeTable {
             (None, Some(old)) if old.fresh_at(Instant::now()) => old.metadata.clone(),
             _ => info.metadata,
         };
-        let (ino, lookups) = match same_kind {
-            Some(old) => (old.ino, old.lookups),
+        let (ino, lookups, touched) = match same_kind {
+            Some(old) => (old.ino, old.lookups, old.touched),
             None => {
                 self.next_ino += 1;
                 self.children.insert((parent, name.to_owned()), self.next_ino);
-                (self.next_ino, 0)
+                (self.next_ino, 0, None)
             }
         };
         let node = Node {
@@ -166,6 +172,7 @@ impl InodeTable {
             mtime: info.mtime,
             etag: info.etag,
             metadata,
+            touched,
             parent,
             name: name.to_owned(),
             valid_until: info.valid_until,

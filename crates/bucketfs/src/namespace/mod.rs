@@ -366,10 +366,30 @@ impl Namespace {
         state.settled(ino);
     }
 
+    /// An entry was created or removed in directory `dir` through this mount: its mtime
+    /// and ctime are now. Renames do this themselves ([`Namespace::rename_entry`]); an
+    /// entry found gone from the store (another client's change) does not.
+    pub fn touch_dir(&self, dir: Ino) {
+        self.state.lock().touch(dir);
+    }
+
+    /// The marker of `dir` was written with `metadata`, which holds the times
+    /// [`Namespace::touch_dir`] kept in memory until `touched`: those are dropped unless
+    /// an entry changed again meanwhile.
+    pub fn set_marker_metadata(&self, dir: Ino, metadata: Arc<Metadata>, touched: Option<SystemTime>) {
+        if let Some(node) = self.state.lock().inodes.get_mut(dir) {
+            node.metadata = Some(metadata);
+            if node.touched == touched {
+                node.touched = None;
+            }
+        }
+    }
+
     /// Enters a directory just created in `parent`, its marker having `metadata`.
     pub fn enter_dir(&self, parent: Ino, name: &str, source: usize, prefix: String, metadata: Arc<Metadata>) -> Node {
         let attributes = Attributes::dir(SystemTime::now(), Some(metadata), Some(self.valid_until()));
         let mut state = self.state.lock();
+        state.touch(parent);
         let node = state.enter_created(parent, name, Location::Dir { source, prefix }, attributes, false);
         // Just created, so empty: names in it are known to be missing without asking.
         if !self.ttl.is_zero() {

@@ -156,6 +156,18 @@ impl Upload {
         Some(state.metadata.clone())
     }
 
+    /// Changes the metadata the object will have if that costs no request: before the
+    /// commit, and before a multipart upload started (its metadata is fixed then, and a
+    /// change would cost a copy at completion). `false` if nothing was changed.
+    pub async fn update_metadata_if_free(&self, change: impl FnOnce(&mut Metadata)) -> bool {
+        let mut state = self.state.lock().await;
+        if state.outcome.is_some() || state.started_with.is_some() {
+            return false;
+        }
+        change(&mut state.metadata);
+        true
+    }
+
     pub fn key(&self) -> String {
         self.key.lock().clone()
     }
@@ -484,6 +496,15 @@ impl Output {
         match self {
             Output::Streamed(upload) => upload.update_metadata(change).await,
             Output::Staged(staged) => Some(staged.update_metadata(change).await),
+        }
+    }
+
+    /// Changes the metadata that the next commit stores if it goes with an upload that
+    /// is made anyway (see `Upload::update_metadata_if_free`, `Staged::update_metadata_if_free`).
+    pub async fn update_metadata_if_free(&self, change: impl FnOnce(&mut Metadata)) -> bool {
+        match self {
+            Output::Streamed(upload) => upload.update_metadata_if_free(change).await,
+            Output::Staged(staged) => staged.update_metadata_if_free(change).await,
         }
     }
 

@@ -159,6 +159,17 @@ impl Staged {
         self.state.lock().await.discarded = true;
     }
 
+    /// Changes the metadata only if the next commit stores something anyway (changed
+    /// content or metadata), so that the change costs no request; `false` if not.
+    pub async fn update_metadata_if_free(&self, change: impl FnOnce(&mut Metadata)) -> bool {
+        let mut state = self.state.lock().await;
+        if state.discarded || (state.dirty_from.is_none() && !state.metadata_changed) {
+            return false;
+        }
+        change(&mut state.metadata);
+        true
+    }
+
     /// Writes `data` at `offset`; returns the file size.
     pub async fn write(&self, offset: u64, data: &[u8]) -> Result<u64, FsError> {
         let mut state = self.state.lock().await;
