@@ -243,3 +243,25 @@ fn long_names_go_to_the_store_and_its_refusal_is_enametoolong() {
     let sent: Vec<_> = m.s3_requests().into_iter().skip(before).collect();
     assert!(sent.is_empty(), "nothing asked of the store: {sent:?}");
 }
+
+/// A file unlinked while open stays usable through its descriptor, and `fstat` shows a
+/// link count of 0 (as on a local disk) rather than ENOENT; nothing is stored.
+#[test]
+fn an_unlinked_open_file_has_no_links_and_still_works() {
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
+    let b = create_bucket("posix-unlinked");
+    let m = MountBuilder::new().bucket(&b).args(["--metadata-ttl", "0"]).mount();
+    let path = m.join("f");
+    let mut file = std::fs::File::options().read(true).write(true).create_new(true).open(&path).expect("create");
+    std::fs::remove_file(&path).expect("unlink while open");
+    let meta = file.metadata().expect("fstat after unlink");
+    assert_eq!(meta.nlink(), 0);
+    file.write_all(b"Hello, World!").expect("write after unlink");
+    let mut buf = [0; 13];
+    file.read_exact_at(&mut buf, 0).expect("pread after unlink");
+    assert_eq!(&buf, b"Hello, World!");
+    drop(file);
+    assert_errno(std::fs::metadata(&path), libc::ENOENT, "gone after close");
+    assert!(list_keys(&b, "").is_empty(), "nothing stored");
+}

@@ -112,6 +112,9 @@ pub struct Fs {
     /// ETag each file had when last opened: if it is unchanged, the kernel may keep the
     /// pages it cached from an earlier open.
     opened_etags: Mutex<HashMap<Ino, String>>,
+    /// Files unlinked while open: what `fstat` of a descriptor still open shows (link
+    /// count 0, as on a local disk) until the last one is released.
+    unlinked: Mutex<HashMap<Ino, FileAttr>>,
     next_handle: AtomicU64,
     /// With `--write-back`: room for uploads running after `close()`.
     write_back: Option<Arc<Semaphore>>,
@@ -154,6 +157,7 @@ impl Fs {
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             opened_etags: Mutex::new(HashMap::new()),
+            unlinked: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             write_back,
         }
@@ -193,8 +197,17 @@ impl Fs {
     }
 
     pub async fn getattr(&self, ino: Ino) -> Result<FileAttr, FsError> {
-        let node = self.namespace.getattr(ino).await?;
-        Ok(self.attr(&self.complete(node).await?))
+        match self.namespace.getattr(ino).await {
+            Ok(node) => Ok(self.attr(&self.complete(node).await?)),
+            // `fstat` of a descriptor of a file unlinked since it was opened.
+            Err(FsError::NotFound) => self.unlinked.lock().get(&ino).copied().ok_or(FsError::NotFound),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Whether a handle (for reading or writing) of `ino` is open.
+    fn is_open(&self, ino: Ino) -> bool {
+        self.files.lock().values().any(|(open, _)| *open == ino) || self.writers.lock().values().any(|w| w.ino == ino)
     }
 
     /// `node` with the stored attributes it shows (unless the mount shows listings as
@@ -541,8 +554,18 @@ impl Fs {
     }
 
     pub async fn release(&self, handle: u64) {
-        self.files.lock().remove(&handle);
+        let reader = self.files.lock().remove(&handle).map(|(ino, _)| ino);
         let writer = self.writers.lock().get(&handle).cloned();
+        if let Some(ino) = reader.or(writer.as_ref().map(|w| w.ino)) {
+            if self.unlinked.lock().contains_key(&ino) {
+                // Without this handle (a writer's is removed below) is anything still open?
+                let others = self.files.lock().values().any(|(open, _)| *open == ino)
+                    || self.writers.lock().iter().any(|(h, w)| w.ino == ino && *h != handle);
+                if !others {
+                    self.unlinked.lock().remove(&ino);
+                }
+            }
+        }
         if let Some(writer) = writer {
             if writer.handed_off.load(Ordering::Acquire) {
                 let _ = writer.background.lock().await;
@@ -580,6 +603,11 @@ impl Fs {
             writer.output.discard().await;
         }
         self.namespace.store(*source).delete(key).await?;
+        if self.is_open(node.ino) {
+            let attr =
+                FileAttr { nlink: 0, ..self.attr(&self.namespace.node(node.ino).unwrap_or_else(|_| node.clone())) };
+            self.unlinked.lock().insert(node.ino, attr);
+        }
         self.namespace.remove_entry(parent, name);
         self.namespace.touch_dir(parent);
         Ok(())
