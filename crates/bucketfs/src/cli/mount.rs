@@ -96,6 +96,12 @@ pub fn run(args: MountArgs) -> Result<()> {
         loop {
             every.tick().await;
             sweeper.sweep();
+            // glibc keeps freed small blocks (the entries just dropped) for reuse; give
+            // what it can back, so a mount that walked a huge tree once shrinks again.
+            // SAFETY: malloc_trim only returns free heap pages to the system.
+            unsafe {
+                libc::malloc_trim(0);
+            }
         }
     });
     let adapter = FuseAdapter::new(fs.clone(), runtime.handle().clone());

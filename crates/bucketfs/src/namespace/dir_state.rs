@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::inode::{Attributes, Ino, InodeTable, Location, Node};
+use super::inode::{shrink_if_mostly_empty, Attributes, Ino, InodeTable, Location, Node};
 
 /// Largest directory whose complete listing is kept (names only, sorted).
 pub(super) const MAX_CACHED_LISTING: usize = 100_000;
@@ -216,6 +216,12 @@ impl DirState {
         self.counters.retain(|_, (_, since)| now.duration_since(*since) <= ttl);
         self.reads.retain(|_, at| now.duration_since(*at) <= ttl);
         self.pending.retain(|_, names| !names.is_empty());
+        shrink_if_mostly_empty(&mut self.missing);
+        shrink_if_mostly_empty(&mut self.listings);
+        shrink_if_mostly_empty(&mut self.recent_pages);
+        shrink_if_mostly_empty(&mut self.counters);
+        shrink_if_mostly_empty(&mut self.reads);
+        shrink_if_mostly_empty(&mut self.pending);
     }
 
     fn forget_dir(&mut self, ino: Ino) {

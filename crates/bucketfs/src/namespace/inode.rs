@@ -83,6 +83,13 @@ pub struct Copied {
     pub etag: Option<String>,
 }
 
+/// Gives back a map's spare capacity once it holds less than a quarter of it.
+pub(super) fn shrink_if_mostly_empty<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > 4 * map.len() + 64 {
+        map.shrink_to_fit();
+    }
+}
+
 /// What the store (or a change made here) says of an entry.
 pub(super) struct Attributes {
     pub size: u64,
@@ -183,6 +190,12 @@ impl InodeTable {
     }
 
     #[cfg(test)]
+    /// Entries the table has room for without growing (for tests of its memory).
+    #[cfg(test)]
+    pub fn capacity(&self) -> usize {
+        self.nodes.capacity().max(self.children.capacity())
+    }
+
     pub fn len(&self) -> usize {
         self.nodes.len()
     }
@@ -218,6 +231,10 @@ impl InodeTable {
         for ino in &stale {
             self.unlink(*ino);
         }
+        // A map keeps the capacity of its largest size: after a walk of a huge tree, that
+        // would be most of the memory the walk took.
+        shrink_if_mostly_empty(&mut self.nodes);
+        shrink_if_mostly_empty(&mut self.children);
         stale
     }
 

@@ -622,6 +622,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(60)).await;
         ns.sweep();
         assert_eq!(ns.state.lock().sizes(), [3, 0, 0, 0, 0], "root, d and the referenced file; no listing, no counter");
+        assert!(ns.state.lock().inodes.capacity() < 100, "the table gave back the room of 500 entries");
         ns.forget(kept, 1);
         assert!(ns.node(kept).is_ok(), "one reference left");
         ns.forget(kept, 1);
