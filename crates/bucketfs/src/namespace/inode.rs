@@ -189,13 +189,13 @@ impl InodeTable {
         node
     }
 
-    #[cfg(test)]
     /// Entries the table has room for without growing (for tests of its memory).
     #[cfg(test)]
     pub fn capacity(&self) -> usize {
         self.nodes.capacity().max(self.children.capacity())
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.nodes.len()
     }
