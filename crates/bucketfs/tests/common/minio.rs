@@ -69,7 +69,8 @@ fn tmp_root() -> PathBuf {
 }
 
 /// Leftovers of earlier test processes that are gone (a killed test run cannot clean up after
-/// itself: statics are never dropped, Drop does not run): MinIO data dirs are deleted, empty
+/// itself: statics are never dropped, Drop does not run): MinIO data dirs and toxiproxy logs
+/// are deleted, empty
 /// mount point dirs removed (never anything still mounted).
 fn remove_stale_test_dirs() {
     let Ok(rd) = std::fs::read_dir(tmp_root()) else {
@@ -77,7 +78,9 @@ fn remove_stale_test_dirs() {
     };
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let (rest, minio) = if let Some(r) = name.strip_prefix("bucketfs-test-minio-") {
+        let (rest, server_dir) = if let Some(r) =
+            name.strip_prefix("bucketfs-test-minio-").or_else(|| name.strip_prefix("bucketfs-test-toxiproxy-"))
+        {
             (r, true)
         } else if let Some(r) = name
             .strip_prefix("bucketfs-mnt-bg-")
@@ -94,7 +97,7 @@ fn remove_stale_test_dirs() {
         if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        if minio {
+        if server_dir {
             let _ = std::fs::remove_dir_all(e.path());
         } else if !is_mounted(&e.path()) {
             let _ = std::fs::remove_dir(e.path());
@@ -184,42 +187,7 @@ fn try_start_minio(bin: &Path, attempt: u32) -> Result<Minio, String> {
         .env("MINIO_ROOT_PASSWORD", SECRET_KEY)
         .env("MINIO_BROWSER", "off")
         .env("MINIO_UPDATE", "off");
-    unsafe {
-        cmd.pre_exec(|| {
-            // Dies with the thread that spawned it, which parks forever: i.e. with the process.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-
-    let exit = Arc::new(Mutex::new(None));
-    let exit2 = exit.clone();
-    let (tx, rx) = mpsc::channel::<Result<u32, String>>();
-    std::thread::Builder::new()
-        .name(format!("minio-keeper-{attempt}"))
-        .spawn(move || {
-            let mut child: Child = match cmd.spawn() {
-                Ok(c) => c,
-                Err(e) => {
-                    let _ = tx.send(Err(format!("spawn failed: {e}")));
-                    return;
-                }
-            };
-            let _ = tx.send(Ok(child.id()));
-            // This thread must never exit while the process lives (PDEATHSIG is per thread).
-            loop {
-                if exit2.lock().unwrap().is_none() {
-                    if let Ok(Some(st)) = child.try_wait() {
-                        *exit2.lock().unwrap() = Some(st);
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        })
-        .expect("spawn minio keeper thread");
-    let pid = rx.recv().map_err(|e| e.to_string())??;
+    let (pid, exit) = spawn_for_process_lifetime(cmd, &format!("minio-keeper-{attempt}"))?;
 
     let m = Minio { endpoint: format!("http://127.0.0.1:{port}"), port, data_dir, log_path, pid, exit };
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -279,4 +247,50 @@ fn health_live(port: u16) -> bool {
     }
     let head = String::from_utf8_lossy(&buf[..n]);
     head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200")
+}
+
+/// Where a server's exit status appears if it dies.
+pub(super) type ExitSlot = Arc<Mutex<Option<ExitStatus>>>;
+
+/// Spawns `cmd` as a server that lives exactly as long as this test process: it gets
+/// SIGKILL when the thread that spawned it exits (PR_SET_PDEATHSIG), and that thread
+/// parks forever, watching for the server's exit. Returns its pid and where its exit
+/// status appears if it dies.
+pub(super) fn spawn_for_process_lifetime(mut cmd: Command, thread_name: &str) -> Result<(u32, ExitSlot), String> {
+    unsafe {
+        cmd.pre_exec(|| {
+            // Dies with the thread that spawned it, which parks forever: i.e. with the process.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let exit = Arc::new(Mutex::new(None));
+    let exit2 = exit.clone();
+    let (tx, rx) = mpsc::channel::<Result<u32, String>>();
+    std::thread::Builder::new()
+        .name(thread_name.to_owned())
+        .spawn(move || {
+            let mut child: Child = match cmd.spawn() {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = tx.send(Err(format!("spawn failed: {e}")));
+                    return;
+                }
+            };
+            let _ = tx.send(Ok(child.id()));
+            // This thread must never exit while the process lives (PDEATHSIG is per thread).
+            loop {
+                if exit2.lock().unwrap().is_none() {
+                    if let Ok(Some(st)) = child.try_wait() {
+                        *exit2.lock().unwrap() = Some(st);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+        .map_err(|e| format!("spawn the {thread_name} thread: {e}"))?;
+    let pid = rx.recv().map_err(|e| e.to_string())??;
+    Ok((pid, exit))
 }

@@ -10,12 +10,16 @@
 //!   until the mount shows up in /proc/self/mountinfo, and unmount + reap it on drop;
 //! * `request_log`: with [`MountBuilder::request_log`] the S3 requests bucketfs sends can be
 //!   inspected ([`S3Request`]);
+//! * `toxiproxy`: fault injection, a toxiproxy server per test process and a proxy to MinIO
+//!   per test with toxics (latency, bandwidth, resets, timeouts, sliced or cut bodies);
+//!   `relay`: a hand-written relay that can freeze, go down or answer `503 SlowDown`;
 //! * `procfs`: mountinfo, processes by command line, peak RSS;
 //! * `data`: deterministic data, sha256, byte comparisons; `files`: positional reads, listings,
 //!   errno checks through the mount; `wait`: bounded waits.
 //!
 //! Environment knobs:
 //! * `BUCKETFS_MINIO`: path of the MinIO binary (default `~/.cache/bucketfs-deps/bin/minio`);
+//! * `BUCKETFS_TOXIPROXY`: path of toxiproxy-server (default `~/.cache/bucketfs-deps/bin/toxiproxy-server`);
 //! * `RUST_LOG`: passed through to the bucketfs child processes (it is inherited);
 //! * `BUCKETFS_TEST_LOG_LEVEL`: when set, the mounts get `--log-level <value>`.
 
@@ -27,14 +31,18 @@ mod files;
 mod minio;
 mod mount;
 mod procfs;
+mod relay;
 mod request_log;
 mod s3;
 mod sts;
+mod toxiproxy;
 mod wait;
 
 // Everything is reachable as `common::NAME`, whichever file it lives in.
 #[allow(unused_imports)]
-pub use self::{data::*, files::*, minio::*, mount::*, procfs::*, request_log::*, s3::*, sts::*, wait::*};
+pub use self::{
+    data::*, files::*, minio::*, mount::*, procfs::*, relay::*, request_log::*, s3::*, sts::*, toxiproxy::*, wait::*,
+};
 
 use std::sync::OnceLock;
 
