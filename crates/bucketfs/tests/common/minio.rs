@@ -1,0 +1,296 @@
+//! The MinIO server of a test process: built by scripts/install-deps, started lazily on a
+//! free loopback port with a fresh data directory, killed when the test process exits
+//! (PR_SET_PDEATHSIG from a parked thread, plus an atexit handler), even when a test panics
+//! or the process is killed; the root credentials every client and mount uses; free ports.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::{block_on, is_mounted, s3_client_for};
+
+pub const ACCESS_KEY: &str = "bucketfsadmin";
+pub const SECRET_KEY: &str = "bucketfsadmin-secret";
+pub const REGION: &str = "us-east-1";
+
+pub struct Minio {
+    /// `http://127.0.0.1:PORT`
+    pub endpoint: String,
+    pub port: u16,
+    pub data_dir: PathBuf,
+    pub log_path: PathBuf,
+    pub pid: u32,
+    exit: Arc<Mutex<Option<ExitStatus>>>,
+}
+
+impl Minio {
+    /// The MinIO log so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Exit status if the server died.
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        *self.exit.lock().unwrap()
+    }
+}
+
+pub fn minio_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("BUCKETFS_MINIO") {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    Path::new(&home).join(".cache/bucketfs-deps/bin/minio")
+}
+
+/// Picks a free loopback port (bind :0, read it, release it).
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().unwrap().port()
+}
+
+/// A port on which nothing listens (for the "unreachable endpoint" case). Port 1 is the one the
+/// task names, it is privileged and never used by anything on this machine.
+pub const UNREACHABLE_ENDPOINT: &str = "http://127.0.0.1:1";
+
+/// The MinIO server of this test process, started on first use.
+pub fn minio() -> &'static Minio {
+    static MINIO: OnceLock<Minio> = OnceLock::new();
+    MINIO.get_or_init(start_minio)
+}
+
+fn tmp_root() -> PathBuf {
+    std::env::temp_dir()
+}
+
+/// Leftovers of earlier test processes that are gone (a killed test run cannot clean up after
+/// itself: statics are never dropped, Drop does not run): MinIO data dirs and toxiproxy logs
+/// are deleted, empty
+/// mount point dirs removed (never anything still mounted).
+fn remove_stale_test_dirs() {
+    let Ok(rd) = std::fs::read_dir(tmp_root()) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let (rest, server_dir) = if let Some(r) =
+            name.strip_prefix("bucketfs-test-minio-").or_else(|| name.strip_prefix("bucketfs-test-toxiproxy-"))
+        {
+            (r, true)
+        } else if let Some(r) = name
+            .strip_prefix("bucketfs-mnt-bg-")
+            .or_else(|| name.strip_prefix("bucketfs-mnt-fail-"))
+            .or_else(|| name.strip_prefix("bucketfs-mnt-"))
+        {
+            (r, false)
+        } else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if server_dir {
+            let _ = std::fs::remove_dir_all(e.path());
+        } else if !is_mounted(&e.path()) {
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
+}
+
+/// (pid, base dir) of the MinIO started by this process, for the exit handler.
+static MINIO_CLEANUP: OnceLock<(u32, PathBuf)> = OnceLock::new();
+
+/// Runs when the test binary exits normally (libtest returns from main even when tests
+/// failed): kill MinIO now rather than waiting for PDEATHSIG, and delete its data directory.
+extern "C" fn cleanup_minio_at_exit() {
+    if let Some((pid, base)) = MINIO_CLEANUP.get() {
+        unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+        // wait until it is a zombie (nobody reaps it at this point) or gone
+        let stat = format!("/proc/{pid}/stat");
+        for _ in 0..100 {
+            let state = std::fs::read_to_string(&stat)
+                .ok()
+                .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.chars().next().unwrap_or('?')));
+            if matches!(state, None | Some('Z') | Some('X')) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_dir_all(base);
+    }
+}
+
+fn start_minio() -> Minio {
+    let bin = minio_binary();
+    if !bin.exists() {
+        panic!("MinIO not found at {}: run scripts/install-deps (or set BUCKETFS_MINIO)", bin.display());
+    }
+    remove_stale_test_dirs();
+    let mut last_err = String::new();
+    // The port is free when we pick it but someone could take it before MinIO binds it:
+    // retry a couple of times with fresh ports.
+    for attempt in 0..3 {
+        match try_start_minio(&bin, attempt) {
+            Ok(m) => {
+                let base = m.data_dir.parent().unwrap().to_path_buf();
+                if MINIO_CLEANUP.set((m.pid, base)).is_ok() {
+                    unsafe { libc::atexit(cleanup_minio_at_exit) };
+                }
+                return m;
+            }
+            Err(e) => last_err = e,
+        }
+    }
+    panic!("could not start MinIO ({}): {last_err}", bin.display());
+}
+
+fn try_start_minio(bin: &Path, attempt: u32) -> Result<Minio, String> {
+    let base = tmp_root().join(format!("bucketfs-test-minio-{}-{attempt}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let data_dir = base.join("data");
+    std::fs::create_dir_all(&data_dir).map_err(|e| format!("create {}: {e}", data_dir.display()))?;
+    let log_path = base.join("minio.log");
+    let log = File::create(&log_path).map_err(|e| format!("create log: {e}"))?;
+    let log2 = log.try_clone().unwrap();
+    let port = free_port();
+    let mut console_port = free_port();
+    while console_port == port {
+        console_port = free_port();
+    }
+
+    let mut cmd = Command::new(bin);
+    cmd.arg("server")
+        .arg("--quiet")
+        .arg("--address")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--console-address")
+        .arg(format!("127.0.0.1:{console_port}"))
+        .arg(&data_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(log2));
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("MINIO_") || k.starts_with("AWS_") {
+            cmd.env_remove(&*k);
+        }
+    }
+    cmd.env("MINIO_ROOT_USER", ACCESS_KEY)
+        .env("MINIO_ROOT_PASSWORD", SECRET_KEY)
+        .env("MINIO_BROWSER", "off")
+        .env("MINIO_UPDATE", "off");
+    let (pid, exit) = spawn_for_process_lifetime(cmd, &format!("minio-keeper-{attempt}"))?;
+
+    let m = Minio { endpoint: format!("http://127.0.0.1:{port}"), port, data_dir, log_path, pid, exit };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // 1. the health endpoint answers
+    loop {
+        if let Some(st) = m.exit_status() {
+            return Err(format!("MinIO exited early ({st}); log:\n{}", m.log()));
+        }
+        if health_live(port) {
+            break;
+        }
+        if Instant::now() > deadline {
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            return Err(format!("MinIO did not answer within 30 s; log:\n{}", m.log()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // 2. S3 requests work (the object layer may come up a bit after the health endpoint)
+    let client = s3_client_for(&m.endpoint, ACCESS_KEY, SECRET_KEY);
+    loop {
+        match block_on(client.list_buckets().send()) {
+            Ok(_) => break,
+            Err(e) => {
+                if Instant::now() > deadline {
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    return Err(format!(
+                        "MinIO ListBuckets still failing after 30 s: {}; log:\n{}",
+                        aws_sdk_s3::error::DisplayErrorContext(&e),
+                        m.log()
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    Ok(m)
+}
+
+fn health_live(port: u16) -> bool {
+    let Ok(mut s) =
+        TcpStream::connect_timeout(&format!("127.0.0.1:{port}").parse().unwrap(), Duration::from_millis(500))
+    else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let req = format!("GET /minio/health/live HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    let mut n = 0;
+    while n < 12 {
+        match s.read(&mut buf[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    let head = String::from_utf8_lossy(&buf[..n]);
+    head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200")
+}
+
+/// Where a server's exit status appears if it dies.
+pub(super) type ExitSlot = Arc<Mutex<Option<ExitStatus>>>;
+
+/// Spawns `cmd` as a server that lives exactly as long as this test process: it gets
+/// SIGKILL when the thread that spawned it exits (PR_SET_PDEATHSIG), and that thread
+/// parks forever, watching for the server's exit. Returns its pid and where its exit
+/// status appears if it dies.
+pub(super) fn spawn_for_process_lifetime(mut cmd: Command, thread_name: &str) -> Result<(u32, ExitSlot), String> {
+    unsafe {
+        cmd.pre_exec(|| {
+            // Dies with the thread that spawned it, which parks forever: i.e. with the process.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let exit = Arc::new(Mutex::new(None));
+    let exit2 = exit.clone();
+    let (tx, rx) = mpsc::channel::<Result<u32, String>>();
+    std::thread::Builder::new()
+        .name(thread_name.to_owned())
+        .spawn(move || {
+            let mut child: Child = match cmd.spawn() {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = tx.send(Err(format!("spawn failed: {e}")));
+                    return;
+                }
+            };
+            let _ = tx.send(Ok(child.id()));
+            // This thread must never exit while the process lives (PDEATHSIG is per thread).
+            loop {
+                if exit2.lock().unwrap().is_none() {
+                    if let Ok(Some(st)) = child.try_wait() {
+                        *exit2.lock().unwrap() = Some(st);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+        .map_err(|e| format!("spawn the {thread_name} thread: {e}"))?;
+    let pid = rx.recv().map_err(|e| e.to_string())??;
+    Ok((pid, exit))
+}

@@ -1,0 +1,135 @@
+//! A loopback TCP relay in front of MinIO, written here so that each fault is exactly
+//! what a test asks for: it can freeze (hold connections silently), go down (reset every
+//! connection, refuse new ones, as a restarting server does), or answer a number of
+//! requests with `503 SlowDown`. (toxiproxy, in `toxiproxy.rs`, cannot answer HTTP.)
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Default)]
+pub struct Faults {
+    /// Hold every connection open without forwarding a byte.
+    pub frozen: AtomicBool,
+    /// Reset open connections and new ones at once.
+    pub down: AtomicBool,
+    /// Answer this many more requests with `503 SlowDown` (and close their connection).
+    pub slow_down: AtomicUsize,
+    /// How many requests were answered `503 SlowDown` so far.
+    pub slow_downs_answered: AtomicUsize,
+}
+
+impl Faults {
+    /// Open connections are cut: the server is down, or the next requests must come on
+    /// new connections to be answered 503 (clients keep connections alive).
+    fn cut(&self) -> bool {
+        self.down.load(Ordering::Relaxed) || self.slow_down.load(Ordering::Relaxed) > 0
+    }
+}
+
+pub struct Relay {
+    /// `http://127.0.0.1:PORT`, for [`super::MountBuilder::endpoint`].
+    pub endpoint: String,
+    pub faults: Arc<Faults>,
+}
+
+impl Relay {
+    /// A relay on a free loopback port to `127.0.0.1:target` (e.g. `minio().port`).
+    pub fn start(target: u16) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind relay");
+        let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
+        let faults = Arc::new(Faults::default());
+        let shared = faults.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if shared.down.load(Ordering::Relaxed) {
+                    reset_connection(&client);
+                    continue;
+                }
+                if shared.slow_down.load(Ordering::Relaxed) > 0 {
+                    let faults = shared.clone();
+                    std::thread::spawn(move || answer_slow_down(client, &faults));
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
+                for (from, to) in [(&client, &server), (&server, &client)] {
+                    let (mut from, mut to) = (from.try_clone().expect("clone"), to.try_clone().expect("clone"));
+                    let faults = shared.clone();
+                    std::thread::spawn(move || {
+                        let _ = from.set_read_timeout(Some(Duration::from_millis(50)));
+                        let mut buffer = vec![0; 64 * 1024];
+                        loop {
+                            let n = match from.read(&mut buffer) {
+                                Ok(n) => n,
+                                Err(e)
+                                    if matches!(
+                                        e.kind(),
+                                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                                    ) =>
+                                {
+                                    if faults.cut() {
+                                        break;
+                                    }
+                                    continue;
+                                }
+                                Err(_) => break,
+                            };
+                            while faults.frozen.load(Ordering::Relaxed) {
+                                std::thread::sleep(Duration::from_millis(20));
+                            }
+                            if faults.cut() || n == 0 || to.write_all(&buffer[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        if faults.cut() {
+                            reset_connection(&from);
+                            reset_connection(&to);
+                        } else {
+                            let _ = to.shutdown(Shutdown::Write);
+                        }
+                    });
+                }
+            }
+        });
+        Relay { endpoint, faults }
+    }
+}
+
+/// Closes `stream` with a reset (SO_LINGER 0), as a server that dies does.
+pub fn reset_connection(stream: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &linger as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::linger>() as u32,
+        );
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// Reads one request's head and answers `503 SlowDown`, as S3 does when throttling.
+fn answer_slow_down(mut client: TcpStream, faults: &Faults) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match client.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return,
+        }
+    }
+    let _ = faults.slow_down.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    faults.slow_downs_answered.fetch_add(1, Ordering::Relaxed);
+    let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message><RequestId>relay</RequestId></Error>";
+    let response = format!(
+        "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = client.write_all(response.as_bytes());
+    let _ = client.shutdown(Shutdown::Both);
+}
