@@ -1,10 +1,13 @@
 //! The filesystem's error type and the one mapping from errors to errno.
 //!
-//! Every errno a program can see from bucketfs comes out of [`FsError::errno`]; the
-//! table in `docs/SEMANTICS.md` lists them.
+//! Each layer below `fs` has an error type of its own (`StoreError`, `NamespaceError`,
+//! `WriteError`) and knows nothing of this one; the `From` impls here turn them into
+//! `FsError`, so `?` works in `fs`. Every errno a program can see from bucketfs comes out
+//! of [`FsError::errno`]; the table in `docs/SEMANTICS.md` lists them.
 
 use fuser::Errno;
 
+use crate::namespace::NamespaceError;
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +52,20 @@ pub enum FsError {
     Committed,
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl From<NamespaceError> for FsError {
+    fn from(error: NamespaceError) -> Self {
+        match error {
+            NamespaceError::NotFound => FsError::NotFound,
+            NamespaceError::NotDir => FsError::NotDir,
+            NamespaceError::Exists => FsError::Exists,
+            NamespaceError::NameTooLong => FsError::NameTooLong,
+            NamespaceError::InvalidName => FsError::Invalid("file name"),
+            NamespaceError::SourceListReadOnly => FsError::ReadOnly,
+            NamespaceError::Store(store) => FsError::Store(store),
+        }
+    }
 }
 
 impl FsError {

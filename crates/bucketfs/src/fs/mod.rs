@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
 use crate::memory::MemoryLimiter;
-use crate::namespace::{DirStream, Ino, Listed, Location, Namespace, Node};
+use crate::namespace::{DirStream, Ino, Listed, Location, Namespace, NamespaceError, Node};
 use crate::read::{ReadConfig, ReadHandle};
 use crate::store::Metadata;
 use crate::write::journal::Journal;
@@ -200,8 +200,8 @@ impl Fs {
         match self.namespace.getattr(ino).await {
             Ok(node) => Ok(self.attr(&self.complete(node).await?)),
             // `fstat` of a descriptor of a file unlinked since it was opened.
-            Err(FsError::NotFound) => self.unlinked.lock().get(&ino).copied().ok_or(FsError::NotFound),
-            Err(error) => Err(error),
+            Err(NamespaceError::NotFound) => self.unlinked.lock().get(&ino).copied().ok_or(FsError::NotFound),
+            Err(error) => Err(error.into()),
         }
     }
 
@@ -216,7 +216,7 @@ impl Fs {
         if self.presentation.attributes_from_listing {
             Ok(node)
         } else {
-            self.namespace.with_metadata(node).await
+            Ok(self.namespace.with_metadata(node).await?)
         }
     }
 

@@ -7,7 +7,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::error::FsError;
 use super::{Fs, Reader, RENAME_CONCURRENCY};
-use crate::namespace::{Copied, Ino, Location, Node};
+use crate::namespace::{Copied, Ino, Location, NamespaceError, Node};
 use crate::write::copy_object;
 
 impl Fs {
@@ -21,8 +21,8 @@ impl Fs {
         let (to_source, to_key) = self.namespace.entry_key(to.0, to.1)?;
         let target = match self.namespace.lookup(to.0, to.1).await {
             Ok(target) => Some(target),
-            Err(FsError::NotFound) => None,
-            Err(error) => return Err(error),
+            Err(NamespaceError::NotFound) => None,
+            Err(error) => return Err(error.into()),
         };
         if target.as_ref().is_some_and(|t| t.ino == node.ino) {
             return Ok(()); // a name onto itself

@@ -13,8 +13,7 @@ use futures::StreamExt;
 
 use super::dir_state::Counted;
 use super::inode::{Ino, Location, Node};
-use super::Namespace;
-use crate::fs::error::FsError;
+use super::{Namespace, NamespaceError};
 use crate::store::{Metadata, ObjectInfo, ObjectStore, StoreError};
 
 /// After this many metadata HEADs in one directory within the TTL, each one also
@@ -30,7 +29,7 @@ impl Namespace {
     /// `node` with its metadata known: fetched with a HEAD if a listing is all we have.
     /// Entries of a directory that keeps needing this are fetched in batches (see
     /// [`METADATA_BATCH`]).
-    pub async fn with_metadata(&self, node: Node) -> Result<Node, FsError> {
+    pub async fn with_metadata(&self, node: Node) -> Result<Node, NamespaceError> {
         if node.metadata.is_some() {
             return Ok(node);
         }
@@ -75,7 +74,7 @@ impl Namespace {
         batch
     }
 
-    async fn fetch_metadata(&self, ino: Ino, location: &Location) -> Result<(), FsError> {
+    async fn fetch_metadata(&self, ino: Ino, location: &Location) -> Result<(), NamespaceError> {
         match location {
             Location::SourceList => self.set_metadata(ino, Arc::default(), None),
             Location::Dir { source, prefix } => {
@@ -96,7 +95,7 @@ impl Namespace {
                     // Deleted since it was listed.
                     let (parent, name) = self.node(ino)?.parent_and_name();
                     self.remove_entry(parent, &name);
-                    return Err(FsError::NotFound);
+                    return Err(NamespaceError::NotFound);
                 }
                 Err(error) => return Err(error.into()),
             },
@@ -156,14 +155,14 @@ impl Namespace {
         &self,
         store: &Arc<dyn ObjectStore>,
         prefix: &str,
-    ) -> Result<Arc<Metadata>, FsError> {
+    ) -> Result<Arc<Metadata>, StoreError> {
         if prefix.is_empty() {
             return Ok(Arc::default()); // the bucket itself
         }
         match store.head(prefix).await {
             Ok(info) => Ok(info.metadata.unwrap_or_default()),
             Err(StoreError::NotFound) => Ok(Arc::default()),
-            Err(error) => Err(error.into()),
+            Err(error) => Err(error),
         }
     }
 }

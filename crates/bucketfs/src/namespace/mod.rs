@@ -19,6 +19,7 @@
 //! entries), `listing` (LIST pages → entries) and `names` (which keys can be names).
 
 mod dir_state;
+mod error;
 mod inode;
 pub mod listing;
 mod metadata;
@@ -31,9 +32,9 @@ use std::time::{Duration, Instant, SystemTime};
 use parking_lot::Mutex;
 
 use crate::cache::SmallObjects;
-use crate::fs::error::FsError;
 use crate::store::{Metadata, ObjectStore, StoreError};
 use dir_state::{Counted, DirState};
+pub use error::NamespaceError;
 use inode::{Attributes, InodeTable};
 pub use inode::{Copied, Ino, Location, Node, ROOT_INO};
 use listing::{Entry, EntryKind};
@@ -100,8 +101,8 @@ impl Namespace {
         &self.sources[source].store
     }
 
-    pub fn node(&self, ino: Ino) -> Result<Node, FsError> {
-        self.state.lock().inodes.get(ino).cloned().ok_or(FsError::NotFound)
+    pub fn node(&self, ino: Ino) -> Result<Node, NamespaceError> {
+        self.state.lock().inodes.get(ino).cloned().ok_or(NamespaceError::NotFound)
     }
 
     /// Until when what the store says now may be trusted.
@@ -110,21 +111,25 @@ impl Namespace {
     }
 
     /// Finds `name` in directory `parent`, from the cache when fresh, else from the store.
-    pub async fn lookup(&self, parent: Ino, name: &str) -> Result<Node, FsError> {
+    pub async fn lookup(&self, parent: Ino, name: &str) -> Result<Node, NamespaceError> {
         let parent_node = self.node(parent)?;
         let (source, prefix) = match &parent_node.location {
-            Location::File { .. } => return Err(FsError::NotDir),
+            Location::File { .. } => return Err(NamespaceError::NotDir),
             Location::SourceList => {
                 let state = self.state.lock();
-                return state.inodes.child(ROOT_INO, name).cloned().ok_or(FsError::NotFound);
+                return state.inodes.child(ROOT_INO, name).cloned().ok_or(NamespaceError::NotFound);
             }
             Location::Dir { source, prefix } => (*source, prefix.clone()),
         };
         if names::check_component(name).is_err() {
-            return Err(if name.len() > names::MAX_NAME { FsError::NameTooLong } else { FsError::NotFound });
+            return Err(if name.len() > names::MAX_NAME {
+                NamespaceError::NameTooLong
+            } else {
+                NamespaceError::NotFound
+            });
         }
         if prefix.len() + name.len() > names::MAX_KEY {
-            return Err(FsError::NotFound); // no key that long can exist
+            return Err(NamespaceError::NotFound); // no key that long can exist
         }
         let now = Instant::now();
         {
@@ -133,18 +138,18 @@ impl Namespace {
                 return Ok(node);
             }
             if state.known_missing(parent, name, now) {
-                return Err(FsError::NotFound);
+                return Err(NamespaceError::NotFound);
             }
             if let Some(names) = state.fresh_listing(parent, now) {
                 if names.binary_search_by(|n| n.as_str().cmp(name)).is_err() {
-                    return Err(FsError::NotFound); // not in a complete, fresh listing
+                    return Err(NamespaceError::NotFound); // not in a complete, fresh listing
                 }
             }
         }
 
         if self.count(Counted::StoreLookups, parent, now) == LOOKUPS_BEFORE_LISTING && self.list_whole(parent).await? {
             // Listed completely just now: the answer is in the cache.
-            return self.state.lock().fresh_child(parent, name, Instant::now()).ok_or(FsError::NotFound);
+            return self.state.lock().fresh_child(parent, name, Instant::now()).ok_or(NamespaceError::NotFound);
         }
 
         let store = self.store(source);
@@ -175,14 +180,14 @@ impl Namespace {
             }
             Err(StoreError::NotFound) => {
                 self.state.lock().mark_missing(parent, name, now + self.ttl);
-                Err(FsError::NotFound)
+                Err(NamespaceError::NotFound)
             }
             Err(error) => Err(error.into()),
         }
     }
 
     /// The attributes of `ino`, refreshed from the store when older than the TTL.
-    pub async fn getattr(&self, ino: Ino) -> Result<Node, FsError> {
+    pub async fn getattr(&self, ino: Ino) -> Result<Node, NamespaceError> {
         let node = self.node(ino)?;
         if node.fresh_at(Instant::now()) {
             return Ok(node);
@@ -190,16 +195,16 @@ impl Namespace {
         self.expire(ino);
         let fresh = self.lookup(node.parent, &node.name).await?;
         if fresh.ino != ino {
-            return Err(FsError::NotFound); // the path now names something else
+            return Err(NamespaceError::NotFound); // the path now names something else
         }
         Ok(fresh)
     }
 
     /// Lists directory `dir`, one store page at a time.
-    pub fn list(&self, dir: Ino) -> Result<DirStream, FsError> {
+    pub fn list(&self, dir: Ino) -> Result<DirStream, NamespaceError> {
         let node = self.node(dir)?;
         let inner = match node.location {
-            Location::File { .. } => return Err(FsError::NotDir),
+            Location::File { .. } => return Err(NamespaceError::NotDir),
             Location::SourceList => None,
             Location::Dir { source, prefix } => Some((source, prefix)),
         };
@@ -232,7 +237,7 @@ impl Namespace {
     }
 
     /// Lists `dir` into the caches if it ends within a few pages; true if it did.
-    async fn list_whole(&self, dir: Ino) -> Result<bool, FsError> {
+    async fn list_whole(&self, dir: Ino) -> Result<bool, NamespaceError> {
         let mut stream = self.list(dir)?;
         for _ in 0..LISTING_BATCHES_FOR_LOOKUPS {
             stream.next_batch(self).await?;
@@ -250,37 +255,37 @@ impl Namespace {
     }
 
     /// The directory `parent` as (source, key prefix), for creating entries in it.
-    pub fn dir_location(&self, parent: Ino) -> Result<(usize, String), FsError> {
+    pub fn dir_location(&self, parent: Ino) -> Result<(usize, String), NamespaceError> {
         match self.node(parent)?.location {
             Location::Dir { source, prefix } => Ok((source, prefix)),
-            Location::File { .. } => Err(FsError::NotDir),
+            Location::File { .. } => Err(NamespaceError::NotDir),
             // The root of a multiplexed mount only holds the sources.
-            Location::SourceList => Err(FsError::ReadOnly),
+            Location::SourceList => Err(NamespaceError::SourceListReadOnly),
         }
     }
 
     /// Checks that `name` can be created in `parent`; returns the key it would have.
-    pub async fn new_entry_key(&self, parent: Ino, name: &str) -> Result<(usize, String), FsError> {
+    pub async fn new_entry_key(&self, parent: Ino, name: &str) -> Result<(usize, String), NamespaceError> {
         let (source, key) = self.entry_key(parent, name)?;
         match self.lookup(parent, name).await {
-            Ok(_) => Err(FsError::Exists),
-            Err(FsError::NotFound) => Ok((source, key)),
+            Ok(_) => Err(NamespaceError::Exists),
+            Err(NamespaceError::NotFound) => Ok((source, key)),
             Err(other) => Err(other),
         }
     }
 
     /// The (source, key) that `name` in `parent` has or would have.
-    pub fn entry_key(&self, parent: Ino, name: &str) -> Result<(usize, String), FsError> {
+    pub fn entry_key(&self, parent: Ino, name: &str) -> Result<(usize, String), NamespaceError> {
         let (source, prefix) = self.dir_location(parent)?;
         if names::check_component(name).is_err() {
             return Err(if name.len() > names::MAX_NAME {
-                FsError::NameTooLong
+                NamespaceError::NameTooLong
             } else {
-                FsError::Invalid("file name")
+                NamespaceError::InvalidName
             });
         }
         if prefix.len() + name.len() > names::MAX_KEY {
-            return Err(FsError::NameTooLong);
+            return Err(NamespaceError::NameTooLong);
         }
         Ok((source, format!("{prefix}{name}")))
     }
@@ -476,8 +481,8 @@ mod tests {
         assert!(ns.lookup(ROOT_INO, "both").await.expect("both").location.is_dir());
         assert!(!ns.lookup(ROOT_INO, "plain").await.expect("plain").location.is_dir());
         assert!(ns.lookup(ROOT_INO, "marker").await.expect("marker").location.is_dir());
-        assert!(matches!(ns.lookup(ROOT_INO, "nothing").await, Err(FsError::NotFound)));
-        assert!(matches!(ns.lookup(ROOT_INO, "..").await, Err(FsError::NotFound)));
+        assert!(matches!(ns.lookup(ROOT_INO, "nothing").await, Err(NamespaceError::NotFound)));
+        assert!(matches!(ns.lookup(ROOT_INO, "..").await, Err(NamespaceError::NotFound)));
     }
 
     #[tokio::test]
@@ -492,8 +497,8 @@ mod tests {
         assert_eq!(names(ns.list(x.ino).expect("x").next_batch(&ns).await.expect("x")), ["sib"]);
         let p = ns.lookup(ROOT_INO, "p").await.expect("p");
         assert_eq!(names(ns.list(p.ino).expect("p").next_batch(&ns).await.expect("p")), ["sib2"]);
-        assert!(matches!(ns.lookup(x.ino, &long).await, Err(FsError::NameTooLong)));
-        assert!(matches!(ns.lookup(x.ino, "").await, Err(FsError::NotFound)));
+        assert!(matches!(ns.lookup(x.ino, &long).await, Err(NamespaceError::NameTooLong)));
+        assert!(matches!(ns.lookup(x.ino, "").await, Err(NamespaceError::NotFound)));
     }
 
     /// As on AWS S3 (and s3fs): a name over 255 bytes is listed and can be looked up and
@@ -507,8 +512,8 @@ mod tests {
         assert_eq!(listed.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(), [long.as_str(), "short"]);
         assert!(!ns.lookup(d.ino, &long).await.expect("600-byte name").location.is_dir());
         assert_eq!(ns.entry_key(d.ino, &"m".repeat(1022)).expect("key of 1024 bytes").1.len(), 1024);
-        assert!(matches!(ns.entry_key(d.ino, &"m".repeat(1023)), Err(FsError::NameTooLong)));
-        assert!(matches!(ns.lookup(d.ino, &"m".repeat(1023)).await, Err(FsError::NotFound)));
+        assert!(matches!(ns.entry_key(d.ino, &"m".repeat(1023)), Err(NamespaceError::NameTooLong)));
+        assert!(matches!(ns.lookup(d.ino, &"m".repeat(1023)).await, Err(NamespaceError::NotFound)));
     }
 
     #[tokio::test]
@@ -531,7 +536,7 @@ mod tests {
         let (lists, heads) = (store.lists.load(Ordering::Relaxed), store.heads.load(Ordering::Relaxed));
         let again = names(ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page"));
         assert_eq!(first, again);
-        assert!(matches!(ns.lookup(d.ino, "missing").await, Err(FsError::NotFound)));
+        assert!(matches!(ns.lookup(d.ino, "missing").await, Err(NamespaceError::NotFound)));
         assert_eq!(store.lists.load(Ordering::Relaxed), lists, "second listing and lookup from memory");
         assert_eq!(store.heads.load(Ordering::Relaxed), heads);
         // Changes through the mount update the cached listing.
@@ -550,11 +555,11 @@ mod tests {
         let gone = listed.iter().find(|l| l.name == "gone").expect("listed").node.clone();
         assert!(gone.metadata.is_none(), "a listing has no metadata");
         store.delete("d/gone").await.expect("delete behind the mount's back");
-        assert!(matches!(ns.with_metadata(gone).await, Err(FsError::NotFound)));
+        assert!(matches!(ns.with_metadata(gone).await, Err(NamespaceError::NotFound)));
         let names: Vec<_> =
             ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page").into_iter().map(|l| l.name).collect();
         assert_eq!(names, ["kept"], "the cached listing forgot it");
-        assert!(matches!(ns.lookup(d.ino, "gone").await, Err(FsError::NotFound)));
+        assert!(matches!(ns.lookup(d.ino, "gone").await, Err(NamespaceError::NotFound)));
     }
 
     #[tokio::test]
@@ -579,7 +584,7 @@ mod tests {
         for i in 0..100 {
             ns.lookup(d.ino, &format!("f{i:03}")).await.expect("file");
         }
-        assert!(matches!(ns.lookup(d.ino, "nope").await, Err(FsError::NotFound)));
+        assert!(matches!(ns.lookup(d.ino, "nope").await, Err(NamespaceError::NotFound)));
         let heads = store.heads.load(Ordering::Relaxed);
         assert!(heads <= 1 + LOOKUPS_BEFORE_LISTING as usize, "{heads} HEADs for 100 lookups");
     }

@@ -10,7 +10,7 @@ use super::dir_state::MAX_CACHED_LISTING;
 use super::inode::{Ino, Node, ROOT_INO};
 use super::listing::ListingMerger;
 use super::Namespace;
-use crate::fs::error::FsError;
+use crate::store::StoreError;
 
 /// Entries served per batch from a cached listing (a store page holds 1,000 keys too).
 const CACHED_BATCH: usize = 1000;
@@ -47,7 +47,7 @@ impl DirStream {
     }
 
     /// The next batch of entries; empty once the listing is complete.
-    pub async fn next_batch(&mut self, namespace: &Namespace) -> Result<Vec<Listed>, FsError> {
+    pub async fn next_batch(&mut self, namespace: &Namespace) -> Result<Vec<Listed>, StoreError> {
         if self.done {
             return Ok(Vec::new());
         }
