@@ -275,7 +275,7 @@ impl Fs {
             None => Reader::Writer(self.writers.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?),
         };
         let writer = match reader {
-            Reader::Object(reader) => return reader.read(offset, len).await,
+            Reader::Object(reader) => return Ok(reader.read(offset, len).await?),
             Reader::Loaded(content) => {
                 let start = offset.min(content.len() as u64) as usize;
                 let end = offset.saturating_add(len).min(content.len() as u64) as usize;
@@ -293,7 +293,7 @@ impl Fs {
         // Committed since this handle was opened: read the object from now on.
         let (reader, _) = self.object_reader(writer.ino).await?;
         self.files.lock().insert(handle, (writer.ino, Reader::Object(reader.clone())));
-        reader.read(offset, len).await
+        Ok(reader.read(offset, len).await?)
     }
 
     /// Creates `name` in `parent` with permission bits `mode` and opens it for writing:

@@ -30,7 +30,6 @@ use bytes::{Bytes, BytesMut};
 use futures::future::{BoxFuture, FutureExt, Shared};
 use parking_lot::Mutex;
 
-use crate::fs::error::FsError;
 use crate::memory::{MemoryLimiter, Reservation};
 use crate::store::{ObjectStore, StoreError};
 
@@ -115,8 +114,9 @@ impl ReadHandle {
         state.segments.retain(|_, segment| segment.data.peek().is_some_and(|result| result.is_ok()));
     }
 
-    /// Reads up to `len` bytes at `offset` (fewer only at the end of the object).
-    pub async fn read(&self, offset: u64, len: u64) -> Result<Bytes, FsError> {
+    /// Reads up to `len` bytes at `offset` (fewer only at the end of the object). Reading
+    /// fails only as the store does: the error is the store's.
+    pub async fn read(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
         let end = offset.saturating_add(len).min(self.size);
         if offset >= end {
             return Ok(Bytes::new());
@@ -141,7 +141,7 @@ impl ReadHandle {
                         if matches!(error, StoreError::Changed) {
                             tracing::warn!(key = %self.object.read().0, "object changed while open; failing the read");
                         }
-                        return Err(error.into());
+                        return Err(error);
                     }
                 }
             }
@@ -399,7 +399,7 @@ mod tests {
         rt.block_on(reader.read(3 * MIB, 10)).expect("first read");
         store.put("k", vec![7; 4 * MIB as usize]);
         let error = rt.block_on(reader.read(0, 10)).expect_err("must fail");
-        assert_eq!(error.errno(), fuser::Errno::ESTALE);
+        assert!(matches!(error, StoreError::Changed), "{error:?}");
     }
 
     #[test]
