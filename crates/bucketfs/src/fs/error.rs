@@ -9,6 +9,7 @@ use fuser::Errno;
 
 use crate::namespace::NamespaceError;
 use crate::store::StoreError;
+use crate::write::WriteError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
@@ -64,6 +65,21 @@ impl From<NamespaceError> for FsError {
             NamespaceError::InvalidName => FsError::Invalid("file name"),
             NamespaceError::SourceListReadOnly => FsError::ReadOnly,
             NamespaceError::Store(store) => FsError::Store(store),
+        }
+    }
+}
+
+impl From<WriteError> for FsError {
+    fn from(error: WriteError) -> Self {
+        match error {
+            WriteError::Committed => FsError::Committed,
+            WriteError::RewriteOfSentBytes => FsError::Unsupported("rewriting bytes already uploaded"),
+            WriteError::ReadOfSentBytes => {
+                FsError::Busy("these bytes are already uploaded; they can be read once the file is closed")
+            }
+            WriteError::NoSpace => FsError::NoSpace,
+            WriteError::Local(detail) => FsError::Local(detail),
+            WriteError::Store(store) => FsError::Store(store),
         }
     }
 }

@@ -32,7 +32,7 @@ use crate::read::{ReadConfig, ReadHandle};
 use crate::store::Metadata;
 use crate::write::journal::Journal;
 use crate::write::staging::{Base, Staged, StagingConfig};
-use crate::write::{Output, Upload};
+use crate::write::{Output, Upload, WriteError};
 use attrs::StoredAttrs;
 use error::FsError;
 pub use handles::Opened;
@@ -284,7 +284,7 @@ impl Fs {
             Reader::Writer(writer) => writer,
         };
         let upload = match &writer.output {
-            Output::Staged(staged) => return staged.read(offset, len).await,
+            Output::Staged(staged) => return Ok(staged.read(offset, len).await?),
             Output::Streamed(upload) => upload,
         };
         if let Some(bytes) = upload.read(offset, len).await? {
@@ -383,13 +383,13 @@ impl Fs {
     ) -> Result<Staged, FsError> {
         let store = self.namespace.store(source).clone();
         let config = &self.write_config;
-        Staged::new(store, key, base, metadata, config.part_size, &config.staging, self.memory.clone())
+        Ok(Staged::new(store, key, base, metadata, config.part_size, &config.staging, self.memory.clone())?)
     }
 
     pub async fn write(&self, handle: u64, offset: u64, data: &[u8]) -> Result<u32, FsError> {
         let mut writer = self.writers.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?;
         let size = match writer.output.write(offset, data).await {
-            Err(FsError::Committed) => {
+            Err(WriteError::Committed) => {
                 writer = self.continue_staged(handle, &writer).await?;
                 writer.output.write(offset, data).await?
             }
@@ -548,7 +548,7 @@ impl Fs {
                     // The old object is still there: forget what we showed, ask S3 again.
                     self.namespace.upload_abandoned(writer.ino);
                 }
-                Err(error)
+                Err(error.into())
             }
         }
     }

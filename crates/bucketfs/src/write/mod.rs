@@ -11,7 +11,7 @@
 //! returns only once the object is durable, or with the error the store gave. After a
 //! commit of an empty file, writes from offset 0 start over (shells close a duplicate
 //! descriptor before writing); other writes after a commit fail with
-//! [`FsError::Committed`], and the caller goes on in a staging file that starts as the
+//! [`WriteError::Committed`], and the caller goes on in a staging file that starts as the
 //! stored object (`Upload::stored`), so a write after `fsync` never shrinks the file. A
 //! failed or discarded upload is aborted, so no multipart upload is left behind.
 //!
@@ -25,6 +25,7 @@
 //!
 //! [`copy_object`] copies inside the store, for metadata changes and renames.
 
+mod error;
 pub mod journal;
 pub mod multipart;
 mod part_buffer;
@@ -38,9 +39,9 @@ use futures::{StreamExt, TryStreamExt};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
-use crate::fs::error::FsError;
 use crate::memory::{MemoryLimiter, Reservation};
 use crate::store::{Metadata, ObjectStore, StoreError};
+pub use error::WriteError;
 use journal::Journal;
 use multipart::MultipartUpload;
 use part_buffer::PartBuffer;
@@ -185,7 +186,7 @@ impl Upload {
     }
 
     /// Accepts `data` at `offset`; returns the file size so far.
-    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<u64, FsError> {
+    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<u64, WriteError> {
         let mut state = self.state.lock().await;
         if state.discarded {
             // Unlinked while open: nothing will be stored, the writes go nowhere (as on a
@@ -202,10 +203,10 @@ impl Upload {
                 state.replace = true;
             }
             // Anything else builds on the stored object, which only a staging file can do.
-            Some(Ok(_)) => return Err(FsError::Committed),
+            Some(Ok(_)) => return Err(WriteError::Committed),
         }
         if offset < state.sent {
-            return Err(FsError::Unsupported("rewriting bytes already uploaded"));
+            return Err(WriteError::RewriteOfSentBytes);
         }
         let mut position = (offset - state.sent) as usize;
         let mut data = data;
@@ -234,7 +235,7 @@ impl Upload {
     }
 
     /// Makes the object durable in the bucket (or reports why it is not). Idempotent.
-    pub async fn commit(&self) -> Result<Option<String>, FsError> {
+    pub async fn commit(&self) -> Result<Option<String>, WriteError> {
         let mut state = self.state.lock().await;
         if let Some(outcome) = &state.outcome {
             return outcome.clone().map_err(Into::into);
@@ -272,7 +273,7 @@ impl Upload {
     /// Bytes of the file while they are still here, for readers of a file being written:
     /// `None` once committed (read the object instead); EBUSY for bytes already sent as
     /// parts, which S3 cannot give back before the upload completes.
-    pub async fn read(&self, offset: u64, len: u64) -> Result<Option<Bytes>, FsError> {
+    pub async fn read(&self, offset: u64, len: u64) -> Result<Option<Bytes>, WriteError> {
         let state = self.state.lock().await;
         if state.outcome.is_some() {
             return Ok(None);
@@ -282,7 +283,7 @@ impl Upload {
             return Ok(Some(Bytes::new()));
         }
         if offset < state.sent {
-            return Err(FsError::Busy("these bytes are already uploaded; they can be read once the file is closed"));
+            return Err(WriteError::ReadOfSentBytes);
         }
         Ok(Some(state.buffer.read((offset - state.sent) as usize..(end - state.sent) as usize)?))
     }
@@ -348,7 +349,7 @@ impl Upload {
 
     /// Sends the first `len` buffered bytes as the next part (the buffer's reservation
     /// goes with it; the next buffer waits for memory in `grow_buffer`).
-    async fn send_part(&self, state: &mut State, len: usize) -> Result<(), FsError> {
+    async fn send_part(&self, state: &mut State, len: usize) -> Result<(), WriteError> {
         if state.multipart.is_none() {
             let upload = MultipartUpload::start(&self.store, self.journal(), &self.key(), &state.metadata).await?;
             state.started_with = Some(state.metadata.clone());
@@ -376,7 +377,7 @@ impl Upload {
     /// flight, only the programs can free memory (their files' buffers fill as they
     /// write), so waiting could last forever: the buffer spills to disk instead
     /// (`part_buffer`). A part of this file that failed ends the upload here.
-    async fn grow_buffer(&self, state: &mut State, needed: usize, part_end: usize) -> Result<(), FsError> {
+    async fn grow_buffer(&self, state: &mut State, needed: usize, part_end: usize) -> Result<(), WriteError> {
         let capacity = if state.multipart.is_some() {
             part_end
         } else {
@@ -419,7 +420,7 @@ impl Upload {
     }
 
     /// Collects this file's parts that are done; the first failure aborts the upload.
-    async fn reap_finished_parts(&self, state: &mut State) -> Result<(), FsError> {
+    async fn reap_finished_parts(&self, state: &mut State) -> Result<(), WriteError> {
         while let Some(multipart) = state.multipart.as_mut() {
             if !multipart.in_flight.front().is_some_and(|part| part.task.is_finished()) {
                 break;
@@ -467,7 +468,7 @@ pub enum Output {
 
 impl Output {
     /// Accepts `data` at `offset`; returns the file size.
-    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<u64, FsError> {
+    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<u64, WriteError> {
         match self {
             Output::Streamed(upload) => upload.write(offset, data).await,
             Output::Staged(staged) => staged.write(offset, data).await,
@@ -476,7 +477,7 @@ impl Output {
 
     /// Stores what was written; `Some(etag)` when an object was stored (a streamed upload
     /// answers the same again after its one commit), `None` when nothing had changed.
-    pub async fn commit(&self) -> Result<Option<Option<String>>, FsError> {
+    pub async fn commit(&self) -> Result<Option<Option<String>>, WriteError> {
         match self {
             Output::Streamed(upload) => upload.commit().await.map(Some),
             Output::Staged(staged) => staged.commit().await,
@@ -665,8 +666,9 @@ mod tests {
         rt.block_on(async {
             upload.write(0, &vec![1; 12 * MIB as usize]).await.expect("write");
             let error = upload.commit().await.expect_err("key exists");
-            assert_eq!(error.errno(), fuser::Errno::EEXIST);
-            assert_eq!(upload.commit().await.expect_err("same answer").errno(), fuser::Errno::EEXIST);
+            assert!(matches!(error, WriteError::Store(StoreError::AlreadyExists)), "{error:?}");
+            let again = upload.commit().await.expect_err("same answer");
+            assert!(matches!(again, WriteError::Store(StoreError::AlreadyExists)), "{again:?}");
         });
         assert_eq!(rt.block_on(store.get_range("k", 0..6, None)).expect("get"), &b"theirs"[..]);
         assert_eq!(store.open_uploads(), 0, "the multipart upload was aborted");
@@ -776,7 +778,7 @@ mod tests {
         rt.block_on(async {
             upload.write(0, &vec![1; 6 * MIB as usize]).await.expect("write");
             let error = upload.write(10, b"x").await.expect_err("already sent");
-            assert_eq!(error.errno(), fuser::Errno::EOPNOTSUPP);
+            assert!(matches!(error, WriteError::RewriteOfSentBytes), "{error:?}");
         });
     }
 }

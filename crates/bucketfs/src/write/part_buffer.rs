@@ -15,7 +15,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::staging::{local_error, temp_file, StagingConfig};
-use crate::fs::error::FsError;
+use super::WriteError;
 use crate::memory::Reservation;
 
 pub(super) enum PartBuffer {
@@ -55,7 +55,7 @@ impl PartBuffer {
 
     /// Writes `data` at `position` (at most `len()`: holes are filled with
     /// [`PartBuffer::zero_fill_to`] first), overwriting and extending.
-    pub fn write_at(&mut self, position: usize, data: &[u8]) -> Result<(), FsError> {
+    pub fn write_at(&mut self, position: usize, data: &[u8]) -> Result<(), WriteError> {
         match self {
             PartBuffer::Memory(bytes) => {
                 let overlap = bytes.len().min(position + data.len()) - position;
@@ -71,7 +71,7 @@ impl PartBuffer {
     }
 
     /// Extends the buffer with zeros to `end` (a hole the program skipped).
-    pub fn zero_fill_to(&mut self, end: usize) -> Result<(), FsError> {
+    pub fn zero_fill_to(&mut self, end: usize) -> Result<(), WriteError> {
         match self {
             PartBuffer::Memory(bytes) => bytes.resize(end.max(bytes.len()), 0),
             PartBuffer::Disk { file, len, .. } => {
@@ -86,7 +86,7 @@ impl PartBuffer {
     }
 
     /// A copy of bytes `range` (for a reader of the file being written).
-    pub fn read(&self, range: Range<usize>) -> Result<Bytes, FsError> {
+    pub fn read(&self, range: Range<usize>) -> Result<Bytes, WriteError> {
         match self {
             PartBuffer::Memory(bytes) => Ok(Bytes::copy_from_slice(&bytes[range])),
             PartBuffer::Disk { file, .. } => {
@@ -98,7 +98,7 @@ impl PartBuffer {
     }
 
     /// Takes out the first `len` bytes (a part to send); the rest stays, in memory.
-    pub fn take_front(&mut self, len: usize) -> Result<Bytes, FsError> {
+    pub fn take_front(&mut self, len: usize) -> Result<Bytes, WriteError> {
         let mut bytes = match std::mem::take(self) {
             PartBuffer::Memory(bytes) => bytes,
             PartBuffer::Disk { file, len: spilled, .. } => {

@@ -22,8 +22,7 @@ use tokio::sync::Mutex;
 
 use super::journal::Journal;
 use super::multipart::MultipartUpload;
-use super::{part_size_for, MAX_PARTS, MIN_PART, UPLOAD_CONCURRENCY};
-use crate::fs::error::FsError;
+use super::{part_size_for, WriteError, MAX_PARTS, MIN_PART, UPLOAD_CONCURRENCY};
 use crate::memory::{MemoryLimiter, Reservation};
 use crate::store::{Metadata, ObjectStore, StoreError};
 
@@ -85,11 +84,11 @@ impl Staged {
         part_size: u64,
         staging: &StagingConfig,
         memory: Arc<MemoryLimiter>,
-    ) -> Result<Self, FsError> {
+    ) -> Result<Self, WriteError> {
         let file = temp_file(&staging.dir)?;
         let base_end = base.as_ref().map_or(0, |b| b.size);
         file.set_len(base_end).map_err(local_error)?;
-        let disk = staging.limit.try_reserve(base_end).ok_or(FsError::NoSpace)?;
+        let disk = staging.limit.try_reserve(base_end).ok_or(WriteError::NoSpace)?;
         let state = State {
             file,
             size: base_end,
@@ -171,7 +170,7 @@ impl Staged {
     }
 
     /// Writes `data` at `offset`; returns the file size.
-    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<u64, FsError> {
+    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<u64, WriteError> {
         let mut state = self.state.lock().await;
         let end = offset + data.len() as u64;
         self.grow_to(&mut state, end)?;
@@ -185,7 +184,7 @@ impl Staged {
     }
 
     /// Up to `len` bytes at `offset` of the file as it is now.
-    pub async fn read(&self, offset: u64, len: u64) -> Result<Bytes, FsError> {
+    pub async fn read(&self, offset: u64, len: u64) -> Result<Bytes, WriteError> {
         let mut state = self.state.lock().await;
         let end = offset.saturating_add(len).min(state.size);
         if offset >= end {
@@ -198,7 +197,7 @@ impl Staged {
     }
 
     /// `truncate`/`ftruncate` to `size`.
-    pub async fn truncate(&self, size: u64) -> Result<(), FsError> {
+    pub async fn truncate(&self, size: u64) -> Result<(), WriteError> {
         let mut state = self.state.lock().await;
         if size == state.size {
             return Ok(());
@@ -221,7 +220,7 @@ impl Staged {
 
     /// Uploads the file if it changed since the last commit; the file stays open for more
     /// changes. Returns the object's ETag when something was stored.
-    pub async fn commit(&self) -> Result<Option<Option<String>>, FsError> {
+    pub async fn commit(&self) -> Result<Option<Option<String>>, WriteError> {
         let mut state = self.state.lock().await;
         if state.discarded {
             return Ok(None);
@@ -254,10 +253,10 @@ impl Staged {
         Ok(Some(etag))
     }
 
-    fn grow_to(&self, state: &mut State, end: u64) -> Result<(), FsError> {
+    fn grow_to(&self, state: &mut State, end: u64) -> Result<(), WriteError> {
         if end > state.size {
             if !state.disk.try_grow(end - state.size) {
-                return Err(FsError::NoSpace);
+                return Err(WriteError::NoSpace);
             }
             state.file.set_len(end).map_err(local_error)?;
             state.size = end;
@@ -266,7 +265,7 @@ impl Staged {
     }
 
     /// Makes `range` (clamped to the base) present in the file, fetching missing pieces.
-    async fn fetch_base(&self, state: &mut State, range: Range<u64>) -> Result<(), FsError> {
+    async fn fetch_base(&self, state: &mut State, range: Range<u64>) -> Result<(), WriteError> {
         let range = range.start..range.end.min(state.base_end);
         if range.is_empty() {
             return Ok(());
@@ -284,7 +283,7 @@ impl Staged {
 
     /// Stores the file as the object `key`: the unchanged prefix of the base by
     /// server-side copy when it is at least a part long, the rest from the file.
-    async fn upload(&self, state: &mut State, key: &str, dirty_from: u64) -> Result<Option<String>, FsError> {
+    async fn upload(&self, state: &mut State, key: &str, dirty_from: u64) -> Result<Option<String>, WriteError> {
         let size = state.size;
         let kept = dirty_from.min(state.base_end);
         let copy_prefix = state.base.is_some() && kept >= MIN_PART;
@@ -347,23 +346,23 @@ fn mark_dirty(state: &mut State, offset: u64) {
     state.dirty_from = Some(state.dirty_from.map_or(offset, |d| d.min(offset)));
 }
 
-fn read_range(file: &File, range: Range<u64>) -> Result<Bytes, FsError> {
+fn read_range(file: &File, range: Range<u64>) -> Result<Bytes, WriteError> {
     let mut buffer = vec![0; (range.end - range.start) as usize];
     file.read_exact_at(&mut buffer, range.start).map_err(local_error)?;
     Ok(Bytes::from(buffer))
 }
 
-pub(super) fn temp_file(dir: &Path) -> Result<File, FsError> {
+pub(super) fn temp_file(dir: &Path) -> Result<File, WriteError> {
     tempfile::tempfile_in(dir).map_err(|error| {
         tracing::error!("cannot create a staging file in {}: {error}", dir.display());
         local_error(error)
     })
 }
 
-pub(super) fn local_error(error: std::io::Error) -> FsError {
+pub(super) fn local_error(error: std::io::Error) -> WriteError {
     match error.raw_os_error() {
-        Some(libc::ENOSPC) | Some(libc::EDQUOT) => FsError::NoSpace,
-        _ => FsError::Local(error.to_string()),
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => WriteError::NoSpace,
+        _ => WriteError::Local(error.to_string()),
     }
 }
 

@@ -1,0 +1,28 @@
+//! What writing a file can fail with. `fs::error` turns it into an `FsError` (and so an
+//! errno); the write layer itself knows nothing of `fs`.
+
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// A write to a streamed upload that has stored its object: the caller goes on in a
+    /// staging file that starts as the stored object (see the module documentation).
+    #[error("write after the file was committed by close or fsync")]
+    Committed,
+    /// A write before the end of what a streamed upload already sent as parts: S3 cannot
+    /// take those bytes back, so rewriting them is not supported (yet).
+    #[error("not supported yet: rewriting bytes already uploaded")]
+    RewriteOfSentBytes,
+    /// A read of bytes a streamed upload already sent as parts, which S3 cannot give back
+    /// before the upload completes.
+    #[error("busy: these bytes are already uploaded; they can be read once the file is closed")]
+    ReadOfSentBytes,
+    /// `--staging-limit` is spent, or the staging disk is full.
+    #[error("no space left for staging files")]
+    NoSpace,
+    /// A staging file (or a part buffer spilled to disk) could not be made, read or written.
+    #[error("local file error: {0}")]
+    Local(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
