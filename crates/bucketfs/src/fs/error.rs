@@ -240,6 +240,31 @@ mod tests {
         })
     }
 
+    /// Each error of a lower layer becomes the `FsError` that layer built itself before it
+    /// had its own type, so programs see the same errno, and `fs` still finds `NotFound`
+    /// (a negative entry, a file unlinked while open) where it looks for it.
+    #[test]
+    fn layer_errors_become_the_fs_errors_they_were() {
+        let cases: Vec<(FsError, &str)> = vec![
+            (NamespaceError::NotFound.into(), "NotFound"),
+            (NamespaceError::NotDir.into(), "NotDir"),
+            (NamespaceError::Exists.into(), "Exists"),
+            (NamespaceError::NameTooLong.into(), "NameTooLong"),
+            (NamespaceError::InvalidName.into(), "Invalid"),
+            (NamespaceError::SourceListReadOnly.into(), "ReadOnly"),
+            (NamespaceError::Store(StoreError::NotFound).into(), "Store(NotFound)"),
+            (WriteError::Committed.into(), "Committed"),
+            (WriteError::RewriteOfSentBytes.into(), "Unsupported"),
+            (WriteError::ReadOfSentBytes.into(), "Busy"),
+            (WriteError::NoSpace.into(), "NoSpace"),
+            (WriteError::Local("l".into()).into(), "Local"),
+            (WriteError::Store(StoreError::AlreadyExists).into(), "Store(AlreadyExists)"),
+        ];
+        for (error, expected) in cases {
+            assert_eq!(name(&error), expected, "{error:?}");
+        }
+    }
+
     /// docs/SEMANTICS.md's "Errors" table says what `FsError::errno` returns, row for row.
     #[test]
     fn semantics_errors_table_matches_the_code() {
