@@ -157,27 +157,37 @@ fn bandwidth_limit_gives_the_right_bytes_in_time() {
 /// retry window, so the programs see no error and get the right bytes.
 #[test]
 fn reset_bursts_shorter_than_the_retry_window_are_invisible() {
-    let b = create_bucket("faults-reset");
-    let data = gen_data(5, 16 * MIB);
+    read_and_write_survive("faults-reset", 5, Duration::from_millis(150), |proxy| {
+        for _ in 0..2 {
+            std::thread::sleep(Duration::from_millis(700));
+            proxy.add("reset-up", Direction::Upstream, Toxic::ResetPeer { after_ms: 0 });
+            proxy.add("reset-down", Direction::Downstream, Toxic::ResetPeer { after_ms: 0 });
+            std::thread::sleep(Duration::from_millis(1500));
+            proxy.remove("reset-up");
+            proxy.remove("reset-down");
+        }
+    });
+}
+
+/// A slow read of a 16 MiB object and a slow 12 MiB multipart write run through `proxy`
+/// while `fault` does its worst (on this thread): both finish without an error, with the
+/// right bytes (the written object checked in MinIO), and no multipart upload is left.
+fn read_and_write_survive(bucket: &str, seed: u64, pause: Duration, fault: impl FnOnce(&ToxiProxy)) {
+    let b = create_bucket(bucket);
+    let data = gen_data(seed, 16 * MIB);
     put(&b, "read", data.clone());
-    let written = gen_data(6, 12 * MIB);
+    let written = gen_data(seed + 1, 12 * MIB);
     let proxy = ToxiProxy::to_minio();
     let m = mount_through(&proxy.endpoint, &b, &[]);
 
     let reader_path = m.join("read");
     let expected = data.clone();
-    let reader = std::thread::spawn(move || read_checked(reader_path, &expected, Duration::from_millis(150)));
+    let reader = std::thread::spawn(move || read_checked(reader_path, &expected, pause));
     let writer_path = m.join("written");
     let to_write = written.clone();
-    let writer = std::thread::spawn(move || write_file(writer_path, &to_write, Duration::from_millis(150)));
-    for _ in 0..2 {
-        std::thread::sleep(Duration::from_millis(700));
-        proxy.add("reset-up", Direction::Upstream, Toxic::ResetPeer { after_ms: 0 });
-        proxy.add("reset-down", Direction::Downstream, Toxic::ResetPeer { after_ms: 0 });
-        std::thread::sleep(Duration::from_millis(1500));
-        proxy.remove("reset-up");
-        proxy.remove("reset-down");
-    }
+    let writer = std::thread::spawn(move || write_file(writer_path, &to_write, pause));
+    fault(&proxy);
+
     let read = run_with_timeout("the reader", HANG, move || reader.join().expect("reader thread"));
     assert_eq!(read.unwrap_or_else(|e| panic!("the reader saw an error: {e}\n{}", m.diagnostics())), data.len());
     run_with_timeout("the writer", HANG, move || writer.join().expect("writer thread"))
@@ -299,32 +309,14 @@ fn sliced_bodies_give_the_right_bytes() {
 /// and the programs get the right bytes, without an error.
 #[test]
 fn bodies_cut_short_for_a_while_are_retried() {
-    let b = create_bucket("faults-cut-burst");
-    let data = gen_data(11, 16 * MIB);
-    put(&b, "read", data.clone());
-    let written = gen_data(12, 12 * MIB);
-    let proxy = ToxiProxy::to_minio();
-    let m = mount_through(&proxy.endpoint, &b, &[]);
-
-    let reader_path = m.join("read");
-    let expected = data.clone();
-    let reader = std::thread::spawn(move || read_checked(reader_path, &expected, Duration::from_millis(100)));
-    let writer_path = m.join("written");
-    let to_write = written.clone();
-    let writer = std::thread::spawn(move || write_file(writer_path, &to_write, Duration::from_millis(100)));
-    std::thread::sleep(Duration::from_millis(500));
-    proxy.add("cut-up", Direction::Upstream, Toxic::LimitData { bytes: 256 * KIB as u64 });
-    proxy.add("cut-down", Direction::Downstream, Toxic::LimitData { bytes: 256 * KIB as u64 });
-    std::thread::sleep(Duration::from_secs(2));
-    proxy.remove("cut-up");
-    proxy.remove("cut-down");
-
-    let read = run_with_timeout("the reader", HANG, move || reader.join().expect("reader thread"));
-    assert_eq!(read.unwrap_or_else(|e| panic!("the reader saw an error: {e}\n{}", m.diagnostics())), data.len());
-    run_with_timeout("the writer", HANG, move || writer.join().expect("writer thread"))
-        .unwrap_or_else(|e| panic!("the writer saw an error: {e}\n{}", m.diagnostics()));
-    assert_same_bytes(&get(&b, "written"), &written, "the written object in MinIO");
-    assert_eq!(open_uploads(&b), 0, "multipart uploads left open");
+    read_and_write_survive("faults-cut-burst", 11, Duration::from_millis(100), |proxy| {
+        std::thread::sleep(Duration::from_millis(500));
+        proxy.add("cut-up", Direction::Upstream, Toxic::LimitData { bytes: 256 * KIB as u64 });
+        proxy.add("cut-down", Direction::Downstream, Toxic::LimitData { bytes: 256 * KIB as u64 });
+        std::thread::sleep(Duration::from_secs(2));
+        proxy.remove("cut-up");
+        proxy.remove("cut-down");
+    });
 }
 
 /// Every connection is closed after 1 MiB, for good: requests that fit still work and
