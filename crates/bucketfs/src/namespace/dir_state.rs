@@ -17,11 +17,89 @@ use super::inode::{shrink_if_mostly_empty, Attributes, Ino, InodeTable, Location
 
 /// Largest directory whose complete listing is kept (names only, sorted).
 pub(super) const MAX_CACHED_LISTING: usize = 100_000;
+/// Most names kept in complete listings, all directories together, and most names known
+/// to be missing. The TTL sweep keeps both to what was seen recently; these bounds hold
+/// when the TTL is long (`--metadata-ttl 3600` on a bucket walked or probed at length).
+/// When one is reached, what expires soonest goes first.
+#[cfg(not(test))]
+const MAX_KEPT_LISTING_NAMES: usize = 2_000_000;
+#[cfg(not(test))]
+const MAX_MISSING_NAMES: usize = 100_000;
+// Small in unit tests, so that they reach them.
+#[cfg(test)]
+const MAX_KEPT_LISTING_NAMES: usize = 1_000;
+#[cfg(test)]
+const MAX_MISSING_NAMES: usize = 100;
 
 /// Names of a directory listed at one time, sorted, trusted until `until`.
 struct CachedListing {
     until: Instant,
     names: Arc<Vec<String>>,
+}
+
+/// Complete listings of directories, by directory inode, holding at most
+/// [`MAX_KEPT_LISTING_NAMES`] names together.
+#[derive(Default)]
+struct KeptListings {
+    by_dir: HashMap<Ino, CachedListing>,
+    /// Names in all of `by_dir`.
+    names: usize,
+}
+
+impl KeptListings {
+    fn get(&self, dir: Ino) -> Option<&CachedListing> {
+        self.by_dir.get(&dir)
+    }
+
+    fn insert(&mut self, dir: Ino, listing: CachedListing) {
+        self.remove(dir);
+        self.names += listing.names.len();
+        self.by_dir.insert(dir, listing);
+        if self.names > MAX_KEPT_LISTING_NAMES {
+            let mut by_expiry: Vec<(Instant, Ino)> = self.by_dir.iter().map(|(dir, l)| (l.until, *dir)).collect();
+            by_expiry.sort_unstable();
+            for (_, dir) in by_expiry {
+                if self.names <= MAX_KEPT_LISTING_NAMES * 3 / 4 {
+                    break;
+                }
+                self.remove(dir);
+            }
+        }
+    }
+
+    fn remove(&mut self, dir: Ino) {
+        if let Some(listing) = self.by_dir.remove(&dir) {
+            self.names -= listing.names.len();
+        }
+    }
+
+    /// `name` now is (or is not) in `dir`, if its listing is kept.
+    fn update(&mut self, dir: Ino, name: &str, present: bool) {
+        let Some(listing) = self.by_dir.get_mut(&dir) else { return };
+        let names = Arc::make_mut(&mut listing.names);
+        match (names.binary_search_by(|n| n.as_str().cmp(name)), present) {
+            (Err(at), true) => {
+                names.insert(at, name.to_owned());
+                self.names += 1;
+            }
+            (Ok(at), false) => {
+                names.remove(at);
+                self.names -= 1;
+            }
+            _ => {}
+        }
+    }
+
+    fn retain_fresh(&mut self, now: Instant) {
+        self.by_dir.retain(|_, listing| listing.until > now);
+        self.names = self.by_dir.values().map(|l| l.names.len()).sum();
+        shrink_if_mostly_empty(&mut self.by_dir);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.by_dir.len()
+    }
 }
 
 /// What a per-directory counter counts.
@@ -41,7 +119,7 @@ pub(super) struct DirState {
     /// in their directory (read-your-writes). Directory inode → names.
     pending: HashMap<Ino, BTreeSet<String>>,
     /// Complete listings of directories, by directory inode.
-    listings: HashMap<Ino, CachedListing>,
+    listings: KeptListings,
     /// The page most recently listed of each directory still being listed: programs
     /// `stat` entries while they read the directory (`ls -l`), before the listing is
     /// complete, and metadata batches take their neighbours from here.
@@ -58,7 +136,7 @@ impl DirState {
             inodes,
             missing: HashMap::new(),
             pending: HashMap::new(),
-            listings: HashMap::new(),
+            listings: KeptListings::default(),
             recent_pages: HashMap::new(),
             counters: HashMap::new(),
             reads: HashMap::new(),
@@ -75,11 +153,18 @@ impl DirState {
     }
 
     pub fn mark_missing(&mut self, parent: Ino, name: &str, until: Instant) {
+        if self.missing.len() >= MAX_MISSING_NAMES {
+            // The quarter that expires soonest goes (amortized: once per quarter filled).
+            let mut expiries: Vec<Instant> = self.missing.values().copied().collect();
+            let cut = MAX_MISSING_NAMES / 4;
+            let (_, &mut threshold, _) = expiries.select_nth_unstable(cut);
+            self.missing.retain(|_, until| *until > threshold);
+        }
         self.missing.insert((parent, name.to_owned()), until);
     }
 
     pub fn fresh_listing(&self, dir: Ino, now: Instant) -> Option<Arc<Vec<String>>> {
-        self.listings.get(&dir).filter(|l| l.until > now).map(|l| l.names.clone())
+        self.listings.get(dir).filter(|l| l.until > now).map(|l| l.names.clone())
     }
 
     /// The fresh complete listing of `dir`, else the last page listed of it.
@@ -98,15 +183,7 @@ impl DirState {
     /// cached listing, which stays complete. (`tar x` into a new directory then costs no
     /// lookup request per file.)
     fn update_listing(&mut self, dir: Ino, name: &str, present: bool) {
-        let Some(listing) = self.listings.get_mut(&dir) else { return };
-        let names = Arc::make_mut(&mut listing.names);
-        match (names.binary_search_by(|n| n.as_str().cmp(name)), present) {
-            (Err(at), true) => names.insert(at, name.to_owned()),
-            (Ok(at), false) => {
-                names.remove(at);
-            }
-            _ => {}
-        }
+        self.listings.update(dir, name, present);
     }
 
     /// Counts one more `what` in `dir`; returns how many there were within `ttl`.
@@ -189,7 +266,7 @@ impl DirState {
     pub fn remove_entry(&mut self, parent: Ino, name: &str, missing_until: Instant) {
         self.update_listing(parent, name, false);
         if let Some(ino) = self.inodes.remove(parent, name) {
-            self.listings.remove(&ino);
+            self.listings.remove(ino);
         }
         self.remove_pending(parent, name);
         self.mark_missing(parent, name, missing_until);
@@ -211,13 +288,12 @@ impl DirState {
             self.forget_dir(ino);
         }
         self.missing.retain(|_, until| *until > now);
-        self.listings.retain(|_, listing| listing.until > now);
+        self.listings.retain_fresh(now);
         self.recent_pages.retain(|_, page| page.until > now);
         self.counters.retain(|_, (_, since)| now.duration_since(*since) <= ttl);
         self.reads.retain(|_, at| now.duration_since(*at) <= ttl);
         self.pending.retain(|_, names| !names.is_empty());
         shrink_if_mostly_empty(&mut self.missing);
-        shrink_if_mostly_empty(&mut self.listings);
         shrink_if_mostly_empty(&mut self.recent_pages);
         shrink_if_mostly_empty(&mut self.counters);
         shrink_if_mostly_empty(&mut self.reads);
@@ -225,7 +301,7 @@ impl DirState {
     }
 
     fn forget_dir(&mut self, ino: Ino) {
-        self.listings.remove(&ino);
+        self.listings.remove(ino);
         self.recent_pages.remove(&ino);
         self.reads.remove(&ino);
         self.counters.retain(|(dir, _), _| *dir != ino);
@@ -251,12 +327,58 @@ impl DirState {
         self.update_listing(from.0, from.1, false);
         self.update_listing(to.0, to.1, true);
         if let Some((_, Some(replaced))) = self.inodes.rename(from, to, old_key, new_key) {
-            self.listings.remove(&replaced);
+            self.listings.remove(replaced);
         }
         if self.remove_pending(from.0, from.1) {
             self.pending.entry(to.0).or_default().insert(to.1.to_owned());
         }
         self.missing.remove(&(to.0, to.1.to_owned()));
         self.mark_missing(from.0, from.1, missing_until);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::*;
+
+    fn state() -> DirState {
+        DirState::new(InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()))
+    }
+
+    /// With a long TTL nothing expires, yet missing names stay under their bound, and the
+    /// ones that would expire first are the ones dropped.
+    #[test]
+    fn missing_names_are_bounded() {
+        let mut state = state();
+        let start = Instant::now() + Duration::from_secs(3600);
+        for i in 0..10 * MAX_MISSING_NAMES {
+            state.mark_missing(1, &format!("n{i}"), start + Duration::from_millis(i as u64));
+        }
+        assert!(state.missing.len() <= MAX_MISSING_NAMES, "{} missing names kept", state.missing.len());
+        let last = format!("n{}", 10 * MAX_MISSING_NAMES - 1);
+        assert!(state.known_missing(1, &last, Instant::now()), "the latest is kept");
+        assert!(!state.known_missing(1, "n0", Instant::now()), "the soonest to expire went");
+    }
+
+    /// Kept listings hold at most their bound of names together (the soonest to expire
+    /// go first), and changes through the mount count too.
+    #[test]
+    fn kept_listing_names_are_bounded() {
+        let mut state = state();
+        let start = Instant::now() + Duration::from_secs(3600);
+        let per_dir = MAX_KEPT_LISTING_NAMES / 4;
+        for dir in 0..20u64 {
+            let names = (0..per_dir).map(|i| format!("f{i}")).collect();
+            state.remember_listing(100 + dir, start + Duration::from_secs(dir), names);
+            state.update_listing(100 + dir, "added", true);
+            let total: usize = state.listings.by_dir.values().map(|l| l.names.len()).sum();
+            assert_eq!(state.listings.names, total, "the count follows the listings");
+            assert!(total <= MAX_KEPT_LISTING_NAMES, "{total} names kept");
+        }
+        assert!(state.fresh_listing(119, Instant::now()).is_some(), "the latest listing is kept");
+        assert!(state.fresh_listing(100, Instant::now()).is_none(), "the soonest to expire went");
+        assert!(state.listings.len() < 20);
     }
 }
