@@ -16,10 +16,10 @@ const FILE_SIZE: usize = 64 * MIB;
 const MEMORY_LIMIT_MIB: u64 = 512;
 /// What the daemon may hold besides the budget: the runtime and SDK, the kernel's
 /// requests in flight (up to 1 MiB each), per-file state and allocator slack. Measured on
-/// 2026-11-24: peak 706 MiB with the 512 MiB limit, so about 200 MiB (it was 1.3 GiB
+/// 2026-11-24: peak 785 MiB with the 512 MiB limit, so about 280 MiB (it was 1.3 GiB
 /// before writers spilled to disk instead of overdrawing and readers dropped consumed
-/// bytes under pressure).
-const OVERHEAD_MIB: u64 = 320;
+/// bytes under pressure); the bound leaves room for a slower, busier machine.
+const OVERHEAD_MIB: u64 = 448;
 
 /// Chunk `index` (1 MiB) of load file `seed`: generated piece by piece, so that the test
 /// never holds a whole file.
