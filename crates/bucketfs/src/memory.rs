@@ -142,10 +142,11 @@ pub struct InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         if let Some(reservation) = self.reservation.take() {
-            let (limiter, bytes) = (reservation.limiter.clone(), reservation.bytes);
-            // Given back first, so a writer woken by it finds the room.
+            // No longer in flight before it is given back (which wakes the writers): a
+            // writer woken by it that finds the room taken must see that nothing is
+            // coming any more, or it would wait for a release that never comes.
+            reservation.limiter.in_flight.fetch_sub(reservation.bytes, Ordering::AcqRel);
             drop(reservation);
-            limiter.in_flight.fetch_sub(bytes, Ordering::AcqRel);
         }
     }
 }
