@@ -122,10 +122,8 @@ impl Filesystem for FuseAdapter {
         self.spawn(move |fs| async move {
             let result = async { fs.lookup(parent.0, existing_name(&name)?).await }.await;
             match result {
-                Ok(attr) => {
-                    fs.add_lookup(attr.ino.0);
-                    reply.entry(&fs.ttl(), &attr, Generation(0))
-                }
+                // Fs::lookup counted the reference the reply hands over.
+                Ok(attr) => reply.entry(&fs.ttl(), &attr, Generation(0)),
                 // Inode 0 is a negative entry the kernel caches for the TTL, so programs
                 // probing for files that are not there (shells, importers) cost one request.
                 Err(FsError::NotFound) => reply.entry(&fs.ttl(), &fs.missing_attr(), Generation(0)),
@@ -235,7 +233,7 @@ impl Filesystem for FuseAdapter {
                         }
                         // Each entry but `.` and `..` is a reference the kernel keeps.
                         if entry.name != "." && entry.name != ".." {
-                            fs.add_lookup(entry.attr.ino.0);
+                            fs.add_lookup_of(&entry);
                         }
                     }
                     reply.ok()

@@ -127,6 +127,8 @@ pub struct DirEntry {
     pub attr: FileAttr,
     /// `attr` is final; if not (stored attributes not fetched yet), it must not be cached.
     pub attr_complete: bool,
+    /// What `attr` was made from (see [`Fs::add_lookup_of`]).
+    node: Node,
 }
 
 /// The state of one open directory: a window of entries from the listing stream.
@@ -191,9 +193,17 @@ impl Fs {
         self.namespace.ttl()
     }
 
+    /// The entry `name` of `parent`, counted as a reference the kernel holds (the reply
+    /// must follow: if it cannot be delivered, the kernel forgets it itself).
     pub async fn lookup(&self, parent: Ino, name: &str) -> Result<FileAttr, FsError> {
-        let node = self.namespace.lookup(parent, name).await?;
-        Ok(self.attr(&self.complete(node).await?))
+        let node = self.complete(self.namespace.lookup(parent, name).await?).await?;
+        self.namespace.add_lookup_of(&node);
+        Ok(self.attr(&node))
+    }
+
+    /// A READDIRPLUS entry was handed to the kernel: one more reference to its node.
+    pub fn add_lookup_of(&self, entry: &DirEntry) {
+        self.namespace.add_lookup_of(&entry.node);
     }
 
     pub async fn getattr(&self, ino: Ino) -> Result<FileAttr, FsError> {
@@ -758,7 +768,7 @@ impl Fs {
 
     fn dir_entry(&self, offset: u64, name: String, node: &Node) -> DirEntry {
         let attr_complete = node.metadata.is_some() || self.presentation.attributes_from_listing;
-        DirEntry { offset, name, attr: self.attr(node), attr_complete }
+        DirEntry { offset, name, attr: self.attr(node), attr_complete, node: node.clone() }
     }
 
     pub fn releasedir(&self, handle: u64) {

@@ -207,6 +207,23 @@ impl InodeTable {
         }
     }
 
+    /// [`InodeTable::add_lookup`] for `node` as it was handed to the kernel. Between
+    /// taking that snapshot and counting the reference, a FORGET of the kernel's earlier
+    /// references (or a sweep, for an entry nobody held) may have removed the inode: it
+    /// comes back as it was handed out, or the kernel would hold a number nothing resolves
+    /// (every operation on it ENOENT: `find` skipped whole directories). Its name goes back
+    /// too unless a newer entry holds it.
+    pub fn add_lookup_of(&mut self, node: &Node) {
+        if let Some(kept) = self.nodes.get_mut(&node.ino) {
+            kept.lookups += 1;
+            return;
+        }
+        let mut node = node.clone();
+        node.lookups = 1;
+        self.children.entry((node.parent, node.name.clone())).or_insert(node.ino);
+        self.nodes.insert(node.ino, node);
+    }
+
     /// The kernel dropped `count` references to `ino`; true if that was the last one and
     /// the inode left the table.
     pub fn forget(&mut self, ino: Ino, count: u64) -> bool {

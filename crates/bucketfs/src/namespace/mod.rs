@@ -421,6 +421,12 @@ impl Namespace {
         self.state.lock().inodes.add_lookup(ino);
     }
 
+    /// The kernel was handed an entry for `node` (a lookup or READDIRPLUS reply) taken
+    /// from the table earlier: see [`InodeTable::add_lookup_of`].
+    pub fn add_lookup_of(&self, node: &Node) {
+        self.state.lock().inodes.add_lookup_of(node);
+    }
+
     /// The kernel dropped `count` references to `ino` (FUSE `forget`).
     pub fn forget(&self, ino: Ino, count: u64) {
         self.state.lock().forget(ino, count);
@@ -634,6 +640,31 @@ mod tests {
         assert!(ns.node(kept).is_err(), "forgotten by the kernel: gone");
         let again = ns.lookup(d.ino, "f007").await.expect("looked up again");
         assert_ne!(again.ino, kept, "a forgotten path gets a new number");
+    }
+
+    /// The kernel forgets its earlier references to an inode (FUSE `forget`) while a new
+    /// lookup of the same name is answered with that inode: counted after the FORGET, the
+    /// new reference brings the inode back, so the number the kernel holds resolves (it
+    /// used to be gone for good: every operation on it ENOENT, whole directories missing
+    /// from a `find` over a million keys).
+    #[tokio::test]
+    async fn a_reference_counted_after_a_forget_brings_the_inode_back() {
+        let store = Arc::new(MemoryStore::with_keys([("d/f".to_owned(), b"x".to_vec())]));
+        let ns =
+            Namespace::new(vec![Source { mount_name: None, store, prefix: String::new() }], Duration::from_secs(60));
+        let d = ns.lookup(ROOT_INO, "d").await.expect("d");
+        ns.add_lookup_of(&d);
+        let first = ns.lookup(d.ino, "f").await.expect("f");
+        ns.add_lookup_of(&first);
+        let again = ns.lookup(d.ino, "f").await.expect("f again");
+        assert_eq!(again.ino, first.ino);
+        ns.forget(first.ino, 1); // the kernel's first reference, before the second is counted
+        assert!(ns.node(first.ino).is_err(), "the race: the inode left the table");
+        ns.add_lookup_of(&again);
+        assert!(ns.node(again.ino).is_ok(), "the kernel's new reference resolves");
+        assert_eq!(ns.lookup(d.ino, "f").await.expect("f").ino, again.ino, "and its name too");
+        ns.forget(again.ino, 1);
+        assert!(ns.node(again.ino).is_err(), "gone once the kernel forgets that one too");
     }
 
     #[tokio::test]
