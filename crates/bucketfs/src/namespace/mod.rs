@@ -188,13 +188,17 @@ impl Namespace {
 
     /// The attributes of `ino`, refreshed from the store when older than the TTL.
     pub async fn getattr(&self, ino: Ino) -> Result<Node, NamespaceError> {
-        let node = self.node(ino)?;
+        let node = self.node(ino).inspect_err(|_| {
+            // The kernel asks only about inodes it holds: this one should be here.
+            tracing::warn!(ino, "request for an inode the table no longer holds");
+        })?;
         if node.fresh_at(Instant::now()) {
             return Ok(node);
         }
         self.expire(ino);
         let fresh = self.lookup(node.parent, &node.name).await?;
         if fresh.ino != ino {
+            tracing::warn!(ino, now = fresh.ino, name = node.name, "the path of an inode now names another one");
             return Err(NamespaceError::NotFound); // the path now names something else
         }
         Ok(fresh)
@@ -202,7 +206,9 @@ impl Namespace {
 
     /// Lists directory `dir`, one store page at a time.
     pub fn list(&self, dir: Ino) -> Result<DirStream, NamespaceError> {
-        let node = self.node(dir)?;
+        let node = self.node(dir).inspect_err(|_| {
+            tracing::warn!(ino = dir, "listing of an inode the table no longer holds");
+        })?;
         let inner = match node.location {
             Location::File { .. } => return Err(NamespaceError::NotDir),
             Location::SourceList => None,
