@@ -609,7 +609,21 @@ impl ObjectStore for S3Store {
         continuation: Option<String>,
         max_keys: Option<i32>,
     ) -> Result<ListPage, StoreError> {
-        self.retrying("LIST", prefix, || self.list_once(prefix, Some("/"), continuation.clone(), max_keys)).await
+        let mut continuation = continuation;
+        loop {
+            let page = self
+                .retrying("LIST", prefix, || self.list_once(prefix, Some("/"), continuation.clone(), max_keys))
+                .await?;
+            // A page with nothing in it that is not the last says nothing about what is
+            // there (a loaded store may cut a listing short): callers asking "is anything
+            // below this prefix?" with one page must not read it as "no".
+            if page.objects.is_empty() && page.prefixes.is_empty() && page.next_token.is_some() {
+                tracing::debug!(prefix, "empty LIST page that is not the last: asking for the next");
+                continuation = page.next_token;
+                continue;
+            }
+            return Ok(page);
+        }
     }
 
     async fn list_recursive(&self, prefix: &str, continuation: Option<String>) -> Result<ListPage, StoreError> {
