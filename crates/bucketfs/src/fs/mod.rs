@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
 use crate::memory::MemoryLimiter;
-use crate::namespace::{DirStream, Ino, Listed, Location, Namespace, NamespaceError, Node};
+use crate::namespace::{DirStream, Ino, Listed, Location, Namespace, Node};
 use crate::read::{ReadConfig, ReadHandle};
 use crate::store::Metadata;
 use crate::write::journal::Journal;
@@ -207,12 +207,13 @@ impl Fs {
     }
 
     pub async fn getattr(&self, ino: Ino) -> Result<FileAttr, FsError> {
-        match self.namespace.getattr(ino).await {
-            Ok(node) => Ok(self.attr(&self.complete(node).await?)),
-            // `fstat` of a descriptor of a file unlinked since it was opened.
-            Err(NamespaceError::NotFound) => self.unlinked.lock().get(&ino).copied().ok_or(FsError::NotFound),
-            Err(error) => Err(error.into()),
+        // `fstat` of a descriptor of a file unlinked since it was opened: the namespace no
+        // longer has it (and would warn about a lost inode).
+        if let Some(attr) = self.unlinked.lock().get(&ino).copied() {
+            return Ok(attr);
         }
+        let node = self.namespace.getattr(ino).await?;
+        Ok(self.attr(&self.complete(node).await?))
     }
 
     /// Whether a handle (for reading or writing) of `ino` is open.
