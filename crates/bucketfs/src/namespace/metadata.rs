@@ -29,7 +29,13 @@ impl Namespace {
     /// `node` with its metadata known: fetched with a HEAD if a listing is all we have.
     /// Entries of a directory that keeps needing this are fetched in batches (see
     /// [`METADATA_BATCH`]).
-    pub async fn with_metadata(&self, node: Node) -> Result<Node, NamespaceError> {
+    ///
+    /// The answer is `node` with what was fetched, not the table's entry re-read: the
+    /// caller may not hold a reference yet (a lookup counts its reply after this), so
+    /// while a slow HEAD runs, a sweep may drop the entry once its TTL passes; re-reading
+    /// it then answered ENOENT for a directory that exists (`find` over 1 M keys, under
+    /// load). The caller's count of the reference puts the entry back.
+    pub async fn with_metadata(&self, mut node: Node) -> Result<Node, NamespaceError> {
         if node.metadata.is_some() {
             return Ok(node);
         }
@@ -48,8 +54,12 @@ impl Namespace {
             }
         }
         match wanted {
-            Some(Ok(())) | None => self.node(node.ino),
+            Some(Ok(fetched)) => {
+                fetched.apply_to(&mut node);
+                Ok(node)
+            }
             Some(Err(error)) => Err(error),
+            None => Ok(node), // not reached: the batch starts with the node itself
         }
     }
 
@@ -74,33 +84,30 @@ impl Namespace {
         batch
     }
 
-    async fn fetch_metadata(&self, ino: Ino, location: &Location) -> Result<(), NamespaceError> {
-        match location {
-            Location::SourceList => self.set_metadata(ino, Arc::default(), None),
+    /// Fetches the metadata of `ino` (at `location`) and enters it in the table, if the
+    /// entry is still there; returns it.
+    async fn fetch_metadata(&self, ino: Ino, location: &Location) -> Result<Fetched, NamespaceError> {
+        let fetched = match location {
+            Location::SourceList => Fetched::Marker(Arc::default()),
             Location::Dir { source, prefix } => {
-                let metadata = self.marker_metadata(self.store(*source), prefix).await?;
-                self.set_metadata(ino, metadata, None);
+                Fetched::Marker(self.marker_metadata(self.store(*source), prefix).await?)
             }
             Location::File { source, key } => match self.fetch_file_metadata(ino, self.store(*source), key).await {
-                Ok(info) => {
-                    let mut state = self.state.lock();
-                    if let Some(node) = state.inodes.get_mut(ino) {
-                        node.size = info.size;
-                        node.mtime = info.mtime;
-                        node.etag = info.etag;
-                        node.metadata = info.metadata;
-                    }
-                }
+                Ok(info) => Fetched::File(info),
                 Err(StoreError::NotFound) => {
                     // Deleted since it was listed.
-                    let (parent, name) = self.node(ino)?.parent_and_name();
-                    self.remove_entry(parent, &name);
+                    if let Ok((parent, name)) = self.node(ino).map(|node| node.parent_and_name()) {
+                        self.remove_entry(parent, &name);
+                    }
                     return Err(NamespaceError::NotFound);
                 }
                 Err(error) => return Err(error.into()),
             },
+        };
+        if let Some(node) = self.state.lock().inodes.get_mut(ino) {
+            fetched.apply_to(node);
         }
-        Ok(())
+        Ok(fetched)
     }
 
     /// HEAD of the file `key` (`ino`). A small file in a directory whose files are being
@@ -163,6 +170,28 @@ impl Namespace {
             Ok(info) => Ok(info.metadata.unwrap_or_default()),
             Err(StoreError::NotFound) => Ok(Arc::default()),
             Err(error) => Err(error),
+        }
+    }
+}
+
+/// Metadata fetched for one entry.
+enum Fetched {
+    /// A directory's: its marker's metadata (empty without a marker).
+    Marker(Arc<Metadata>),
+    /// A file's: what its HEAD said.
+    File(ObjectInfo),
+}
+
+impl Fetched {
+    fn apply_to(&self, node: &mut Node) {
+        match self {
+            Fetched::Marker(metadata) => node.metadata = Some(metadata.clone()),
+            Fetched::File(info) => {
+                node.size = info.size;
+                node.mtime = info.mtime;
+                node.etag = info.etag.clone();
+                node.metadata = info.metadata.clone();
+            }
         }
     }
 }

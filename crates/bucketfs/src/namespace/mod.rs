@@ -147,9 +147,10 @@ impl Namespace {
             }
         }
 
-        if self.count(Counted::StoreLookups, parent, now) == LOOKUPS_BEFORE_LISTING && self.list_whole(parent).await? {
-            // Listed completely just now: the answer is in the cache.
-            return self.state.lock().fresh_child(parent, name, Instant::now()).ok_or(NamespaceError::NotFound);
+        if self.count(Counted::StoreLookups, parent, now) == LOOKUPS_BEFORE_LISTING {
+            if let Some(found) = self.list_whole(parent, name).await? {
+                return found.ok_or(NamespaceError::NotFound); // listed completely just now
+            }
         }
 
         let store = self.store(source);
@@ -242,16 +243,23 @@ impl Namespace {
         self.state.lock().count(what, dir, now, self.ttl)
     }
 
-    /// Lists `dir` into the caches if it ends within a few pages; true if it did.
-    async fn list_whole(&self, dir: Ino) -> Result<bool, NamespaceError> {
+    /// Lists `dir` into the caches if it ends within a few pages. If it did, returns the
+    /// entry `name` as listed (`None`: not there); else `None`.
+    ///
+    /// The answer comes from the listing itself, not from the caches after it: under load
+    /// a listing can take longer than the TTL, and the entries of its first pages were
+    /// then already stale when it ended (a lookup answered ENOENT for a listed name).
+    async fn list_whole(&self, dir: Ino, name: &str) -> Result<Option<Option<Node>>, NamespaceError> {
         let mut stream = self.list(dir)?;
+        let mut found = None;
         for _ in 0..LISTING_BATCHES_FOR_LOOKUPS {
-            stream.next_batch(self).await?;
+            let batch = stream.next_batch(self).await?;
+            found = found.or_else(|| batch.into_iter().find(|listed| listed.name == name).map(|listed| listed.node));
             if stream.is_done() {
-                return Ok(true);
+                return Ok(Some(found));
             }
         }
-        Ok(false)
+        Ok(None)
     }
 
     fn remember_listing(&self, dir: Ino, started: Instant, names: Vec<String>) {
@@ -671,6 +679,51 @@ mod tests {
         assert_eq!(ns.lookup(d.ino, "f").await.expect("f").ino, again.ino, "and its name too");
         ns.forget(again.ino, 1);
         assert!(ns.node(again.ino).is_err(), "gone once the kernel forgets that one too");
+    }
+
+    /// A lookup that lists the directory (after many store lookups in it) answers from
+    /// that listing even when the listing took longer than the TTL, so that the entries
+    /// of its first pages were stale when it ended (they were read back from the cache,
+    /// and a listed name was ENOENT).
+    #[tokio::test]
+    async fn a_listing_slower_than_the_ttl_still_answers_the_lookup() {
+        let keys = (0..2500).map(|i| format!("d/f{i:04}"));
+        let store = Arc::new(MemoryStore::with_keys(keys.map(|k| (k, b"x".to_vec()))));
+        let source = Source { mount_name: None, store: store.clone(), prefix: String::new() };
+        let ns = Namespace::new(vec![source], Duration::from_millis(300));
+        let d = ns.lookup(ROOT_INO, "d").await.expect("d");
+        for i in 1..LOOKUPS_BEFORE_LISTING {
+            ns.lookup(d.ino, &format!("f{:04}", 2400 + i)).await.expect("looked up one by one");
+        }
+        // Three pages at 200 ms each: the first page's entries expire before the last.
+        *store.list_latency.lock() = Duration::from_millis(200);
+        let lists_before = store.lists.load(Ordering::Relaxed);
+        let found = ns.lookup(d.ino, "f0001").await.expect("a listed name is found");
+        assert_eq!(found.name, "f0001");
+        assert_eq!(store.lists.load(Ordering::Relaxed) - lists_before, 3, "found by listing the directory");
+    }
+
+    /// The metadata of an entry is fetched (its directory's marker HEAD, which can be
+    /// slow) while nothing holds the entry: a sweep may drop it meanwhile. The entry
+    /// still comes back, with its metadata (it came back ENOENT: directories missing from
+    /// a `find` over 1 M keys under load).
+    #[tokio::test]
+    async fn metadata_of_an_entry_swept_meanwhile_still_comes_back() {
+        let store = Arc::new(MemoryStore::with_keys([("d/sub/f".to_owned(), b"x".to_vec())]));
+        let source = Source { mount_name: None, store, prefix: String::new() };
+        let ns = Namespace::new(vec![source], Duration::from_millis(50));
+        let d = ns.lookup(ROOT_INO, "d").await.expect("d");
+        ns.add_lookup_of(&d);
+        let listed = ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page");
+        let sub = listed.into_iter().find(|l| l.name == "sub").expect("sub listed").node;
+        assert!(sub.metadata.is_none(), "a listing carries no metadata");
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        ns.sweep();
+        assert!(ns.node(sub.ino).is_err(), "swept: expired and not held");
+        let completed = ns.with_metadata(sub.clone()).await.expect("still there");
+        assert_eq!((completed.ino, completed.metadata.is_some()), (sub.ino, true));
+        ns.add_lookup_of(&completed);
+        assert!(ns.node(sub.ino).is_ok(), "the reference handed out brings it back");
     }
 
     #[tokio::test]

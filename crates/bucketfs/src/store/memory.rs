@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -32,6 +32,8 @@ pub struct MemoryStore {
     pub gets: Mutex<Vec<Range<u64>>>,
     /// LIST requests served.
     pub lists: AtomicUsize,
+    /// How long each delimited LIST takes (a slow store, for tests of timing).
+    pub list_latency: Mutex<Duration>,
     /// Requests for metadata served: HEADs, and GETs of small objects with their metadata.
     pub heads: AtomicUsize,
     versions: AtomicUsize,
@@ -141,6 +143,10 @@ impl ObjectStore for MemoryStore {
 
     async fn list(&self, prefix: &str, token: Option<String>, max_keys: Option<i32>) -> Result<ListPage, StoreError> {
         self.lists.fetch_add(1, Ordering::Relaxed);
+        let latency = *self.list_latency.lock();
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
         Ok(self.list_sync(prefix, token, max_keys.unwrap_or(1000).max(1) as usize))
     }
 
