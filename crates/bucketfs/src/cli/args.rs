@@ -69,6 +69,10 @@ pub struct MountArgs {
     /// entries looked up by name before they were listed).
     #[arg(long)]
     pub attributes_from_listing: bool,
+    /// Do not list the subtrees a walk (`find`, `ls -R`, `du`) reaches with flat LISTs;
+    /// each directory then costs its own LIST (see docs/SEMANTICS.md, "Listings").
+    #[arg(long)]
+    pub no_flat_listing: bool,
     /// Mount read-only: every change is refused with EROFS.
     #[arg(long)]
     pub read_only: bool,

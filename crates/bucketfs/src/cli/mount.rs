@@ -83,7 +83,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         write_back: args.write_back,
     };
     let fs = Fs::new(
-        Namespace::new(namespace_sources, args.metadata_ttl),
+        Namespace::new(namespace_sources, args.metadata_ttl).with_flat_listing(!args.no_flat_listing),
         presentation,
         read_config,
         write_config,

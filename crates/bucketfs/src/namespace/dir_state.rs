@@ -14,6 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::inode::{shrink_if_mostly_empty, Attributes, Ino, InodeTable, Location, Node};
+use super::subtree::SubtreeJobs;
+use crate::store::Metadata;
 
 /// Largest directory whose complete listing is kept (names only, sorted).
 pub(super) const MAX_CACHED_LISTING: usize = 100_000;
@@ -128,6 +130,8 @@ pub(super) struct DirState {
     counters: HashMap<(Ino, u8), (u32, Instant)>,
     /// Directories in which a file was last opened for reading, and when.
     reads: HashMap<Ino, Instant>,
+    /// Flat listings of subtrees running, and recent listings (see `subtree`).
+    pub subtree_jobs: SubtreeJobs,
 }
 
 impl DirState {
@@ -140,6 +144,7 @@ impl DirState {
             recent_pages: HashMap::new(),
             counters: HashMap::new(),
             reads: HashMap::new(),
+            subtree_jobs: SubtreeJobs::default(),
         }
     }
 
@@ -161,6 +166,14 @@ impl DirState {
             self.missing.retain(|_, until| *until > threshold);
         }
         self.missing.insert((parent, name.to_owned()), until);
+    }
+
+    /// `dir`'s stored metadata is `metadata`, unless something more precise (a HEAD) is
+    /// known already.
+    pub fn set_metadata_if_unknown(&mut self, dir: Ino, metadata: Arc<Metadata>) {
+        if let Some(node) = self.inodes.get_mut(dir) {
+            node.metadata.get_or_insert(metadata);
+        }
     }
 
     pub fn fresh_listing(&self, dir: Ino, now: Instant) -> Option<Arc<Vec<String>>> {
@@ -292,6 +305,7 @@ impl DirState {
         self.recent_pages.retain(|_, page| page.until > now);
         self.counters.retain(|_, (_, since)| now.duration_since(*since) <= ttl);
         self.reads.retain(|_, at| now.duration_since(*at) <= ttl);
+        self.subtree_jobs.retain_recent(now, ttl);
         self.pending.retain(|_, names| !names.is_empty());
         shrink_if_mostly_empty(&mut self.missing);
         shrink_if_mostly_empty(&mut self.recent_pages);
@@ -304,6 +318,7 @@ impl DirState {
         self.listings.remove(ino);
         self.recent_pages.remove(&ino);
         self.reads.remove(&ino);
+        self.subtree_jobs.forget_dir(ino);
         self.counters.retain(|(dir, _), _| *dir != ino);
     }
 

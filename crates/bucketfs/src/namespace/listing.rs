@@ -117,7 +117,7 @@ fn warn_shadowed(key: &str) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::collections::BTreeSet;
 
     use proptest::prelude::*;
@@ -125,9 +125,9 @@ mod tests {
     use super::*;
     use crate::store::memory::MemoryStore;
 
-    /// The reference model: the entries of directory `prefix`, computed from the whole key
-    /// set at once.
-    fn expected_entries(keys: &BTreeSet<String>, prefix: &str) -> BTreeMap<String, bool> {
+    /// The reference model: the entries of directory `prefix` (name → is a directory),
+    /// computed from the whole key set at once. (Flat listings are checked against it too.)
+    pub(in crate::namespace) fn expected_entries(keys: &BTreeSet<String>, prefix: &str) -> BTreeMap<String, bool> {
         let mut entries = BTreeMap::new(); // name -> is_dir
         for key in keys {
             let Some(rest) = key.strip_prefix(prefix) else { continue };

@@ -25,6 +25,7 @@ pub mod listing;
 mod metadata;
 pub mod names;
 mod readdir;
+mod subtree;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -61,12 +62,14 @@ pub struct Source {
 
 pub struct Namespace {
     sources: Vec<Source>,
-    /// The one lock: see `dir_state`.
-    state: Mutex<DirState>,
+    /// The one lock: see `dir_state` (shared with the background flat listings).
+    state: Arc<Mutex<DirState>>,
     /// Bodies of small files, read along with their metadata.
     small_objects: SmallObjects,
     ttl: Duration,
     mounted_at: SystemTime,
+    /// Whether walks list subtrees flat (see `subtree`).
+    flat_listing: bool,
 }
 
 impl Namespace {
@@ -86,11 +89,18 @@ impl Namespace {
         }
         Self {
             sources,
-            state: Mutex::new(DirState::new(inodes)),
+            state: Arc::new(Mutex::new(DirState::new(inodes))),
             small_objects: SmallObjects::new(SMALL_OBJECTS_BUDGET, ttl),
             ttl,
             mounted_at,
+            flat_listing: true,
         }
+    }
+
+    /// Turns flat listings of walked subtrees on (the default) or off.
+    pub fn with_flat_listing(mut self, on: bool) -> Self {
+        self.flat_listing = on;
+        self
     }
 
     pub fn ttl(&self) -> Duration {
@@ -153,6 +163,19 @@ impl Namespace {
             }
         }
 
+        self.lookup_in_store(parent, name, source, &prefix).await
+    }
+
+    /// Asks the store what (parent, name) is (`parent` being `prefix` of `source`), and
+    /// enters the answer.
+    async fn lookup_in_store(
+        &self,
+        parent: Ino,
+        name: &str,
+        source: usize,
+        prefix: &str,
+    ) -> Result<Node, NamespaceError> {
+        let now = Instant::now();
         let store = self.store(source);
         let key = format!("{prefix}{name}");
         let dir_prefix = format!("{key}/");
@@ -217,7 +240,8 @@ impl Namespace {
         };
         let now = Instant::now();
         let (pending, cached) = {
-            let state = self.state.lock();
+            let mut state = self.state.lock();
+            state.subtree_jobs.note_listed(dir, now);
             (state.pending_names(dir), state.fresh_listing(dir, now).map(|names| (names, 0)))
         };
         Ok(DirStream {
@@ -724,6 +748,30 @@ mod tests {
         assert_eq!((completed.ino, completed.metadata.is_some()), (sub.ino, true));
         ns.add_lookup_of(&completed);
         assert!(ns.node(sub.ino).is_ok(), "the reference handed out brings it back");
+    }
+
+    /// The kernel forgets entries (memory pressure, `drop_caches`) of a directory whose
+    /// complete listing is kept: a listing from it still shows every entry, and a lookup
+    /// that lists the directory finds them (it answered ENOENT: `find` under load).
+    #[tokio::test]
+    async fn entries_forgotten_while_their_listing_is_kept_still_show() {
+        let keys: Vec<String> = (0..20).map(|i| format!("d/f{i:02}")).collect();
+        let ns = namespace_and_store(keys).0;
+        let d = ns.lookup(ROOT_INO, "d").await.expect("d");
+        ns.add_lookup_of(&d);
+        let listed = ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page");
+        for entry in &listed {
+            ns.add_lookup_of(&entry.node);
+            ns.forget(entry.node.ino, 1);
+        }
+        assert!(ns.node(listed[0].node.ino).is_err(), "forgotten: out of the table");
+        for i in 0..LOOKUPS_BEFORE_LISTING as usize + 2 {
+            let name = format!("f{i:02}");
+            ns.lookup(d.ino, &name).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        let after_lookups = ns.list(d.ino).expect("list").next_batch(&ns).await.expect("from the kept listing");
+        let names: Vec<&str> = after_lookups.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names.len(), 20, "every listed name, from the kept listing: {names:?}");
     }
 
     #[tokio::test]

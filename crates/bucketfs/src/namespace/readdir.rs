@@ -9,8 +9,7 @@ use std::time::Instant;
 use super::dir_state::MAX_CACHED_LISTING;
 use super::inode::{Ino, Node, ROOT_INO};
 use super::listing::ListingMerger;
-use super::Namespace;
-use crate::store::StoreError;
+use super::{Namespace, NamespaceError};
 
 /// Entries served per batch from a cached listing (a store page holds 1,000 keys too).
 const CACHED_BATCH: usize = 1000;
@@ -47,7 +46,7 @@ impl DirStream {
     }
 
     /// The next batch of entries; empty once the listing is complete.
-    pub async fn next_batch(&mut self, namespace: &Namespace) -> Result<Vec<Listed>, StoreError> {
+    pub async fn next_batch(&mut self, namespace: &Namespace) -> Result<Vec<Listed>, NamespaceError> {
         if self.done {
             return Ok(Vec::new());
         }
@@ -62,12 +61,20 @@ impl DirStream {
             sources.sort_by(|a, b| a.name.cmp(&b.name));
             return Ok(sources);
         };
+        if self.cached.is_none() && self.merger.is_none() {
+            // About to list from the store: a flat listing running over this directory
+            // may bring it first; else this may be a walk, worth one.
+            match namespace.listing_from_subtree_job(self.dir, source, &prefix).await {
+                Some(names) => self.cached = Some((names, 0)),
+                None => namespace.start_subtree_listings(self.dir, self.parent),
+            }
+        }
         if let Some((names, position)) = &mut self.cached {
             let end = (*position + CACHED_BATCH).min(names.len());
             let batch: Vec<String> = names[*position..end].to_vec();
             *position = end;
             self.done = end == names.len();
-            let mut listed = self.known_entries(namespace, batch);
+            let mut listed = self.listed_entries(namespace, source, &prefix, batch).await?;
             if self.done {
                 listed.extend(self.take_pending(namespace));
             }
@@ -99,6 +106,45 @@ impl DirStream {
                 return Ok(listed);
             }
         }
+    }
+
+    /// The entries of this directory with these names, from a kept listing: from the
+    /// inode table, or from the store for those the table no longer holds (the kernel
+    /// forgot them, or their attributes expired and were swept, while the listing is
+    /// still fresh; they were left out of the walk, and a lookup that listed the
+    /// directory answered ENOENT).
+    async fn listed_entries(
+        &mut self,
+        namespace: &Namespace,
+        source: usize,
+        prefix: &str,
+        names: Vec<String>,
+    ) -> Result<Vec<Listed>, NamespaceError> {
+        let found: Vec<Result<Listed, String>> = {
+            let state = namespace.state.lock();
+            names
+                .into_iter()
+                .map(|name| {
+                    self.pending.remove(&name);
+                    match state.inodes.child(self.dir, &name) {
+                        Some(node) => Ok(Listed { node: node.clone(), name }),
+                        None => Err(name),
+                    }
+                })
+                .collect()
+        };
+        let mut listed = Vec::with_capacity(found.len());
+        for entry in found {
+            match entry {
+                Ok(entry) => listed.push(entry),
+                Err(name) => match namespace.lookup_in_store(self.dir, &name, source, prefix).await {
+                    Ok(node) => listed.push(Listed { node, name }),
+                    Err(NamespaceError::NotFound) => {} // deleted since it was listed
+                    Err(error) => return Err(error),
+                },
+            }
+        }
+        Ok(listed)
     }
 
     fn take_pending(&mut self, namespace: &Namespace) -> Vec<Listed> {

@@ -1,0 +1,500 @@
+//! Flat listings of subtrees: a walk (`find`, `ls -R`, `du`) gets the directories
+//! below the one it reached from a few paged LISTs without delimiter (1,000 keys each,
+//! whatever the directories), instead of one LIST per directory.
+//!
+//! **When.** A directory listed from the store while its parent was listed within the
+//! TTL is a walk. Then the key range of the parent from that directory on (it, and the
+//! siblings a walk visits next) is listed flat in the background, split at siblings into
+//! [`JOBS_PER_WALK`] ranges listed in parallel (`start-after`). Each job lists at most
+//! [`PAGES_PER_JOB`] pages, so a wasted one (`ls a; ls a/b` in a bucket of a million
+//! keys) costs a bounded number of requests; a walk that goes on past what the jobs
+//! listed reaches a directory they did not, and the next window starts from there: a
+//! read-ahead for directories.
+//!
+//! **What.** Keys arrive in key order, so a directory is complete once the listing has
+//! passed its prefix: then its entries enter the inode table and its listing is kept, as
+//! a delimited listing would have left them ([`SubtreeFiller`]). A directory whose range
+//! holds no `dir/` marker key has no marker: its (empty) stored attributes are known
+//! without a HEAD. A directory listed while a job covering it runs waits for the job to
+//! pass it (or to stop), then reads the kept listing.
+//!
+//! The jobs are kept in [`DirState`] (the one lock); a job's progress is published on a
+//! `watch` channel, so that waiters hold no lock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::Mutex;
+use tokio::sync::{watch, Semaphore};
+
+use super::dir_state::{DirState, MAX_CACHED_LISTING};
+use super::inode::{shrink_if_mostly_empty, Attributes, Ino, Location};
+use super::listing::EntryKind;
+use super::names::check_component;
+use super::Namespace;
+use crate::store::{ObjectInfo, ObjectStore};
+
+/// Pages (1,000 keys each) one job lists at most.
+const PAGES_PER_JOB: usize = 4;
+/// Ranges a walk's window is split into, listed in parallel.
+const JOBS_PER_WALK: usize = 4;
+/// Jobs running at once, per mount; a window finding this many running starts none.
+const JOBS_AT_ONCE: usize = 16;
+/// Flat LIST requests in flight at once, all jobs together.
+const LISTS_IN_FLIGHT: usize = 8;
+
+/// How far a job got: every key up to `passed` has been listed, and every directory
+/// whose range lies before it is complete (kept, unless too large). `stopped`: the job
+/// ended (its range done, out of pages, or failed).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Progress {
+    passed: String,
+    stopped: bool,
+}
+
+impl Progress {
+    /// Whether the job is past the whole range of directory `prefix` (or ended).
+    fn is_past(&self, prefix: &str) -> bool {
+        self.stopped || (self.passed.as_str() > prefix && !self.passed.starts_with(prefix))
+    }
+}
+
+/// The keys a job lists: those below `prefix` (a directory) after `after` and before
+/// `before` (both excluded; `None`: from the start, to the end).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Range {
+    pub source: usize,
+    pub prefix: String,
+    pub after: Option<String>,
+    pub before: Option<String>,
+}
+
+impl Range {
+    /// The whole of directory `prefix`.
+    fn is_whole(&self) -> bool {
+        self.after.is_none() && self.before.is_none()
+    }
+
+    /// Whether the listing of this range lists directory `dir` (of `source`) whole.
+    fn holds_dir(&self, source: usize, dir: &str) -> bool {
+        if source != self.source || !dir.starts_with(self.prefix.as_str()) {
+            return false;
+        }
+        if dir == self.prefix {
+            return self.is_whole();
+        }
+        self.after.as_deref().is_none_or(|after| dir > after)
+            && self.before.as_deref().is_none_or(|before| dir < before)
+    }
+
+    fn holds_key(&self, key: &str) -> bool {
+        self.before.as_deref().is_none_or(|before| key < before)
+    }
+}
+
+/// One running job.
+struct Running {
+    range: Range,
+    progress: watch::Receiver<Progress>,
+}
+
+/// The running jobs of a mount, and which directories were listed recently (how a walk
+/// is recognized).
+pub(super) struct SubtreeJobs {
+    running: Vec<Running>,
+    /// Directory → when a listing of it last started.
+    listed: HashMap<Ino, Instant>,
+    lists: Arc<Semaphore>,
+}
+
+impl Default for SubtreeJobs {
+    fn default() -> Self {
+        Self { running: Vec::new(), listed: HashMap::new(), lists: Arc::new(Semaphore::new(LISTS_IN_FLIGHT)) }
+    }
+}
+
+impl SubtreeJobs {
+    /// A listing of `dir` starts now.
+    pub fn note_listed(&mut self, dir: Ino, now: Instant) {
+        self.listed.insert(dir, now);
+    }
+
+    /// Whether a listing of `dir` started within `ttl` before `now`.
+    fn listed_within(&self, dir: Ino, now: Instant, ttl: Duration) -> bool {
+        self.listed.get(&dir).is_some_and(|at| now.duration_since(*at) <= ttl)
+    }
+
+    /// The progress of a running job that lists directory `prefix` whole.
+    fn covering(&self, source: usize, prefix: &str) -> Option<watch::Receiver<Progress>> {
+        self.running.iter().find(|job| job.range.holds_dir(source, prefix)).map(|job| job.progress.clone())
+    }
+
+    fn start(&mut self, range: Range) -> Option<watch::Sender<Progress>> {
+        if self.running.len() >= JOBS_AT_ONCE {
+            return None;
+        }
+        let (sender, progress) = watch::channel(Progress::default());
+        self.running.push(Running { range, progress });
+        Some(sender)
+    }
+
+    fn end(&mut self, range: &Range) {
+        self.running.retain(|job| job.range != *range);
+    }
+
+    pub fn forget_dir(&mut self, dir: Ino) {
+        self.listed.remove(&dir);
+    }
+
+    /// Drops the marks of listings older than `keep`.
+    pub fn retain_recent(&mut self, now: Instant, keep: Duration) {
+        self.listed.retain(|_, at| now.duration_since(*at) <= keep);
+        shrink_if_mostly_empty(&mut self.listed);
+    }
+}
+
+/// What a job needs, owned: it runs in the background, beyond the request that began it.
+struct Job {
+    state: Arc<Mutex<DirState>>,
+    store: Arc<dyn ObjectStore>,
+    /// The directory whose keys it lists (some of them: see `range`).
+    dir: Ino,
+    range: Range,
+    ttl: Duration,
+    mounted_at: SystemTime,
+}
+
+impl Job {
+    /// Registers the job and runs it in the background; false if too many run.
+    fn spawn(self) -> bool {
+        let Some(progress) = self.state.lock().subtree_jobs.start(self.range.clone()) else {
+            return false;
+        };
+        tokio::spawn(self.run(progress));
+        true
+    }
+
+    async fn run(self, progress: watch::Sender<Progress>) {
+        let lists = self.state.lock().subtree_jobs.lists.clone();
+        let range = &self.range;
+        let mut filler = SubtreeFiller::new(range.source, self.dir, range.prefix.clone(), self.mounted_at);
+        let mut token = None;
+        for _ in 0..PAGES_PER_JOB {
+            let page = {
+                let Ok(_permit) = lists.acquire().await else { break };
+                self.store.list_recursive(&range.prefix, range.after.as_deref(), token.take()).await
+            };
+            let mut page = match page {
+                Ok(page) => page,
+                Err(error) => {
+                    tracing::debug!(prefix = range.prefix, "flat listing stopped: {error}");
+                    break;
+                }
+            };
+            let in_range = page.objects.partition_point(|object| range.holds_key(&object.key));
+            let ended = page.next_token.is_none() || in_range < page.objects.len();
+            page.objects.truncate(in_range);
+            let passed = page.objects.last().map(|object| object.key.clone());
+            {
+                let mut state = self.state.lock();
+                filler.push(&mut state, &page.objects, Instant::now() + self.ttl);
+                if ended {
+                    filler.finish(&mut state, range.is_whole());
+                }
+            }
+            if let Some(passed) = passed {
+                progress.send_modify(|p| p.passed = passed);
+            }
+            if ended {
+                break;
+            }
+            token = page.next_token;
+        }
+        self.state.lock().subtree_jobs.end(range);
+        progress.send_modify(|p| p.stopped = true);
+    }
+}
+
+impl Namespace {
+    /// The listing of directory `dir` (`prefix` of `source`) from a flat listing running
+    /// over it: waits until the listing has passed it, then takes what it kept. `None`
+    /// if no job covers it, or it stopped before (the caller lists it itself).
+    pub(super) async fn listing_from_subtree_job(
+        &self,
+        dir: Ino,
+        source: usize,
+        prefix: &str,
+    ) -> Option<Arc<Vec<String>>> {
+        let mut progress = self.state.lock().subtree_jobs.covering(source, prefix)?;
+        // An error means the job is gone (its sender dropped): nothing more to wait for.
+        let _ = progress.wait_for(|p| p.is_past(prefix)).await;
+        self.state.lock().fresh_listing(dir, Instant::now())
+    }
+
+    /// Directory `dir` (in `parent`) is being listed from the store. If that is part of
+    /// a walk (its parent was listed within the TTL), lists the parent's keys from `dir`
+    /// on flat, in [`JOBS_PER_WALK`] ranges split at subdirectories, in the background.
+    pub(super) fn start_subtree_listings(&self, dir: Ino, parent: Ino) {
+        if !self.flat_listing || self.ttl.is_zero() || parent == dir {
+            return;
+        }
+        let now = Instant::now();
+        let (parent_source, parent_prefix, starts) = {
+            let state = self.state.lock();
+            if !state.subtree_jobs.listed_within(parent, now, self.ttl) {
+                return;
+            }
+            let (Some(parent_node), Some(node)) = (state.inodes.get(parent), state.inodes.get(dir)) else { return };
+            let Location::Dir { source, prefix } = &parent_node.location else { return };
+            let Some(names) = state.fresh_names(parent, now) else { return };
+            // The subdirectories from `dir` on, each as the key just before its range.
+            let from = names.partition_point(|name| name.as_str() < node.name.as_str());
+            let subdirs: Vec<&String> = names[from..]
+                .iter()
+                .filter(|name| state.inodes.child(parent, name).is_some_and(|child| child.location.is_dir()))
+                .collect();
+            let per_job = subdirs.len().div_ceil(JOBS_PER_WALK).max(1);
+            let starts: Vec<(String, bool)> = subdirs
+                .chunks(per_job)
+                .map(|chunk| {
+                    let child_prefix = format!("{prefix}{}/", chunk[0]);
+                    let busy = state.subtree_jobs.covering(*source, &child_prefix).is_some()
+                        || state
+                            .inodes
+                            .child(parent, chunk[0])
+                            .is_some_and(|c| state.fresh_listing(c.ino, now).is_some());
+                    (format!("{prefix}{}", chunk[0]), busy)
+                })
+                .collect();
+            (*source, prefix.clone(), starts)
+        };
+        for (index, (after, busy)) in starts.iter().enumerate() {
+            if *busy {
+                continue;
+            }
+            let range = Range {
+                source: parent_source,
+                prefix: parent_prefix.clone(),
+                after: Some(after.clone()),
+                before: starts.get(index + 1).map(|(next, _)| next.clone()),
+            };
+            let job = Job {
+                state: self.state.clone(),
+                store: self.store(parent_source).clone(),
+                dir: parent,
+                range,
+                ttl: self.ttl,
+                mounted_at: self.mounted_at,
+            };
+            if !job.spawn() {
+                break; // too many running
+            }
+        }
+    }
+}
+
+/// A directory whose range the listing is in.
+struct OpenDir {
+    prefix: String,
+    ino: Ino,
+    entries: BTreeMap<String, EntryKind>,
+    has_marker: bool,
+    /// Until when its listing may be trusted: from the page that opened it.
+    valid_until: Instant,
+}
+
+/// Turns the keys of a flat listing of one subtree, page by page, into complete
+/// directory listings (the same entries a delimited listing of each would give: see
+/// `listing::ListingMerger`, whose rules hold here too).
+pub(super) struct SubtreeFiller {
+    source: usize,
+    mounted_at: SystemTime,
+    /// The directories the listing is in, outermost (the subtree's root) first.
+    open: Vec<OpenDir>,
+    root: Option<(Ino, String)>,
+}
+
+impl SubtreeFiller {
+    pub fn new(source: usize, dir: Ino, prefix: String, mounted_at: SystemTime) -> Self {
+        Self { source, mounted_at, open: Vec::new(), root: Some((dir, prefix)) }
+    }
+
+    /// Takes the objects of one page, in key order.
+    pub fn push(&mut self, state: &mut DirState, objects: &[ObjectInfo], valid_until: Instant) {
+        if let Some((ino, prefix)) = self.root.take() {
+            self.open.push(OpenDir { prefix, ino, entries: BTreeMap::new(), has_marker: false, valid_until });
+        }
+        for object in objects {
+            self.push_key(state, object, valid_until);
+        }
+    }
+
+    fn push_key(&mut self, state: &mut DirState, object: &ObjectInfo, valid_until: Instant) {
+        let key = object.key.as_str();
+        while self.open.len() > 1 && !key.starts_with(self.open[self.open.len() - 1].prefix.as_str()) {
+            self.close_innermost(state);
+        }
+        let Some(top) = self.open.last() else { return };
+        let Some(mut rest) = key.strip_prefix(top.prefix.as_str()) else { return };
+        loop {
+            let Some(top) = self.open.last_mut() else { return };
+            match rest.split_once('/') {
+                None if rest.is_empty() => {
+                    top.has_marker = true; // the key is the directory's `dir/` marker
+                    return;
+                }
+                None => {
+                    if check_component(rest).is_ok() {
+                        // A directory of the same name would come later (`a` < `a/…`), and wins.
+                        top.entries.insert(rest.to_owned(), EntryKind::File(object.clone()));
+                    }
+                    return;
+                }
+                Some((name, below)) => {
+                    if check_component(name).is_err() {
+                        return; // hidden, with everything below it (as in a delimited listing)
+                    }
+                    top.entries.insert(name.to_owned(), EntryKind::Dir);
+                    let prefix = format!("{}{name}/", top.prefix);
+                    let location = Location::Dir { source: self.source, prefix: prefix.clone() };
+                    let attributes = Attributes::dir(self.mounted_at, None, Some(valid_until));
+                    let ino = state.enter_found(top.ino, name, location, attributes).ino;
+                    self.open.push(OpenDir { prefix, ino, entries: BTreeMap::new(), has_marker: false, valid_until });
+                    rest = below;
+                }
+            }
+        }
+    }
+
+    /// The listing ended (or left its range): every directory still open is complete,
+    /// the subtree's root too if `whole` (the listing covered all of it).
+    pub fn finish(&mut self, state: &mut DirState, whole: bool) {
+        while self.open.len() > 1 || (whole && !self.open.is_empty()) {
+            self.close_innermost(state);
+        }
+        self.open.clear();
+    }
+
+    /// The listing has passed the innermost open directory: enters its files and keeps
+    /// its listing.
+    fn close_innermost(&mut self, state: &mut DirState) {
+        let Some(dir) = self.open.pop() else { return };
+        if !dir.has_marker {
+            state.set_metadata_if_unknown(dir.ino, Arc::default()); // no marker: nothing stored
+        }
+        if dir.entries.len() > MAX_CACHED_LISTING {
+            return;
+        }
+        let mut names = Vec::with_capacity(dir.entries.len());
+        for (name, kind) in dir.entries {
+            if let EntryKind::File(info) = kind {
+                let location = Location::File { source: self.source, key: info.key.clone() };
+                state.enter_found(dir.ino, &name, location, Attributes::file(info, Some(dir.valid_until)));
+            }
+            names.push(name);
+        }
+        state.remember_listing(dir.ino, dir.valid_until, names);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::namespace::inode::{InodeTable, ROOT_INO};
+    use crate::namespace::listing::tests::expected_entries;
+
+    /// The entries the state shows for directory `ino` from its kept listing.
+    fn shown(state: &DirState, ino: Ino) -> BTreeMap<String, bool> {
+        let names = state.fresh_listing(ino, Instant::now()).expect("a kept listing");
+        names
+            .iter()
+            .map(|name| {
+                let node = state.inodes.child(ino, name).expect("a listed name has an entry");
+                (name.clone(), node.location.is_dir())
+            })
+            .collect()
+    }
+
+    fn info(key: &str) -> ObjectInfo {
+        ObjectInfo { key: key.to_owned(), size: 1, mtime: SystemTime::UNIX_EPOCH, etag: None, metadata: None }
+    }
+
+    fn key_strategy() -> impl Strategy<Value = String> {
+        let component = prop::sample::select(vec!["a", "b", "a-", "a.", ".", "", "a b"]);
+        prop::collection::vec(component, 1..5).prop_map(|parts| parts.join("/"))
+    }
+
+    /// Walks the shown tree from the root and compares every directory with the model.
+    fn check_tree(state: &DirState, keys: &BTreeSet<String>, ino: Ino, prefix: &str) -> Result<(), TestCaseError> {
+        let shown = shown(state, ino);
+        prop_assert_eq!(&shown, &expected_entries(keys, prefix), "directory {:?}", prefix);
+        for (name, is_dir) in shown {
+            if is_dir {
+                let child = state.inodes.child(ino, &name).expect("entry").ino;
+                check_tree(state, keys, child, &format!("{prefix}{name}/"))?;
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        /// Whatever the keys and however they are split into pages, every directory of
+        /// the subtree shows what a delimited listing of it would.
+        #[test]
+        fn flat_listing_fills_every_directory_as_a_delimited_listing_would(
+            keys in prop::collection::btree_set(key_strategy(), 0..40),
+            page_size in 1usize..7,
+        ) {
+            let mut state = DirState::new(InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()));
+            let mut filler = SubtreeFiller::new(0, ROOT_INO, String::new(), SystemTime::now());
+            let objects: Vec<ObjectInfo> = keys.iter().map(|k| info(k)).collect();
+            let until = Instant::now() + Duration::from_secs(60);
+            for page in objects.chunks(page_size) {
+                filler.push(&mut state, page, until);
+            }
+            if objects.is_empty() {
+                filler.push(&mut state, &[], until);
+            }
+            filler.finish(&mut state, true);
+            check_tree(&state, &keys, ROOT_INO, "")?;
+        }
+    }
+
+    /// A directory is complete as soon as the listing has passed it, before the end;
+    /// one without a marker needs no HEAD for its attributes, one with a marker does.
+    #[test]
+    fn directories_complete_as_the_listing_passes_them() {
+        let mut state =
+            DirState::new(InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()));
+        let mut filler = SubtreeFiller::new(0, ROOT_INO, String::new(), SystemTime::now());
+        let until = Instant::now() + Duration::from_secs(60);
+        filler.push(&mut state, &[info("a/1"), info("a/2"), info("b/"), info("b/x")], until);
+        let a = state.inodes.child(ROOT_INO, "a").expect("a").clone();
+        assert_eq!(shown(&state, a.ino).len(), 2, "passed: complete");
+        assert!(a.metadata.is_some(), "no marker: attributes known");
+        let b = state.inodes.child(ROOT_INO, "b").expect("b").ino;
+        assert!(state.fresh_listing(b, Instant::now()).is_none(), "still in it");
+        filler.push(&mut state, &[info("c")], until);
+        assert_eq!(shown(&state, b).len(), 1);
+        assert!(state.inodes.get(b).expect("b").metadata.is_none(), "a marker: its metadata is fetched");
+        assert!(state.fresh_listing(ROOT_INO, Instant::now()).is_none(), "the root ends with the listing");
+        filler.finish(&mut state, true);
+        assert_eq!(shown(&state, ROOT_INO).len(), 3);
+    }
+
+    #[test]
+    fn progress_is_past_a_directory_once_the_listing_left_its_range() {
+        let at = |passed: &str| Progress { passed: passed.to_owned(), stopped: false };
+        assert!(!at("a/b/c").is_past("a/b/"));
+        assert!(!at("a/a").is_past("a/b/"));
+        assert!(at("a/b0").is_past("a/b/"));
+        assert!(at("a/c").is_past("a/b/"));
+        assert!(Progress { passed: String::new(), stopped: true }.is_past("a/b/"));
+    }
+}
