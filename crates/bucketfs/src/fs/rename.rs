@@ -168,7 +168,7 @@ impl Fs {
         let mut keys = Vec::new();
         let mut token = None;
         loop {
-            let page = store.list_recursive(prefix, None, token).await?;
+            let page = store.list_recursive(prefix, token).await?;
             keys.extend(page.objects.into_iter().map(|o| o.key));
             token = page.next_token;
             if token.is_none() {

@@ -76,9 +76,13 @@ impl Namespace {
             return batch;
         };
         let start = names.partition_point(|n| n.as_str() <= node.name.as_str());
+        // Neighbours of the same kind only: a walk (`find`) looks up every directory and
+        // no file, and fetching the files' metadata along with the directories' cost it
+        // 30 HEADs per directory; `ls -l` looks up both kinds, each batching its own.
+        let is_dir = node.location.is_dir();
         let unknown = names[start..].iter().filter_map(|name| {
             let child = state.inodes.child(node.parent, name)?;
-            child.metadata.is_none().then(|| (child.ino, child.location.clone()))
+            (child.metadata.is_none() && child.location.is_dir() == is_dir).then(|| (child.ino, child.location.clone()))
         });
         batch.extend(unknown.take(METADATA_BATCH - 1));
         batch

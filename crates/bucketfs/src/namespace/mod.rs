@@ -774,6 +774,29 @@ mod tests {
         assert_eq!(names.len(), 20, "every listed name, from the kept listing: {names:?}");
     }
 
+    /// A walk looks up every directory and no file: the metadata batches of directories
+    /// take directories only (files' HEADs were 90% of `find`'s requests), and those of
+    /// files take files only.
+    #[tokio::test]
+    async fn metadata_batches_take_neighbours_of_the_same_kind() {
+        let mut keys: Vec<String> = (0..100).map(|i| format!("d/f{i:03}")).collect();
+        keys.extend((0..10).map(|i| format!("d/f{i:03}x/inner")));
+        let (ns, store) = namespace_and_store(keys);
+        let d = ns.lookup(ROOT_INO, "d").await.expect("d");
+        let listed = ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page");
+        let heads_before = store.heads.load(Ordering::Relaxed);
+        for dir in listed.iter().filter(|l| l.node.location.is_dir()).take(3) {
+            ns.with_metadata(ns.node(dir.node.ino).expect("node")).await.expect("metadata");
+        }
+        let heads = store.heads.load(Ordering::Relaxed) - heads_before;
+        assert_eq!(heads, 10, "the 10 directories' markers, no file: {heads} HEADs");
+        let files_known = listed
+            .iter()
+            .filter(|l| !l.node.location.is_dir())
+            .filter(|l| ns.node(l.node.ino).is_ok_and(|n| n.metadata.is_some()));
+        assert_eq!(files_known.count(), 0);
+    }
+
     #[tokio::test]
     async fn multiplexed_root_lists_sources() {
         let one = Arc::new(MemoryStore::with_keys([("x".to_owned(), vec![1])]));

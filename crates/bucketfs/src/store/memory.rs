@@ -150,16 +150,11 @@ impl ObjectStore for MemoryStore {
         Ok(self.list_sync(prefix, token, max_keys.unwrap_or(1000).max(1) as usize))
     }
 
-    async fn list_recursive(
-        &self,
-        prefix: &str,
-        start_after: Option<&str>,
-        token: Option<String>,
-    ) -> Result<ListPage, StoreError> {
+    async fn list_recursive(&self, prefix: &str, token: Option<String>) -> Result<ListPage, StoreError> {
         self.lists.fetch_add(1, Ordering::Relaxed);
         const PAGE: usize = 1000;
         let objects = self.objects.lock();
-        let after = token.unwrap_or_default().max(start_after.unwrap_or_default().to_owned());
+        let after = token.unwrap_or_default();
         let mut page = ListPage::default();
         for (key, stored) in objects.range(prefix.to_owned()..).filter(|(k, _)| k.as_str() > after.as_str()) {
             if !key.starts_with(prefix) {

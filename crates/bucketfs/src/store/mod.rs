@@ -129,14 +129,8 @@ pub trait ObjectStore: Send + Sync + 'static {
         max_keys: Option<i32>,
     ) -> Result<ListPage, StoreError>;
 
-    /// One page of `ListObjectsV2(prefix)` without a delimiter: every key below `prefix`
-    /// (after `start_after`, if given).
-    async fn list_recursive(
-        &self,
-        prefix: &str,
-        start_after: Option<&str>,
-        continuation: Option<String>,
-    ) -> Result<ListPage, StoreError>;
+    /// One page of `ListObjectsV2(prefix)` without a delimiter: every key below `prefix`.
+    async fn list_recursive(&self, prefix: &str, continuation: Option<String>) -> Result<ListPage, StoreError>;
 
     /// `HeadObject(key)`; `Err(NotFound)` when there is no such object.
     async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError>;

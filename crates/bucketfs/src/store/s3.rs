@@ -223,11 +223,10 @@ impl S3Store {
         &self,
         prefix: &str,
         delimiter: Option<&str>,
-        start_after: Option<&str>,
         continuation: Option<String>,
         max_keys: Option<i32>,
     ) -> Result<ListPage, StoreError> {
-        tracing::debug!(bucket = %self.bucket, prefix, recursive = delimiter.is_none(), start_after, "s3 LIST");
+        tracing::debug!(bucket = %self.bucket, prefix, recursive = delimiter.is_none(), "s3 LIST");
         let response = self
             .client
             .list_objects_v2()
@@ -235,7 +234,6 @@ impl S3Store {
             .prefix(prefix)
             .set_delimiter(delimiter.map(str::to_owned))
             .encoding_type(EncodingType::Url)
-            .set_start_after(start_after.map(str::to_owned))
             .set_continuation_token(continuation)
             .set_max_keys(max_keys)
             .send()
@@ -614,7 +612,7 @@ impl ObjectStore for S3Store {
         let mut continuation = continuation;
         loop {
             let page = self
-                .retrying("LIST", prefix, || self.list_once(prefix, Some("/"), None, continuation.clone(), max_keys))
+                .retrying("LIST", prefix, || self.list_once(prefix, Some("/"), continuation.clone(), max_keys))
                 .await?;
             // A page with nothing in it that is not the last says nothing about what is
             // there (a loaded store may cut a listing short): callers asking "is anything
@@ -628,13 +626,8 @@ impl ObjectStore for S3Store {
         }
     }
 
-    async fn list_recursive(
-        &self,
-        prefix: &str,
-        start_after: Option<&str>,
-        continuation: Option<String>,
-    ) -> Result<ListPage, StoreError> {
-        self.retrying("LIST", prefix, || self.list_once(prefix, None, start_after, continuation.clone(), None)).await
+    async fn list_recursive(&self, prefix: &str, continuation: Option<String>) -> Result<ListPage, StoreError> {
+        self.retrying("LIST", prefix, || self.list_once(prefix, None, continuation.clone(), None)).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError> {
