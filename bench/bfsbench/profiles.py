@@ -28,6 +28,8 @@ class Profile:
     flat_size: int                  # W5: bytes per flat object
     overhead_size: int              # W6: large file re-read from cache (article: 5 GB)
     timeout: float                  # per command, seconds
+    tree_writes: bool = True        # W2: also untar into and rm -rf from the mount (at full
+                                    # scale the peers take hours; `--set tree_writes=no`)
 
     def runs_for(self, workload: str) -> int:
         return self.runs_per_workload.get(workload, self.runs)
@@ -68,5 +70,7 @@ def get_profile(name: str, overrides: dict) -> Profile:
             value = int(value)
         elif field.type in ("float",):
             value = float(value)
+        elif field.type in ("bool",):
+            value = value.lower() in ("1", "yes", "true", "on")
         setattr(p, key, value)
     return p
