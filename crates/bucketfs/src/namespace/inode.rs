@@ -225,11 +225,13 @@ impl InodeTable {
     }
 
     /// The kernel dropped `count` references to `ino`; true if that was the last one and
-    /// the inode left the table.
+    /// the inode left the table. An entry still fresh stays until the sweep: the kernel
+    /// forgets under memory pressure, not because the entry changed, and a kept listing of
+    /// its directory still names it (served from the table, it would be missing).
     pub fn forget(&mut self, ino: Ino, count: u64) -> bool {
         let Some(node) = self.nodes.get_mut(&ino) else { return false };
         node.lookups = node.lookups.saturating_sub(count);
-        if node.lookups > 0 || ino == ROOT_INO || node.valid_until.is_none() {
+        if node.lookups > 0 || ino == ROOT_INO || node.fresh_at(Instant::now()) {
             return false;
         }
         self.unlink(ino);

@@ -76,7 +76,7 @@ impl DirStream {
             self.done = end == names.len();
             let mut listed = self.listed_entries(namespace, source, &prefix, batch).await?;
             if self.done {
-                listed.extend(self.take_pending(namespace));
+                listed.extend(self.take_pending(namespace, source, &prefix).await?);
             }
             return Ok(listed);
         }
@@ -101,7 +101,7 @@ impl DirStream {
                     if let Some(names) = self.collected.take() {
                         namespace.remember_listing(self.dir, self.started, names);
                     }
-                    listed.extend(self.take_pending(namespace));
+                    listed.extend(self.take_pending(namespace, source, &prefix).await?);
                 }
                 return Ok(listed);
             }
@@ -147,21 +147,14 @@ impl DirStream {
         Ok(listed)
     }
 
-    fn take_pending(&mut self, namespace: &Namespace) -> Vec<Listed> {
+    /// The files being written here that the listing did not show (yet).
+    async fn take_pending(
+        &mut self,
+        namespace: &Namespace,
+        source: usize,
+        prefix: &str,
+    ) -> Result<Vec<Listed>, NamespaceError> {
         let pending = std::mem::take(&mut self.pending);
-        self.known_entries(namespace, pending)
-    }
-
-    /// The entries of this directory with these names, from the inode table.
-    fn known_entries(&mut self, namespace: &Namespace, names: impl IntoIterator<Item = String>) -> Vec<Listed> {
-        let state = namespace.state.lock();
-        names
-            .into_iter()
-            .filter_map(|name| {
-                self.pending.remove(&name);
-                let node = state.inodes.child(self.dir, &name)?.clone();
-                Some(Listed { node, name })
-            })
-            .collect()
+        self.listed_entries(namespace, source, prefix, pending.into_iter().collect()).await
     }
 }
