@@ -4,93 +4,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::process::Command;
-
 use common::*;
-
-/// A tree of 2,225 keys in 822 directories up to 6 deep, with directory markers, names
-/// with spaces and non-ASCII letters, and names that sort between `s2` and `s2/`. (MinIO
-/// stores neither keys that cannot be names nor a key that is both a file and a prefix:
-/// those rules are checked against a model in `namespace::subtree`'s unit tests.)
-fn tree_keys() -> Vec<String> {
-    let mut keys = Vec::new();
-    for top in 0..20 {
-        for sub in 0..10 {
-            for file in 0..10 {
-                keys.push(format!("t{top:02}/s{sub}/f{file}.txt"));
-            }
-            keys.push(format!("t{top:02}/s{sub}/deep/a/b/leaf"));
-        }
-    }
-    keys.extend(["t03/", "t03/s1/", "t04/s2/deep/"].map(String::from)); // markers
-    keys.extend(["t05/name with space", "t06/ü-umlaut/x"].map(String::from));
-    keys.extend(["t07/s2.txt", "t07/s2-x/y"].map(String::from)); // between `s2` and `s2/`
-    keys
-}
-
-/// What a walk must show, from ListObjectsV2: `path size` of every file and `path/` of
-/// every directory, sorted. A name with an empty component is not shown, nor anything
-/// below it; a name that is a prefix too is a directory.
-fn model(bucket: &str) -> Vec<String> {
-    let listed = list_objects(bucket, "");
-    let mut entries: BTreeMap<String, Option<u64>> = BTreeMap::new(); // path -> size (None: dir)
-    for object in &listed {
-        let parts: Vec<&str> = object.key.split('/').collect();
-        let (dirs, file) = parts.split_at(parts.len() - 1);
-        if dirs.iter().any(|d| d.is_empty()) {
-            continue;
-        }
-        for depth in 1..=dirs.len() {
-            entries.insert(dirs[..depth].join("/"), None);
-        }
-        if !file[0].is_empty() {
-            entries.entry(object.key.clone()).or_insert(Some(object.size));
-        }
-    }
-    entries
-        .into_iter()
-        .map(|(path, size)| match size {
-            Some(size) => format!("{path} {size}"),
-            None => format!("{path}/"),
-        })
-        .collect()
-}
-
-/// `find` over the mount: the same shape as [`model`].
-fn find_tree(m: &Mount) -> Vec<String> {
-    let out =
-        Command::new("find").arg(m.path()).args(["-mindepth", "1", "-printf", "%P %s %y\n"]).output().expect("find");
-    assert!(out.status.success(), "find failed: {}", String::from_utf8_lossy(&out.stderr));
-    let mut lines: Vec<String> = String::from_utf8(out.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(|line| {
-            let (rest, kind) = line.rsplit_once(' ').expect("kind");
-            let (path, size) = rest.rsplit_once(' ').expect("size");
-            if kind == "d" {
-                format!("{path}/")
-            } else {
-                format!("{path} {size}")
-            }
-        })
-        .collect();
-    lines.sort();
-    lines
-}
-
-/// Asserts that two walks agree, naming what differs (a whole walk is too long to print).
-#[track_caller]
-fn assert_same_tree(got: &[String], want: &[String], what: &str) {
-    let missing: Vec<&String> = want.iter().filter(|e| !got.contains(e)).take(10).collect();
-    let unexpected: Vec<&String> = got.iter().filter(|e| !want.contains(e)).take(10).collect();
-    assert!(
-        missing.is_empty() && unexpected.is_empty() && got.len() == want.len(),
-        "{what}: {} entries, {} expected; missing {missing:?}, unexpected {unexpected:?}",
-        got.len(),
-        want.len()
-    );
-}
 
 fn lists(m: &Mount) -> usize {
     m.s3_requests().iter().filter(|r| r.op == "LIST").count()
@@ -99,7 +13,7 @@ fn lists(m: &Mount) -> usize {
 #[test]
 fn a_walk_shows_the_tree_listobjects_describes_for_a_few_lists() {
     let bucket = create_bucket("flat");
-    let keys = tree_keys();
+    let keys = tree_keys(20, 10, 10);
     put_many(&bucket, keys.iter().map(|k| (k.clone(), k.as_bytes().to_vec())).collect(), 32);
     let want = model(&bucket);
     let dirs = want.iter().filter(|e| e.ends_with('/')).count();
@@ -135,7 +49,7 @@ fn a_walk_shows_the_tree_listobjects_describes_for_a_few_lists() {
 #[test]
 fn a_walk_after_changes_shows_them() {
     let bucket = create_bucket("flatchg");
-    let keys = tree_keys();
+    let keys = tree_keys(20, 10, 10);
     put_many(&bucket, keys.iter().map(|k| (k.clone(), k.as_bytes().to_vec())).collect(), 32);
     let m = MountBuilder::new().bucket(&bucket).mount();
     let before = find_tree(&m);

@@ -21,6 +21,12 @@ pub enum Command {
         /// The mount point to unmount.
         mountpoint: PathBuf,
     },
+    /// List the sources of an `--index` mount again now, and wait until the new index is
+    /// in use (the daemon also does this on SIGHUP, without waiting).
+    Refresh {
+        /// The mount point.
+        mountpoint: PathBuf,
+    },
 }
 
 #[derive(Args, Debug, Clone)]
@@ -73,6 +79,15 @@ pub struct MountArgs {
     /// each directory then costs its own LIST (see docs/SEMANTICS.md, "Listings").
     #[arg(long)]
     pub no_flat_listing: bool,
+    /// Serve the tree from a listing index: each source is listed whole once (flat, in
+    /// parallel), and `ls`, `find` and `stat` cost no request. The index is saved in
+    /// --cache-dir and loaded by the next mount; keys changed by other clients show after
+    /// the next refresh (see --index-refresh, `bucketfs refresh`, SIGHUP).
+    #[arg(long)]
+    pub index: bool,
+    /// How often an --index mount lists its sources again, in seconds.
+    #[arg(long, default_value = "300", value_parser = parse_seconds, value_name = "SECONDS", requires = "index")]
+    pub index_refresh: Duration,
     /// Mount read-only: every change is refused with EROFS.
     #[arg(long)]
     pub read_only: bool,
@@ -101,7 +116,8 @@ pub struct MountArgs {
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     pub memory_limit: Option<u64>,
     /// Where staging files go (files changed in place: append, random writes, O_RDWR,
-    /// truncate). They are unlinked as soon as created, so nothing is left behind.
+    /// truncate; unlinked as soon as created, so nothing is left behind), and the saved
+    /// listing indexes (`bucketfs-index/`, with --index).
     #[arg(long, default_value = "/var/tmp", value_name = "DIR")]
     pub cache_dir: PathBuf,
     /// Most bytes all staging files may hold together; a write past it fails with ENOSPC.

@@ -1,5 +1,5 @@
 //! The `bucketfs` command: argument parsing, mount-time checks, going to the background,
-//! signals, and `unmount`.
+//! signals, `unmount` and `refresh`.
 
 pub mod args;
 pub mod mount;
@@ -15,6 +15,7 @@ pub fn main() -> i32 {
     let result = match cli.command {
         Command::Mount(args) => mount::run(*args),
         Command::Unmount { mountpoint } => mount::unmount(&mountpoint),
+        Command::Refresh { mountpoint } => mount::refresh(&mountpoint),
     };
     match result {
         Ok(()) => 0,

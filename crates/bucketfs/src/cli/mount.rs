@@ -20,8 +20,10 @@ use fuser::{Config, MountOption, SessionACL};
 use super::args::MountArgs;
 use super::source::{check_layout, SourceSpec};
 use crate::fs::{Fs, Presentation, WriteConfig};
+use crate::fs::{INDEX_REFRESH, INDEX_STATUS};
 use crate::fuse::FuseAdapter;
 use crate::memory::MemoryLimiter;
+use crate::namespace::index::{IndexOptions, Indexes};
 use crate::namespace::{Namespace, Source};
 use crate::read::ReadConfig;
 use crate::store::s3::{S3Store, StoreConfig};
@@ -82,13 +84,9 @@ pub fn run(args: MountArgs) -> Result<()> {
         journal,
         write_back: args.write_back,
     };
-    let fs = Fs::new(
-        Namespace::new(namespace_sources, args.metadata_ttl).with_flat_listing(!args.no_flat_listing),
-        presentation,
-        read_config,
-        write_config,
-        MemoryLimiter::new(memory_limit),
-    );
+    let namespace = namespace(&args, namespace_sources);
+    let indexes = namespace.indexes().cloned();
+    let fs = Fs::new(namespace, presentation, read_config, write_config, MemoryLimiter::new(memory_limit));
     let fs = Arc::new(fs);
     let sweeper = fs.clone();
     runtime.spawn(async move {
@@ -104,6 +102,10 @@ pub fn run(args: MountArgs) -> Result<()> {
             }
         }
     });
+    if let Some(indexes) = &indexes {
+        runtime.spawn(indexes.clone().refresh_periodically());
+        runtime.spawn(refresh_on_sighup(indexes.clone()));
+    }
     let adapter = FuseAdapter::new(fs.clone(), runtime.handle().clone());
 
     let fsname = sources.iter().map(SourceSpec::describe).collect::<Vec<_>>().join(",");
@@ -140,6 +142,69 @@ pub fn run(args: MountArgs) -> Result<()> {
     // Uploads still running (release, --write-back) would be lost with the runtime.
     runtime.block_on(fs.finish_uploads());
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    if let Some(indexes) = indexes {
+        indexes.save_all(); // with what this mount changed and fetched since the last refresh
+    }
+    Ok(())
+}
+
+fn namespace(args: &MountArgs, sources: Vec<Source>) -> Namespace {
+    let namespace = Namespace::new(sources, args.metadata_ttl).with_flat_listing(!args.no_flat_listing);
+    if !args.index {
+        return namespace;
+    }
+    let options = IndexOptions { cache_dir: args.cache_dir.clone(), refresh_every: args.index_refresh };
+    namespace.with_index(&options)
+}
+
+/// SIGHUP: list the indexed sources again (as `bucketfs refresh`, without a caller).
+async fn refresh_on_sighup(indexes: Arc<Indexes>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        match indexes.refresh().await {
+            Ok(done) => {
+                tracing::info!(
+                    files = done.files,
+                    dirs = done.dirs,
+                    "index refreshed on SIGHUP in {:.2?}",
+                    done.elapsed
+                )
+            }
+            Err(error) => tracing::warn!("index refresh on SIGHUP failed: {error}"),
+        }
+    }
+}
+
+/// `bucketfs refresh`: asks the daemon serving `mountpoint` to list its sources again
+/// (through an attribute of the mount's root that only bucketfs answers), waits, and
+/// prints the new index's size.
+pub fn refresh(mountpoint: &Path) -> Result<()> {
+    let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
+        .context("the mount point's path holds a NUL byte")?;
+    let name = |name: &str| std::ffi::CString::new(name).unwrap_or_default();
+    let started = std::time::Instant::now();
+    // SAFETY: both strings are NUL-terminated and live across the call; the value is 1 byte.
+    let set = unsafe { libc::setxattr(path.as_ptr(), name(INDEX_REFRESH).as_ptr(), b"1".as_ptr().cast(), 1, 0) };
+    if set != 0 {
+        let error = std::io::Error::last_os_error();
+        return Err(match error.raw_os_error() {
+            Some(libc::EOPNOTSUPP) => {
+                anyhow::anyhow!("{} is not a bucketfs mount with --index", mountpoint.display())
+            }
+            _ => anyhow::Error::new(error).context(format!("refreshing the index of {}", mountpoint.display())),
+        });
+    }
+    let mut status = vec![0u8; 64 * 1024];
+    // SAFETY: `status` is writable for its whole length, which is passed.
+    let length =
+        unsafe { libc::getxattr(path.as_ptr(), name(INDEX_STATUS).as_ptr(), status.as_mut_ptr().cast(), status.len()) };
+    status.truncate(length.max(0) as usize);
+    println!("bucketfs: index refreshed in {:.2?}", started.elapsed());
+    print!("{}", String::from_utf8_lossy(&status));
     Ok(())
 }
 

@@ -16,7 +16,7 @@ use super::error::FsError;
 use super::{
     xattrs, AttrChange, Fs, DIRECTORY_CONTENT_TYPE, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFREG, S_IFSOCK,
 };
-use crate::namespace::{Copied, Ino, Location, Node};
+use crate::namespace::{Copied, Ino, Location, NamespaceError, Node, ROOT_INO};
 use crate::store::{Metadata, StoreError};
 use crate::write::staging::Base;
 use crate::write::{copy_object, Output};
@@ -25,6 +25,10 @@ impl Fs {
     /// `getxattr()`: extended attribute `user.NAME` is the object's metadata `NAME`
     /// (`x-amz-meta-NAME`), except the names that hold modes, owners and times.
     pub async fn getxattr(&self, ino: Ino, name: &str) -> Result<Vec<u8>, FsError> {
+        if ino == ROOT_INO && name == xattrs::INDEX_STATUS {
+            let indexes = self.namespace.indexes().ok_or(FsError::NoAttribute)?;
+            return Ok(indexes.status().into_bytes());
+        }
         let Some(key) = xattrs::metadata_key(name) else { return Err(FsError::NoAttribute) };
         let node = self.namespace.with_metadata(self.namespace.getattr(ino).await?).await?;
         let value = node.metadata.as_deref().and_then(|m| m.user.get(key)).ok_or(FsError::NoAttribute)?;
@@ -39,6 +43,18 @@ impl Fs {
 
     /// `setxattr()` / `removexattr()` (`value` `None`): stored like `chmod`.
     pub async fn setxattr(&self, ino: Ino, name: &str, value: Option<&[u8]>, flags: i32) -> Result<(), FsError> {
+        if ino == ROOT_INO && name == xattrs::INDEX_REFRESH {
+            // `bucketfs refresh MOUNTPOINT`: returns once the indexes are listed again.
+            let indexes = self.namespace.indexes().ok_or(FsError::XattrUnsupported("the mount has no --index"))?;
+            let refreshed = indexes.refresh().await.map_err(NamespaceError::from)?;
+            tracing::info!(
+                files = refreshed.files,
+                dirs = refreshed.dirs,
+                "index refreshed on request in {:.2?}",
+                refreshed.elapsed
+            );
+            return Ok(());
+        }
         let key = xattrs::settable_key(name)?;
         let value = value.map(xattrs::settable_value).transpose()?;
         self.settle(ino).await;

@@ -148,7 +148,7 @@ impl Fs {
         // The files below are the copies now, whose ETags may differ from the originals'
         // (a multipart object's copy has a plain MD5 ETag): an open() pinned to the old
         // ETag would fail its first read that reaches the store.
-        for (ino, copy) in self.namespace.follow_copies(&copied) {
+        for (ino, copy) in self.namespace.follow_copies(source, &copied) {
             self.same_content(ino, copy.from_etag.as_deref(), copy.etag.as_deref());
         }
         Ok(())

@@ -265,7 +265,16 @@ impl DirState {
     /// Enters what the store says (parent, name) is.
     pub fn enter_found(&mut self, parent: Ino, name: &str, location: Location, attributes: Attributes) -> Node {
         self.missing.remove(&(parent, name.to_owned()));
+        if let Some(being_written) = self.pending_child(parent, name) {
+            return being_written; // what the store has is about to be replaced
+        }
         self.inodes.upsert(parent, name, location, attributes)
+    }
+
+    /// The entry (parent, name) if it is a file being written here.
+    fn pending_child(&self, parent: Ino, name: &str) -> Option<Node> {
+        let pending = self.pending.get(&parent).is_some_and(|names| names.contains(name));
+        pending.then(|| self.inodes.child(parent, name).cloned()).flatten()
     }
 
     /// Remembers a page of `dir`'s listing (names, sorted) for metadata batches.

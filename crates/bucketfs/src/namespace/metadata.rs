@@ -12,6 +12,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use super::dir_state::Counted;
+use super::index::Change;
 use super::inode::{Ino, Location, Node};
 use super::{Namespace, NamespaceError};
 use crate::store::{Metadata, ObjectInfo, ObjectStore, StoreError};
@@ -110,6 +111,18 @@ impl Namespace {
         };
         if let Some(node) = self.state.lock().inodes.get_mut(ino) {
             fetched.apply_to(node);
+        }
+        // The index keeps what was fetched: asked once, not at every expiry or remount.
+        match (&fetched, location) {
+            (Fetched::File(info), Location::File { source, .. }) => self.record(*source, || Change::File(info.clone())),
+            (Fetched::Marker(metadata), Location::Dir { source, prefix }) if !prefix.is_empty() => {
+                self.record(*source, || Change::Attributes {
+                    key: prefix.clone(),
+                    metadata: Some(metadata.clone()),
+                    etag: None,
+                })
+            }
+            _ => {}
         }
         Ok(fetched)
     }

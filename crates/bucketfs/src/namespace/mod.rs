@@ -20,6 +20,7 @@
 
 mod dir_state;
 mod error;
+pub mod index;
 mod inode;
 pub mod listing;
 mod metadata;
@@ -33,9 +34,10 @@ use std::time::{Duration, Instant, SystemTime};
 use parking_lot::Mutex;
 
 use crate::cache::SmallObjects;
-use crate::store::{Metadata, ObjectStore, StoreError};
+use crate::store::{Metadata, ObjectInfo, ObjectStore, StoreError};
 use dir_state::{Counted, DirState};
 pub use error::NamespaceError;
+use index::{Change, IndexOptions, Indexed, Indexes};
 use inode::{Attributes, InodeTable};
 pub use inode::{Copied, Ino, Location, Node, ROOT_INO};
 use listing::{Entry, EntryKind};
@@ -70,6 +72,8 @@ pub struct Namespace {
     mounted_at: SystemTime,
     /// Whether walks list subtrees flat (see `subtree`).
     flat_listing: bool,
+    /// The listing index of each source (`--index`).
+    indexes: Option<Arc<Indexes>>,
 }
 
 impl Namespace {
@@ -94,6 +98,59 @@ impl Namespace {
             ttl,
             mounted_at,
             flat_listing: true,
+            indexes: None,
+        }
+    }
+
+    /// Serves the sources from listing indexes (`--index`), loading the saved ones now.
+    /// Their refreshes run once [`Indexes::refresh_periodically`] is spawned.
+    pub fn with_index(mut self, options: &IndexOptions) -> Self {
+        self.indexes = Some(Arc::new(Indexes::load(&self.sources, options)));
+        self
+    }
+
+    pub fn indexes(&self) -> Option<&Arc<Indexes>> {
+        self.indexes.as_ref()
+    }
+
+    /// A change made through the mount, for the index of `source` (if any).
+    fn record(&self, source: usize, change: impl FnOnce() -> Change) {
+        if let Some(indexes) = &self.indexes {
+            indexes.record(source, change());
+        }
+    }
+
+    /// What the index says `name` in `parent` (`prefix` of `source`) is, entered in the
+    /// table; `None` when no index covers the directory.
+    fn lookup_in_index(
+        &self,
+        parent: Ino,
+        name: &str,
+        source: usize,
+        prefix: &str,
+    ) -> Option<Result<Node, NamespaceError>> {
+        let found = self.indexes.as_ref()?.lookup(source, prefix, name)?;
+        let Some(indexed) = found else { return Some(Err(NamespaceError::NotFound)) };
+        let (location, attributes) = self.indexed_entry(source, prefix, name, indexed, Some(self.valid_until()));
+        Some(Ok(self.state.lock().enter_found(parent, name, location, attributes)))
+    }
+
+    fn indexed_entry(
+        &self,
+        source: usize,
+        prefix: &str,
+        name: &str,
+        indexed: Indexed,
+        valid_until: Option<Instant>,
+    ) -> (Location, Attributes) {
+        match indexed {
+            Indexed::File(info) => {
+                (Location::File { source, key: info.key.clone() }, Attributes::file(info, valid_until))
+            }
+            Indexed::Dir { metadata } => (
+                Location::Dir { source, prefix: format!("{prefix}{name}/") },
+                Attributes::dir(self.mounted_at, metadata, valid_until),
+            ),
         }
     }
 
@@ -147,6 +204,12 @@ impl Namespace {
             if let Some(node) = state.fresh_child(parent, name, now) {
                 return Ok(node);
             }
+        }
+        if let Some(answer) = self.lookup_in_index(parent, name, source, &prefix) {
+            return answer;
+        }
+        {
+            let state = self.state.lock();
             if state.known_missing(parent, name, now) {
                 return Err(NamespaceError::NotFound);
             }
@@ -164,6 +227,20 @@ impl Namespace {
         }
 
         self.lookup_in_store(parent, name, source, &prefix).await
+    }
+
+    /// What (parent, name) is, from the index if it covers `parent`, else from the store.
+    async fn lookup_uncached(
+        &self,
+        parent: Ino,
+        name: &str,
+        source: usize,
+        prefix: &str,
+    ) -> Result<Node, NamespaceError> {
+        match self.lookup_in_index(parent, name, source, prefix) {
+            Some(answer) => answer,
+            None => self.lookup_in_store(parent, name, source, prefix).await,
+        }
     }
 
     /// Asks the store what (parent, name) is (`parent` being `prefix` of `source`), and
@@ -253,6 +330,7 @@ impl Namespace {
             done: false,
             pending,
             cached,
+            indexed: None,
             collected: Some(Vec::new()),
             started: now,
         })
@@ -335,12 +413,22 @@ impl Namespace {
     pub fn rename_entry(&self, from: (Ino, &str), to: (Ino, &str), old_key: &str, new_key: &str) {
         let missing_until = self.valid_until();
         self.state.lock().rename_entry(from, to, old_key, new_key, missing_until);
+        if let Ok((source, _)) = self.dir_location(to.0) {
+            self.record(source, || Change::Rename { from: old_key.to_owned(), to: new_key.to_owned() });
+        }
     }
 
     /// Objects were copied inside the store (a directory rename, after [`Self::rename_entry`]):
     /// the files now at their new keys show the copies' ETags. Returns the inodes changed,
     /// with the copy each follows.
-    pub fn follow_copies<'a>(&self, copied: &'a [Copied]) -> Vec<(Ino, &'a Copied)> {
+    pub fn follow_copies<'a>(&self, source: usize, copied: &'a [Copied]) -> Vec<(Ino, &'a Copied)> {
+        for copy in copied {
+            self.record(source, || Change::Attributes {
+                key: copy.to.clone(),
+                metadata: None,
+                etag: Some(copy.etag.clone()),
+            });
+        }
         self.state.lock().inodes.follow_copies(copied)
     }
 
@@ -369,11 +457,17 @@ impl Namespace {
 
     /// The metadata `ino` now has in the store (or will have, for a file being written).
     pub fn set_metadata(&self, ino: Ino, metadata: Arc<Metadata>, etag: Option<Option<String>>) {
-        if let Some(node) = self.state.lock().inodes.get_mut(ino) {
-            node.metadata = Some(metadata);
-            if let Some(etag) = etag {
-                node.etag = etag;
+        let location = {
+            let mut state = self.state.lock();
+            let Some(node) = state.inodes.get_mut(ino) else { return };
+            node.metadata = Some(metadata.clone());
+            if let Some(etag) = &etag {
+                node.etag = etag.clone();
             }
+            node.location.clone()
+        };
+        if let Location::File { source, key } = location {
+            self.record(source, || Change::Attributes { key, metadata: Some(metadata), etag });
         }
     }
 
@@ -390,13 +484,24 @@ impl Namespace {
     pub fn upload_done(&self, ino: Ino, etag: Option<String>, metadata: Arc<Metadata>) {
         let valid_until = self.valid_until();
         let mut state = self.state.lock();
-        if let Some(node) = state.inodes.get_mut(ino) {
-            node.etag = etag;
-            node.metadata = Some(metadata);
-            node.mtime = SystemTime::now();
-            node.valid_until = Some(valid_until);
-        }
+        let Some(node) = state.inodes.get_mut(ino) else { return };
+        node.etag = etag;
+        node.metadata = Some(metadata);
+        node.mtime = SystemTime::now();
+        node.valid_until = Some(valid_until);
+        let stored = node.clone();
         state.settled(ino);
+        drop(state);
+        if let Location::File { source, key } = stored.location {
+            let info = ObjectInfo {
+                key,
+                size: stored.size,
+                mtime: stored.mtime,
+                etag: stored.etag,
+                metadata: stored.metadata,
+            };
+            self.record(source, || Change::File(info));
+        }
     }
 
     /// The upload replacing an existing object failed: the object is unchanged in the
@@ -420,16 +525,23 @@ impl Namespace {
     /// [`Namespace::touch_dir`] kept in memory until `touched`: those are dropped unless
     /// an entry changed again meanwhile.
     pub fn set_marker_metadata(&self, dir: Ino, metadata: Arc<Metadata>, touched: Option<SystemTime>) {
-        if let Some(node) = self.state.lock().inodes.get_mut(dir) {
-            node.metadata = Some(metadata);
+        let location = {
+            let mut state = self.state.lock();
+            let Some(node) = state.inodes.get_mut(dir) else { return };
+            node.metadata = Some(metadata.clone());
             if node.touched == touched {
                 node.touched = None;
             }
+            node.location.clone()
+        };
+        if let Location::Dir { source, prefix } = location {
+            self.record(source, || Change::Attributes { key: prefix, metadata: Some(metadata), etag: None });
         }
     }
 
     /// Enters a directory just created in `parent`, its marker having `metadata`.
     pub fn enter_dir(&self, parent: Ino, name: &str, source: usize, prefix: String, metadata: Arc<Metadata>) -> Node {
+        self.record(source, || Change::Dir { prefix: prefix.clone(), metadata: metadata.clone() });
         let attributes = Attributes::dir(SystemTime::now(), Some(metadata), Some(self.valid_until()));
         let mut state = self.state.lock();
         state.touch(parent);
@@ -451,6 +563,9 @@ impl Namespace {
     pub fn remove_entry(&self, parent: Ino, name: &str) {
         let missing_until = self.valid_until();
         self.state.lock().remove_entry(parent, name, missing_until);
+        if let Ok((source, prefix)) = self.dir_location(parent) {
+            self.record(source, || Change::Remove { key: format!("{prefix}{name}") });
+        }
     }
 
     /// The kernel was given an entry for `ino` (lookup, create, readdirplus): it holds
@@ -473,6 +588,22 @@ impl Namespace {
     /// Drops what expired and nobody references (run every [`SWEEP_INTERVAL`]).
     pub fn sweep(&self) {
         self.state.lock().sweep(Instant::now(), self.ttl);
+    }
+
+    /// Enters a batch of `dir`'s entries from the index.
+    fn enter_indexed(&self, dir: Ino, source: usize, prefix: &str, entries: Vec<(String, Indexed)>) -> Vec<Listed> {
+        let valid_until = self.valid_until();
+        let names = entries.iter().map(|(name, _)| name.clone()).collect();
+        let mut state = self.state.lock();
+        state.remember_page(dir, valid_until, names);
+        entries
+            .into_iter()
+            .map(|(name, indexed)| {
+                let (location, attributes) = self.indexed_entry(source, prefix, &name, indexed, Some(valid_until));
+                let node = state.enter_found(dir, &name, location, attributes);
+                Listed { name, node }
+            })
+            .collect()
     }
 
     /// Enters a page of `dir`'s listing.

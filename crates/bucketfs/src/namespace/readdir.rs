@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::dir_state::MAX_CACHED_LISTING;
+use super::index::DirListing;
 use super::inode::{Ino, Node, ROOT_INO};
 use super::listing::ListingMerger;
 use super::{Namespace, NamespaceError};
@@ -35,6 +36,9 @@ pub struct DirStream {
     pub(super) pending: BTreeSet<String>,
     /// A fresh complete listing to serve from, and the position in it.
     pub(super) cached: Option<(Arc<Vec<String>>, usize)>,
+    /// The index's listing of this directory (`--index`), and the position in it: the
+    /// stream keeps the one it started with, so a refresh never shows it a mix.
+    pub(super) indexed: Option<(Arc<DirListing>, usize)>,
     /// Names listed so far from the store, to cache once complete (`None` past the cap).
     pub(super) collected: Option<Vec<String>>,
     pub(super) started: Instant,
@@ -61,6 +65,23 @@ impl DirStream {
             sources.sort_by(|a, b| a.name.cmp(&b.name));
             return Ok(sources);
         };
+        if self.indexed.is_none() && self.merger.is_none() {
+            self.indexed = namespace.indexes().and_then(|indexes| indexes.dir(source, &prefix)).map(|l| (l, 0));
+        }
+        if let Some((listing, position)) = &mut self.indexed {
+            let end = (*position + CACHED_BATCH).min(listing.len());
+            let entries: Vec<_> = (*position..end).map(|at| listing.entry(at, &prefix)).collect();
+            *position = end;
+            self.done = end == listing.len();
+            for (name, _) in &entries {
+                self.pending.remove(name);
+            }
+            let mut listed = namespace.enter_indexed(self.dir, source, &prefix, entries);
+            if self.done {
+                listed.extend(self.take_pending(namespace, source, &prefix).await?);
+            }
+            return Ok(listed);
+        }
         if self.cached.is_none() && self.merger.is_none() {
             // About to list from the store: a flat listing running over this directory
             // may bring it first; else this may be a walk, worth one.
@@ -137,7 +158,7 @@ impl DirStream {
         for entry in found {
             match entry {
                 Ok(entry) => listed.push(entry),
-                Err(name) => match namespace.lookup_in_store(self.dir, &name, source, prefix).await {
+                Err(name) => match namespace.lookup_uncached(self.dir, &name, source, prefix).await {
                     Ok(node) => listed.push(Listed { node, name }),
                     Err(NamespaceError::NotFound) => {} // deleted since it was listed
                     Err(error) => return Err(error),

@@ -152,7 +152,7 @@ impl Job {
 
     async fn run(self, progress: watch::Sender<Progress>) {
         let lists = self.state.lock().subtree_jobs.lists.clone();
-        let mut filler = SubtreeFiller::new(self.source, self.dir, self.prefix.clone(), self.mounted_at);
+        let mut filler = SubtreeFiller::new(self.dir, self.prefix.clone());
         let mut token = None;
         for _ in 0..PAGES_PER_JOB {
             let page = {
@@ -170,9 +170,10 @@ impl Job {
             let passed = page.objects.last().map(|object| object.key.clone());
             {
                 let mut state = self.state.lock();
-                filler.push(&mut state, &page.objects, Instant::now() + self.ttl);
+                let mut sink = IntoDirState { state: &mut state, source: self.source, mounted_at: self.mounted_at };
+                filler.push(&mut sink, &page.objects, Instant::now() + self.ttl);
                 if last_page {
-                    filler.finish(&mut state);
+                    filler.finish(&mut sink);
                 }
             }
             if let Some(passed) = passed {
@@ -247,46 +248,64 @@ impl Namespace {
     }
 }
 
+/// Where a flat listing puts the directories it completes: the namespace's state (a walk's
+/// subtree jobs) or a listing index being built (`--index`). `Dir` is how the sink names
+/// a directory the listing is in.
+pub(super) trait FilledDirs {
+    type Dir;
+    /// The listing entered subdirectory `name` of `parent`, whose key prefix is `prefix`.
+    fn open(&mut self, parent: &Self::Dir, name: &str, prefix: &str, valid_until: Instant) -> Self::Dir;
+    /// The listing has passed directory `dir` (key prefix `prefix`): these are its
+    /// entries, complete; `marker`: its `dir/` marker object, if there is one.
+    fn close(
+        &mut self,
+        dir: Self::Dir,
+        prefix: &str,
+        entries: BTreeMap<String, EntryKind>,
+        marker: Option<ObjectInfo>,
+        valid_until: Instant,
+    );
+}
+
 /// A directory whose range the listing is in.
-struct OpenDir {
+struct OpenDir<D> {
     prefix: String,
-    ino: Ino,
+    dir: D,
     entries: BTreeMap<String, EntryKind>,
-    has_marker: bool,
+    marker: Option<ObjectInfo>,
     /// Until when its listing may be trusted: from the page that opened it.
     valid_until: Instant,
 }
 
 /// Turns the keys of a flat listing of one subtree, page by page, into complete
 /// directory listings (the same entries a delimited listing of each would give: see
-/// `listing::ListingMerger`, whose rules hold here too).
-pub(super) struct SubtreeFiller {
-    source: usize,
-    mounted_at: SystemTime,
+/// `listing::ListingMerger`, whose rules hold here too), handed to a [`FilledDirs`].
+pub(super) struct SubtreeFiller<D> {
     /// The directories the listing is in, outermost (the subtree's root) first.
-    open: Vec<OpenDir>,
-    root: Option<(Ino, String)>,
+    open: Vec<OpenDir<D>>,
+    root: Option<(D, String)>,
 }
 
-impl SubtreeFiller {
-    pub fn new(source: usize, dir: Ino, prefix: String, mounted_at: SystemTime) -> Self {
-        Self { source, mounted_at, open: Vec::new(), root: Some((dir, prefix)) }
+impl<D> SubtreeFiller<D> {
+    /// A filler for the subtree `prefix`, whose root directory the sink calls `dir`.
+    pub fn new(dir: D, prefix: String) -> Self {
+        Self { open: Vec::new(), root: Some((dir, prefix)) }
     }
 
     /// Takes the objects of one page, in key order.
-    pub fn push(&mut self, state: &mut DirState, objects: &[ObjectInfo], valid_until: Instant) {
-        if let Some((ino, prefix)) = self.root.take() {
-            self.open.push(OpenDir { prefix, ino, entries: BTreeMap::new(), has_marker: false, valid_until });
+    pub fn push<S: FilledDirs<Dir = D>>(&mut self, sink: &mut S, objects: &[ObjectInfo], valid_until: Instant) {
+        if let Some((dir, prefix)) = self.root.take() {
+            self.open.push(OpenDir { prefix, dir, entries: BTreeMap::new(), marker: None, valid_until });
         }
         for object in objects {
-            self.push_key(state, object, valid_until);
+            self.push_key(sink, object, valid_until);
         }
     }
 
-    fn push_key(&mut self, state: &mut DirState, object: &ObjectInfo, valid_until: Instant) {
+    fn push_key<S: FilledDirs<Dir = D>>(&mut self, sink: &mut S, object: &ObjectInfo, valid_until: Instant) {
         let key = object.key.as_str();
         while self.open.len() > 1 && !key.starts_with(self.open[self.open.len() - 1].prefix.as_str()) {
-            self.close_innermost(state);
+            self.close_innermost(sink);
         }
         let Some(top) = self.open.last() else { return };
         let Some(mut rest) = key.strip_prefix(top.prefix.as_str()) else { return };
@@ -294,7 +313,7 @@ impl SubtreeFiller {
             let Some(top) = self.open.last_mut() else { return };
             match rest.split_once('/') {
                 None if rest.is_empty() => {
-                    top.has_marker = true; // the key is the directory's `dir/` marker
+                    top.marker = Some(object.clone()); // the key is the directory's `dir/` marker
                     return;
                 }
                 None => {
@@ -310,10 +329,8 @@ impl SubtreeFiller {
                     }
                     top.entries.insert(name.to_owned(), EntryKind::Dir);
                     let prefix = format!("{}{name}/", top.prefix);
-                    let location = Location::Dir { source: self.source, prefix: prefix.clone() };
-                    let attributes = Attributes::dir(self.mounted_at, None, Some(valid_until));
-                    let ino = state.enter_found(top.ino, name, location, attributes).ino;
-                    self.open.push(OpenDir { prefix, ino, entries: BTreeMap::new(), has_marker: false, valid_until });
+                    let dir = sink.open(&top.dir, name, &prefix, valid_until);
+                    self.open.push(OpenDir { prefix, dir, entries: BTreeMap::new(), marker: None, valid_until });
                     rest = below;
                 }
             }
@@ -321,31 +338,60 @@ impl SubtreeFiller {
     }
 
     /// The listing ended: every directory still open is complete.
-    pub fn finish(&mut self, state: &mut DirState) {
+    pub fn finish<S: FilledDirs<Dir = D>>(&mut self, sink: &mut S) {
         while !self.open.is_empty() {
-            self.close_innermost(state);
+            self.close_innermost(sink);
         }
     }
 
-    /// The listing has passed the innermost open directory: enters its files and keeps
-    /// its listing.
-    fn close_innermost(&mut self, state: &mut DirState) {
-        let Some(dir) = self.open.pop() else { return };
-        if !dir.has_marker {
-            state.set_metadata_if_unknown(dir.ino, Arc::default()); // no marker: nothing stored
+    /// The listing has passed the innermost open directory.
+    fn close_innermost<S: FilledDirs<Dir = D>>(&mut self, sink: &mut S) {
+        if let Some(dir) = self.open.pop() {
+            sink.close(dir.dir, &dir.prefix, dir.entries, dir.marker, dir.valid_until);
         }
-        if dir.entries.len() > MAX_CACHED_LISTING {
+    }
+}
+
+/// A walk's flat listing fills the namespace's state: directories enter the inode table
+/// as the listing reaches them, files and the kept listing once it has passed them.
+pub(super) struct IntoDirState<'a> {
+    pub state: &'a mut DirState,
+    pub source: usize,
+    pub mounted_at: SystemTime,
+}
+
+impl FilledDirs for IntoDirState<'_> {
+    type Dir = Ino;
+
+    fn open(&mut self, parent: &Ino, name: &str, prefix: &str, valid_until: Instant) -> Ino {
+        let location = Location::Dir { source: self.source, prefix: prefix.to_owned() };
+        let attributes = Attributes::dir(self.mounted_at, None, Some(valid_until));
+        self.state.enter_found(*parent, name, location, attributes).ino
+    }
+
+    fn close(
+        &mut self,
+        dir: Ino,
+        _prefix: &str,
+        entries: BTreeMap<String, EntryKind>,
+        marker: Option<ObjectInfo>,
+        valid_until: Instant,
+    ) {
+        if marker.is_none() {
+            self.state.set_metadata_if_unknown(dir, Arc::default()); // no marker: nothing stored
+        }
+        if entries.len() > MAX_CACHED_LISTING {
             return;
         }
-        let mut names = Vec::with_capacity(dir.entries.len());
-        for (name, kind) in dir.entries {
+        let mut names = Vec::with_capacity(entries.len());
+        for (name, kind) in entries {
             if let EntryKind::File(info) = kind {
                 let location = Location::File { source: self.source, key: info.key.clone() };
-                state.enter_found(dir.ino, &name, location, Attributes::file(info, Some(dir.valid_until)));
+                self.state.enter_found(dir, &name, location, Attributes::file(info, Some(valid_until)));
             }
             names.push(name);
         }
-        state.remember_listing(dir.ino, dir.valid_until, names);
+        self.state.remember_listing(dir, valid_until, names);
     }
 }
 
@@ -370,6 +416,10 @@ mod tests {
                 (name.clone(), node.location.is_dir())
             })
             .collect()
+    }
+
+    fn sink(state: &mut DirState) -> IntoDirState<'_> {
+        IntoDirState { state, source: 0, mounted_at: SystemTime::now() }
     }
 
     fn info(key: &str) -> ObjectInfo {
@@ -403,16 +453,17 @@ mod tests {
             page_size in 1usize..7,
         ) {
             let mut state = DirState::new(InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()));
-            let mut filler = SubtreeFiller::new(0, ROOT_INO, String::new(), SystemTime::now());
+            let mut filler = SubtreeFiller::new(ROOT_INO, String::new());
+            let mut sink = sink(&mut state);
             let objects: Vec<ObjectInfo> = keys.iter().map(|k| info(k)).collect();
             let until = Instant::now() + Duration::from_secs(60);
             for page in objects.chunks(page_size) {
-                filler.push(&mut state, page, until);
+                filler.push(&mut sink, page, until);
             }
             if objects.is_empty() {
-                filler.push(&mut state, &[], until);
+                filler.push(&mut sink, &[], until);
             }
-            filler.finish(&mut state);
+            filler.finish(&mut sink);
             check_tree(&state, &keys, ROOT_INO, "")?;
         }
     }
@@ -423,19 +474,19 @@ mod tests {
     fn directories_complete_as_the_listing_passes_them() {
         let mut state =
             DirState::new(InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()));
-        let mut filler = SubtreeFiller::new(0, ROOT_INO, String::new(), SystemTime::now());
+        let mut filler = SubtreeFiller::new(ROOT_INO, String::new());
         let until = Instant::now() + Duration::from_secs(60);
-        filler.push(&mut state, &[info("a/1"), info("a/2"), info("b/"), info("b/x")], until);
+        filler.push(&mut sink(&mut state), &[info("a/1"), info("a/2"), info("b/"), info("b/x")], until);
         let a = state.inodes.child(ROOT_INO, "a").expect("a").clone();
         assert_eq!(shown(&state, a.ino).len(), 2, "passed: complete");
         assert!(a.metadata.is_some(), "no marker: attributes known");
         let b = state.inodes.child(ROOT_INO, "b").expect("b").ino;
         assert!(state.fresh_listing(b, Instant::now()).is_none(), "still in it");
-        filler.push(&mut state, &[info("c")], until);
+        filler.push(&mut sink(&mut state), &[info("c")], until);
         assert_eq!(shown(&state, b).len(), 1);
         assert!(state.inodes.get(b).expect("b").metadata.is_none(), "a marker: its metadata is fetched");
         assert!(state.fresh_listing(ROOT_INO, Instant::now()).is_none(), "the root ends with the listing");
-        filler.finish(&mut state);
+        filler.finish(&mut sink(&mut state));
         assert_eq!(shown(&state, ROOT_INO).len(), 3);
     }
 

@@ -15,7 +15,8 @@
 //!   `relay`: a hand-written relay that can freeze, go down or answer `503 SlowDown`;
 //! * `procfs`: mountinfo, processes by command line, peak RSS;
 //! * `data`: deterministic data, sha256, byte comparisons; `files`: positional reads, listings,
-//!   errno checks through the mount; `wait`: bounded waits.
+//!   errno checks through the mount; `wait`: bounded waits;
+//! * `tree`: walks of a mount (`find`) against the model ListObjectsV2 of the bucket gives.
 //!
 //! Environment knobs:
 //! * `BUCKETFS_MINIO`: path of the MinIO binary (default `~/.cache/bucketfs-deps/bin/minio`);
@@ -36,12 +37,14 @@ mod request_log;
 mod s3;
 mod sts;
 mod toxiproxy;
+mod tree;
 mod wait;
 
 // Everything is reachable as `common::NAME`, whichever file it lives in.
 #[allow(unused_imports)]
 pub use self::{
-    data::*, files::*, minio::*, mount::*, procfs::*, relay::*, request_log::*, s3::*, sts::*, toxiproxy::*, wait::*,
+    data::*, files::*, minio::*, mount::*, procfs::*, relay::*, request_log::*, s3::*, sts::*, toxiproxy::*, tree::*,
+    wait::*,
 };
 
 use std::sync::OnceLock;

@@ -581,6 +581,12 @@ impl Mount {
         std::fs::read_to_string(log.path()).unwrap_or_default().lines().filter_map(S3Request::parse).collect()
     }
 
+    /// The whole debug log (needs [`MountBuilder::request_log`]): warnings, not only requests.
+    pub fn log_text(&self) -> String {
+        let log = self.request_log.as_ref().expect("mount built without request_log()");
+        std::fs::read_to_string(log.path()).unwrap_or_default()
+    }
+
     fn requests_text(&self) -> String {
         if self.request_log.is_none() {
             return String::new();

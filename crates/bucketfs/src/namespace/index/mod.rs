@@ -1,0 +1,283 @@
+//! The listing index (`--index`): each source's whole tree, listed once (flat, in
+//! parallel: `build`), kept in a compact form (`tree`), saved in the cache directory and
+//! loaded by the next mount (`file`). Lookups and listings of indexed directories cost
+//! no request; changes made through the mount enter it at once ([`Change`]); a refresh
+//! lists the source again in the background (every `--index-refresh`, on SIGHUP, on
+//! `bucketfs refresh`) and swaps the new tree in whole.
+//!
+//! Each source's index sits behind its own lock, taken for a few map operations and never
+//! together with the namespace's `dir_state` lock.
+
+mod build;
+mod file;
+pub mod tree;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::StreamExt;
+use parking_lot::Mutex;
+
+use super::Source;
+use crate::store::{ObjectStore, StoreError};
+use tree::SourceIndex;
+pub use tree::{Change, DirListing, Indexed};
+
+/// Marker HEADs in flight after a listing (their metadata is the directories' stored
+/// attributes, which a walk needs).
+const MARKER_HEADS_IN_FLIGHT: usize = 8;
+/// After a failed refresh, the next try comes this much later (or at the interval, if
+/// shorter).
+const RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// `--index` settings.
+#[derive(Clone, Debug)]
+pub struct IndexOptions {
+    /// Where indexes are saved (`DIR/bucketfs-index/`).
+    pub cache_dir: PathBuf,
+    /// How often each index is listed again.
+    pub refresh_every: Duration,
+}
+
+/// The indexes of a mount's sources.
+pub struct Indexes {
+    slots: Vec<Slot>,
+    refresh_every: Duration,
+    /// One refresh at a time (periodic, SIGHUP, `bucketfs refresh`).
+    refreshing: tokio::sync::Mutex<()>,
+}
+
+struct Slot {
+    store: Arc<dyn ObjectStore>,
+    prefix: String,
+    /// Which source this is, in the saved file: endpoint, bucket and prefix.
+    identity: String,
+    file: PathBuf,
+    state: Mutex<SlotState>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    index: Option<SourceIndex>,
+    listed_at: Option<SystemTime>,
+    /// Changes made while a refresh lists the source, to replay onto what it finds.
+    replay: Option<Vec<Change>>,
+}
+
+/// What a refresh found, all sources together.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Refreshed {
+    pub files: usize,
+    pub dirs: usize,
+    pub elapsed: Duration,
+}
+
+impl Indexes {
+    /// The indexes of `sources`, each loaded from its saved file when there is a usable
+    /// one (else listed by the first refresh).
+    pub fn load(sources: &[Source], options: &IndexOptions) -> Self {
+        let slots = sources
+            .iter()
+            .map(|source| {
+                let identity = format!("{}/{}", source.store.location(), source.prefix);
+                let file = file::path_for(&options.cache_dir, &identity);
+                let started = Instant::now();
+                let mut state = SlotState::default();
+                match file::load(&file, &identity) {
+                    Ok((index, listed_at)) => {
+                        tracing::info!(
+                            source = identity,
+                            files = index.files(),
+                            dirs = index.dirs(),
+                            "saved index loaded in {:.2?}",
+                            started.elapsed()
+                        );
+                        state.index = Some(index);
+                        state.listed_at = Some(listed_at);
+                    }
+                    Err(file::LoadError::Missing) => {}
+                    Err(why) => {
+                        tracing::warn!(source = identity, file = %file.display(), "saved index not used ({why}); listing the source again");
+                    }
+                }
+                Slot { store: source.store.clone(), prefix: source.prefix.clone(), identity, file, state: Mutex::new(state) }
+            })
+            .collect();
+        Self { slots, refresh_every: options.refresh_every, refreshing: tokio::sync::Mutex::new(()) }
+    }
+
+    /// What `name` in directory `prefix` of `source` is: `None` when the index does not
+    /// cover that directory (not built yet); `Some(None)` when there is no such name.
+    pub fn lookup(&self, source: usize, prefix: &str, name: &str) -> Option<Option<Indexed>> {
+        let state = self.slots.get(source)?.state.lock();
+        let index = state.index.as_ref()?;
+        index.has_dir(prefix).then(|| index.lookup(prefix, name))
+    }
+
+    /// The listing of directory `prefix` of `source`, if the index covers it.
+    pub fn dir(&self, source: usize, prefix: &str) -> Option<Arc<DirListing>> {
+        self.slots.get(source)?.state.lock().index.as_ref()?.dir(prefix)
+    }
+
+    /// Whether `source`'s index is built (then walks need no flat listings).
+    pub fn is_ready(&self, source: usize) -> bool {
+        self.slots.get(source).is_some_and(|slot| slot.state.lock().index.is_some())
+    }
+
+    /// A change made through the mount in `source`.
+    pub fn record(&self, source: usize, change: Change) {
+        let Some(slot) = self.slots.get(source) else { return };
+        let mut state = slot.state.lock();
+        if let Some(index) = &mut state.index {
+            index.apply(&change);
+        }
+        if let Some(replay) = &mut state.replay {
+            replay.push(change);
+        }
+    }
+
+    /// Lists every source again and swaps the new trees in (one refresh at a time: a
+    /// caller arriving during one waits for it, then runs its own, so what it gets is at
+    /// least as new as its call).
+    pub async fn refresh(&self) -> Result<Refreshed, StoreError> {
+        let _one_at_a_time = self.refreshing.lock().await;
+        let started = Instant::now();
+        let mut refreshed = Refreshed::default();
+        for slot in &self.slots {
+            let (files, dirs) = slot.refresh().await?;
+            refreshed.files += files;
+            refreshed.dirs += dirs;
+        }
+        refreshed.elapsed = started.elapsed();
+        Ok(refreshed)
+    }
+
+    /// Refreshes each index when it is older than the interval, forever (a task of the
+    /// mount's runtime).
+    pub async fn refresh_periodically(self: Arc<Self>) {
+        loop {
+            let oldest = self.slots.iter().map(|slot| slot.state.lock().listed_at).min().flatten();
+            let age = oldest.map(|at| at.elapsed().unwrap_or_default());
+            if let Some(age) = age.filter(|age| *age < self.refresh_every) {
+                tokio::time::sleep(self.refresh_every - age).await;
+                continue;
+            }
+            match self.refresh().await {
+                Ok(done) => {
+                    tracing::info!(files = done.files, dirs = done.dirs, "index refreshed in {:.2?}", done.elapsed)
+                }
+                Err(error) => {
+                    tracing::warn!("index refresh failed: {error}; trying again later");
+                    tokio::time::sleep(RETRY_AFTER.min(self.refresh_every)).await;
+                }
+            }
+        }
+    }
+
+    /// Saves every index (at unmount: the stored attributes fetched since the last
+    /// refresh, and the changes made through the mount, are kept for the next mount).
+    pub fn save_all(&self) {
+        for slot in &self.slots {
+            let (index, listed_at) = {
+                let state = slot.state.lock();
+                match (&state.index, state.listed_at) {
+                    (Some(index), Some(at)) => (index.clone(), at),
+                    _ => continue,
+                }
+            };
+            slot.save(&index, listed_at);
+        }
+    }
+
+    /// One line per source: files, directories, age (the `bucketfs.index` attribute).
+    pub fn status(&self) -> String {
+        let mut lines = String::new();
+        for slot in &self.slots {
+            let state = slot.state.lock();
+            let line = match (&state.index, state.listed_at) {
+                (Some(index), Some(at)) => format!(
+                    "{} files={} dirs={} age={}s\n",
+                    slot.identity,
+                    index.files(),
+                    index.dirs(),
+                    at.elapsed().unwrap_or_default().as_secs()
+                ),
+                _ => format!("{} building\n", slot.identity),
+            };
+            lines.push_str(&line);
+        }
+        lines
+    }
+}
+
+impl Slot {
+    /// Lists the source and swaps the result in; returns its (files, directories).
+    async fn refresh(&self) -> Result<(usize, usize), StoreError> {
+        let listed_at = SystemTime::now();
+        self.state.lock().replay = Some(Vec::new());
+        let listed = build::list_source(&self.store, &self.prefix).await;
+        let mut fresh = match listed {
+            Ok(fresh) => fresh,
+            Err(error) => {
+                self.state.lock().replay = None;
+                return Err(error);
+            }
+        };
+        if let Some(old) = &self.state.lock().index {
+            fresh.carry_metadata_from(old);
+        }
+        self.fetch_marker_metadata(&mut fresh).await;
+        let saved = {
+            let mut state = self.state.lock();
+            for change in state.replay.take().unwrap_or_default() {
+                fresh.apply(&change);
+            }
+            let saved = fresh.clone(); // cheap: one `Arc` per directory
+            state.index = Some(fresh);
+            state.listed_at = Some(listed_at);
+            saved
+        };
+        let counts = (saved.files(), saved.dirs());
+        let (file, identity) = (self.file.clone(), self.identity.clone());
+        // Writing a large index takes a while: not on a runtime worker.
+        let _ = tokio::task::spawn_blocking(move || save(&file, &identity, &saved, listed_at)).await;
+        Ok(counts)
+    }
+
+    /// HEADs the markers whose metadata the index does not know (a directory's mode,
+    /// owner and times are in its marker): a walk then needs no request.
+    async fn fetch_marker_metadata(&self, index: &mut SourceIndex) {
+        let markers = index.markers_without_metadata();
+        let heads = futures::stream::iter(markers.into_iter().map(|prefix| async move {
+            let head = self.store.head(&prefix).await;
+            (prefix, head)
+        }))
+        .buffer_unordered(MARKER_HEADS_IN_FLIGHT)
+        .collect::<Vec<_>>()
+        .await;
+        for (prefix, head) in heads {
+            match head {
+                Ok(info) => index.apply(&Change::Attributes {
+                    key: prefix,
+                    metadata: Some(info.metadata.unwrap_or_default()),
+                    etag: None,
+                }),
+                // Fetched when needed, as without an index.
+                Err(error) => tracing::debug!(prefix, "marker metadata not fetched: {error}"),
+            }
+        }
+    }
+
+    fn save(&self, index: &SourceIndex, listed_at: SystemTime) {
+        save(&self.file, &self.identity, index, listed_at);
+    }
+}
+
+fn save(file: &std::path::Path, identity: &str, index: &SourceIndex, listed_at: SystemTime) {
+    let started = Instant::now();
+    match file::save(file, identity, listed_at, index) {
+        Ok(()) => tracing::debug!(file = %file.display(), "index saved in {:.2?}", started.elapsed()),
+        Err(error) => tracing::warn!(file = %file.display(), "cannot save the index: {error}"),
+    }
+}

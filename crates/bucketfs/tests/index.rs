@@ -1,0 +1,190 @@
+//! `--index` against MinIO: the tree served from a listing index (no request per walk),
+//! saved and loaded by the next mount, refreshed on request, on SIGHUP and on its
+//! interval (docs/SEMANTICS.md, "Listing index").
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+fn fill(bucket: &str, keys: &[String]) {
+    put_many(bucket, keys.iter().map(|k| (k.clone(), k.as_bytes().to_vec())).collect(), 64);
+}
+
+/// A mount with `--index`, saving its index in `cache`.
+fn indexed(bucket: &str, cache: &Path) -> MountBuilder {
+    MountBuilder::new().bucket(bucket).request_log().args(["--index", "--cache-dir"]).arg(cache.to_string_lossy())
+}
+
+/// `bucketfs refresh MOUNTPOINT`: its output; panics if it fails.
+fn refresh(m: &Mount) -> String {
+    let out = Command::new(bucketfs_bin()).arg("refresh").arg(m.path()).output().expect("bucketfs refresh");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "bucketfs refresh failed: {}{text}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+/// `find MOUNT` (names only, as `find -name` walks).
+fn find_names(m: &Mount) -> usize {
+    let out = Command::new("find").arg(m.path()).output().expect("find");
+    assert!(out.status.success(), "find failed: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout.iter().filter(|b| **b == b'\n').count()
+}
+
+fn requests_since(m: &Mount, before: usize) -> Vec<S3Request> {
+    m.s3_requests().into_iter().skip(before).collect()
+}
+
+/// The tree an indexed mount shows is the one ListObjectsV2 describes, the same as
+/// without `--index`; once the index is built, a walk costs no request, and a second
+/// mount loads the saved index and walks without listing anything.
+#[test]
+fn an_indexed_tree_is_the_bucket_and_walks_without_requests() {
+    let bucket = create_bucket("index");
+    let keys = tree_keys(40, 25, 19); // 20,007 keys
+    fill(&bucket, &keys);
+    let want = model(&bucket);
+    let cache = tempfile::tempdir().expect("cache dir");
+
+    let first = indexed(&bucket, cache.path()).mount();
+    let status = refresh(&first);
+    assert!(status.contains(&format!("files={}", keys.len() - 3)), "index status: {status}");
+    let before = first.s3_requests().len();
+    let entries = find_names(&first);
+    let sent = requests_since(&first, before);
+    assert_eq!(entries, want.len() + 1, "find shows every entry and the root");
+    assert!(
+        sent.is_empty(),
+        "a walk of an indexed tree sent {} requests: {:?}",
+        sent.len(),
+        &sent[..sent.len().min(5)]
+    );
+    assert_same_tree(&find_tree(&first), &want, "an indexed mount");
+    drop(first);
+
+    let plain = MountBuilder::new().bucket(&bucket).mount();
+    assert_same_tree(&find_tree(&plain), &want, "a mount without --index");
+    drop(plain);
+
+    // Once mounted (its access check, one LIST of one key, comes before), the second
+    // mount lists nothing: it loaded the saved index.
+    let second = indexed(&bucket, cache.path()).mount();
+    let before = second.s3_requests().len();
+    let entries = find_names(&second);
+    let sent = requests_since(&second, before);
+    assert_eq!(entries, want.len() + 1);
+    assert!(sent.is_empty(), "the second mount's walk sent {sent:?}");
+    assert!(second.log_text().contains("saved index loaded"), "the mount says it loaded the index");
+}
+
+/// A damaged or foreign index file is not used: the mount says why, lists the bucket
+/// again, and shows the tree as it is.
+#[test]
+fn a_damaged_saved_index_is_ignored_with_a_warning_and_rebuilt() {
+    let bucket = create_bucket("idxbad");
+    let keys: Vec<String> = (0..300).map(|i| format!("d{}/f{i}", i % 7)).collect();
+    fill(&bucket, &keys);
+    let cache = tempfile::tempdir().expect("cache dir");
+    let first = indexed(&bucket, cache.path()).mount();
+    refresh(&first);
+    drop(first);
+    let files: Vec<_> = std::fs::read_dir(cache.path().join("bucketfs-index"))
+        .expect("index dir")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(files.len(), 1, "one saved index: {files:?}");
+    let saved = std::fs::read(&files[0]).expect("read index");
+
+    let mut corrupted = saved.clone();
+    let at = corrupted.len() - 10;
+    corrupted[at] ^= 0x55;
+    let mut old_format = saved.clone();
+    old_format[8] = 0; // the format version
+    for (damage, bytes, reason) in [("corrupted", corrupted, "checksum"), ("old format", old_format, "version")] {
+        std::fs::write(&files[0], &bytes).expect("damage the index");
+        let m = indexed(&bucket, cache.path()).mount();
+        assert_eq!(find_names(&m), 300 + 7 + 1, "{damage}: the whole tree");
+        let lists = m.s3_requests().iter().filter(|r| r.op == "LIST").count();
+        assert!(lists > 0, "{damage}: listed again");
+        let log = m.log_text();
+        let warning = log.lines().find(|line| line.contains("saved index not used"));
+        assert!(warning.is_some_and(|w| w.contains(reason)), "{damage}: no warning naming the {reason}:\n{log}");
+        refresh(&m);
+        drop(m);
+        assert_ne!(std::fs::read(&files[0]).expect("saved again"), bytes, "{damage}: rebuilt and saved");
+    }
+}
+
+/// Keys added, deleted and replaced behind the mount show after `bucketfs refresh`,
+/// after SIGHUP, and after the refresh interval; changes through the mount show at once.
+#[test]
+fn changes_behind_the_mount_show_after_a_refresh() {
+    let bucket = create_bucket("idxref");
+    fill(&bucket, &["d/a".into(), "d/b".into(), "d/c".into(), "e/x".into()]);
+    let cache = tempfile::tempdir().expect("cache dir");
+    let m = indexed(&bucket, cache.path()).args(["--metadata-ttl", "0.2", "--index-refresh", "3"]).mount();
+    refresh(&m);
+    let names = |dir: &str| ls(&m.join(dir));
+    assert_eq!(names("d"), ["a", "b", "c"]);
+
+    put(&bucket, "d/new", b"n".to_vec());
+    delete(&bucket, "d/a");
+    put(&bucket, "d/b", b"replaced".to_vec());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(names("d"), ["a", "b", "c"], "not before a refresh");
+    refresh(&m);
+    std::thread::sleep(Duration::from_millis(300)); // past the TTL of what the kernel cached
+    assert_eq!(names("d"), ["b", "c", "new"]);
+    assert_eq!(std::fs::read(m.join("d/b")).expect("read d/b"), b"replaced");
+
+    put(&bucket, "e/by-sighup", b"s".to_vec());
+    m.signal(libc::SIGHUP);
+    let shown = wait_until(Duration::from_secs(10), || names("e").contains(&"by-sighup".to_owned()));
+    assert!(shown, "a key added behind the mount shows after SIGHUP");
+
+    put(&bucket, "e/by-interval", b"i".to_vec());
+    let shown = wait_until(Duration::from_secs(15), || names("e").contains(&"by-interval".to_owned()));
+    assert!(shown, "a key added behind the mount shows after the refresh interval");
+
+    // Through the mount: at once, no refresh, no listing.
+    let before = m.s3_requests().len();
+    std::fs::write(m.join("d/written"), b"w").expect("write");
+    std::fs::create_dir(m.join("d/made")).expect("mkdir");
+    std::fs::remove_file(m.join("d/c")).expect("rm");
+    std::fs::rename(m.join("e/x"), m.join("d/moved")).expect("rename");
+    assert_eq!(names("d"), ["b", "made", "moved", "new", "written"]);
+    assert_eq!(names("e"), ["by-interval", "by-sighup"]);
+    let lists: Vec<_> = requests_since(&m, before).into_iter().filter(|r| r.op == "LIST").collect();
+    // rename and rmdir-style checks list what they move; nothing else lists.
+    assert!(lists.len() <= 2, "changes through the mount listed: {lists:?}");
+}
+
+/// A directory read while a refresh swaps the index shows the old listing or the new
+/// one, never a mix.
+#[test]
+fn a_directory_read_across_a_refresh_is_one_listing() {
+    let bucket = create_bucket("idxmix");
+    let old: Vec<String> = (0..3000).map(|i| format!("d/old{i:04}")).collect();
+    fill(&bucket, &old);
+    let cache = tempfile::tempdir().expect("cache dir");
+    let m = indexed(&bucket, cache.path()).mount();
+    refresh(&m);
+    let mut reader = std::fs::read_dir(m.join("d")).expect("opendir");
+    let mut seen: Vec<String> =
+        (&mut reader).take(100).map(|e| e.expect("entry").file_name().into_string().expect("utf-8")).collect();
+    let new: Vec<String> = (0..3000).map(|i| format!("d/new{i:04}")).collect();
+    fill(&bucket, &new);
+    for key in &old {
+        delete(&bucket, key);
+    }
+    refresh(&m);
+    seen.extend(reader.map(|e| e.expect("entry").file_name().into_string().expect("utf-8")));
+    let olds = seen.iter().filter(|n| n.starts_with("old")).count();
+    assert!(olds == seen.len() || olds == 0, "{olds} old and {} new names in one listing", seen.len() - olds);
+    assert_eq!(seen.len(), 3000);
+    let after = ls(&m.join("d"));
+    assert!(after.iter().all(|n| n.starts_with("new")) && after.len() == 3000, "a new listing shows the refresh");
+}
