@@ -746,6 +746,7 @@ mod tests {
         }
         let index = built(&keys);
         let per_key = index.heap_bytes() / keys.len();
+        eprintln!("index: {per_key} bytes per key, {} keys in {} directories", keys.len(), index.dirs());
         assert!(per_key <= 110, "{per_key} bytes per key");
     }
 }
