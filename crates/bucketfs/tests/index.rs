@@ -71,13 +71,19 @@ fn an_indexed_tree_is_the_bucket_and_walks_without_requests() {
 
     // Once mounted (its access check, one LIST of one key, comes before), the second
     // mount lists nothing: it loaded the saved index.
-    let second = indexed(&bucket, cache.path()).mount();
+    let second = indexed(&bucket, cache.path()).arg("--read-only").mount();
     let before = second.s3_requests().len();
     let entries = find_names(&second);
     let sent = requests_since(&second, before);
     assert_eq!(entries, want.len() + 1);
     assert!(sent.is_empty(), "the second mount's walk sent {sent:?}");
     assert!(second.log_text().contains("saved index loaded"), "the mount says it loaded the index");
+    assert!(refresh(&second).contains("files="), "a read-only mount refreshes too");
+    let plain = MountBuilder::new().bucket(&bucket).mount();
+    let out = Command::new(bucketfs_bin()).arg("refresh").arg(plain.path()).output().expect("bucketfs refresh");
+    assert!(!out.status.success(), "refresh of a mount without --index");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("not a bucketfs mount with --index"), "{said}");
 }
 
 /// A damaged or foreign index file is not used: the mount says why, lists the bucket

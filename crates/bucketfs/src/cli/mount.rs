@@ -19,8 +19,8 @@ use fuser::{Config, MountOption, SessionACL};
 
 use super::args::MountArgs;
 use super::source::{check_layout, SourceSpec};
+use crate::fs::INDEX_REFRESH;
 use crate::fs::{Fs, Presentation, WriteConfig};
-use crate::fs::{INDEX_REFRESH, INDEX_STATUS};
 use crate::fuse::FuseAdapter;
 use crate::memory::MemoryLimiter;
 use crate::namespace::index::{IndexOptions, Indexes};
@@ -180,29 +180,27 @@ async fn refresh_on_sighup(indexes: Arc<Indexes>) {
 }
 
 /// `bucketfs refresh`: asks the daemon serving `mountpoint` to list its sources again
-/// (through an attribute of the mount's root that only bucketfs answers), waits, and
+/// (by reading an attribute of the mount's root that only bucketfs answers), waits, and
 /// prints the new index's size.
 pub fn refresh(mountpoint: &Path) -> Result<()> {
     let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
         .context("the mount point's path holds a NUL byte")?;
-    let name = |name: &str| std::ffi::CString::new(name).unwrap_or_default();
+    let name = std::ffi::CString::new(INDEX_REFRESH).context("attribute name")?;
     let started = std::time::Instant::now();
-    // SAFETY: both strings are NUL-terminated and live across the call; the value is 1 byte.
-    let set = unsafe { libc::setxattr(path.as_ptr(), name(INDEX_REFRESH).as_ptr(), b"1".as_ptr().cast(), 1, 0) };
-    if set != 0 {
+    let mut status = vec![0u8; 64 * 1024];
+    // SAFETY: both strings are NUL-terminated and live across the call; `status` is
+    // writable for the length passed.
+    let length = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), status.as_mut_ptr().cast(), status.len()) };
+    if length < 0 {
         let error = std::io::Error::last_os_error();
         return Err(match error.raw_os_error() {
-            Some(libc::EOPNOTSUPP) => {
+            Some(libc::ENODATA) | Some(libc::EOPNOTSUPP) => {
                 anyhow::anyhow!("{} is not a bucketfs mount with --index", mountpoint.display())
             }
             _ => anyhow::Error::new(error).context(format!("refreshing the index of {}", mountpoint.display())),
         });
     }
-    let mut status = vec![0u8; 64 * 1024];
-    // SAFETY: `status` is writable for its whole length, which is passed.
-    let length =
-        unsafe { libc::getxattr(path.as_ptr(), name(INDEX_STATUS).as_ptr(), status.as_mut_ptr().cast(), status.len()) };
-    status.truncate(length.max(0) as usize);
+    status.truncate(length as usize);
     println!("bucketfs: index refreshed in {:.2?}", started.elapsed());
     print!("{}", String::from_utf8_lossy(&status));
     Ok(())

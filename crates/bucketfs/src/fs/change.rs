@@ -25,8 +25,18 @@ impl Fs {
     /// `getxattr()`: extended attribute `user.NAME` is the object's metadata `NAME`
     /// (`x-amz-meta-NAME`), except the names that hold modes, owners and times.
     pub async fn getxattr(&self, ino: Ino, name: &str) -> Result<Vec<u8>, FsError> {
-        if ino == ROOT_INO && name == xattrs::INDEX_STATUS {
+        if ino == ROOT_INO && (name == xattrs::INDEX_STATUS || name == xattrs::INDEX_REFRESH) {
             let indexes = self.namespace.indexes().ok_or(FsError::NoAttribute)?;
+            if name == xattrs::INDEX_REFRESH {
+                // `bucketfs refresh MOUNTPOINT`: answered once the sources are listed again.
+                let done = indexes.refresh().await.map_err(NamespaceError::from)?;
+                tracing::info!(
+                    files = done.files,
+                    dirs = done.dirs,
+                    "index refreshed on request in {:.2?}",
+                    done.elapsed
+                );
+            }
             return Ok(indexes.status().into_bytes());
         }
         let Some(key) = xattrs::metadata_key(name) else { return Err(FsError::NoAttribute) };
@@ -43,18 +53,6 @@ impl Fs {
 
     /// `setxattr()` / `removexattr()` (`value` `None`): stored like `chmod`.
     pub async fn setxattr(&self, ino: Ino, name: &str, value: Option<&[u8]>, flags: i32) -> Result<(), FsError> {
-        if ino == ROOT_INO && name == xattrs::INDEX_REFRESH {
-            // `bucketfs refresh MOUNTPOINT`: returns once the indexes are listed again.
-            let indexes = self.namespace.indexes().ok_or(FsError::XattrUnsupported("the mount has no --index"))?;
-            let refreshed = indexes.refresh().await.map_err(NamespaceError::from)?;
-            tracing::info!(
-                files = refreshed.files,
-                dirs = refreshed.dirs,
-                "index refreshed on request in {:.2?}",
-                refreshed.elapsed
-            );
-            return Ok(());
-        }
         let key = xattrs::settable_key(name)?;
         let value = value.map(xattrs::settable_value).transpose()?;
         self.settle(ino).await;

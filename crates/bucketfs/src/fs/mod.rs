@@ -37,7 +37,7 @@ use attrs::StoredAttrs;
 use error::FsError;
 pub use handles::Opened;
 use handles::{process_of, Reader, Writer};
-pub use xattrs::{INDEX_REFRESH, INDEX_STATUS};
+pub use xattrs::INDEX_REFRESH;
 
 const S_IFMT: u32 = libc::S_IFMT;
 const S_IFREG: u32 = libc::S_IFREG;

@@ -8,9 +8,10 @@ use super::error::FsError;
 use crate::store::Metadata;
 
 const PREFIX: &str = "user.";
-/// On the mount's root, outside `user.*` (so never object metadata): setting it
-/// refreshes the listing index and returns when done (`bucketfs refresh`); reading
-/// `bucketfs.index` tells each source's index size and age.
+/// On the mount's root, outside `user.*` (so never object metadata): reading
+/// `bucketfs.refresh` lists the indexed sources again and answers once the new index is
+/// in use (`bucketfs refresh`; a read, so that it works on a read-only mount too), with
+/// what reading `bucketfs.index` tells: each source's index size and age.
 pub const INDEX_REFRESH: &str = "bucketfs.refresh";
 pub const INDEX_STATUS: &str = "bucketfs.index";
 /// Metadata names with another meaning (s3fs's attributes and its xattr blob).
