@@ -14,9 +14,14 @@ fn fill(bucket: &str, keys: &[String]) {
     put_many(bucket, keys.iter().map(|k| (k.clone(), k.as_bytes().to_vec())).collect(), 64);
 }
 
-/// A mount with `--index`, saving its index in `cache`.
+/// A mount with `--index`, saving its index in `cache`, fetching no stored attributes
+/// in the background (so that the requests a test counts are its own).
 fn indexed(bucket: &str, cache: &Path) -> MountBuilder {
-    MountBuilder::new().bucket(bucket).request_log().args(["--index", "--cache-dir"]).arg(cache.to_string_lossy())
+    MountBuilder::new()
+        .bucket(bucket)
+        .request_log()
+        .args(["--index", "--index-attributes-rate", "0", "--cache-dir"])
+        .arg(cache.to_string_lossy())
 }
 
 /// `bucketfs refresh MOUNTPOINT`: its output; panics if it fails.
@@ -193,4 +198,48 @@ fn a_directory_read_across_a_refresh_is_one_listing() {
     assert_eq!(seen.len(), 3000);
     let after = ls(&m.join("d"));
     assert!(after.iter().all(|n| n.starts_with("new")) && after.len() == 3000, "a new listing shows the refresh");
+}
+
+/// Files' stored attributes are fetched in the background after the listing and kept in
+/// the saved index: then `ls -l` (modes, owners, times) costs no request, in this mount
+/// and in the next.
+#[test]
+fn stored_attributes_are_fetched_in_the_background_and_saved() {
+    let bucket = create_bucket("idxattr");
+    let keys: Vec<String> = (0..200).map(|i| format!("d{}/f{i}", i % 4)).collect();
+    fill(&bucket, &keys);
+    let m = MountBuilder::new().bucket(&bucket).mount();
+    std::fs::set_permissions(m.join("d1/f1"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+    drop(m);
+    let cache = tempfile::tempdir().expect("cache dir");
+    let with_rate = |rate: &str| {
+        MountBuilder::new()
+            .bucket(&bucket)
+            .request_log()
+            .args(["--index", "--index-attributes-rate", rate, "--cache-dir"])
+            .arg(cache.path().to_string_lossy())
+    };
+    let long_listing = |m: &Mount| {
+        let out = Command::new("ls").args(["-lR", "."]).current_dir(m.path()).output().expect("ls -lR");
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let first = with_rate("1000").mount();
+    refresh(&first);
+    let done = wait_until(Duration::from_secs(20), || first.log_text().contains("stored attributes fetched"));
+    assert!(done, "the background pass ended");
+    let heads = first.s3_requests().iter().filter(|r| r.op == "HEAD").count();
+    assert!(heads >= 200, "{heads} HEADs: one per file");
+    let before = first.s3_requests().len();
+    let listing = long_listing(&first);
+    assert!(listing.contains("-rw------- 1"), "the stored mode shows:\n{listing}");
+    let sent = requests_since(&first, before);
+    assert!(sent.is_empty(), "ls -lR after the background pass sent {sent:?}");
+    drop(first);
+
+    let second = with_rate("0").mount();
+    let before = second.s3_requests().len();
+    assert!(long_listing(&second) == listing, "the next mount shows the same");
+    let sent = requests_since(&second, before);
+    assert!(sent.is_empty(), "ls -lR with the saved attributes sent {sent:?}");
 }

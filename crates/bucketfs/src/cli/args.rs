@@ -88,6 +88,11 @@ pub struct MountArgs {
     /// How often an --index mount lists its sources again, in seconds.
     #[arg(long, default_value = "300", value_parser = parse_seconds, value_name = "SECONDS", requires = "index")]
     pub index_refresh: Duration,
+    /// With --index: files' stored attributes (mode, owner, times in object metadata)
+    /// are fetched in the background after each listing, this many HEADs per second,
+    /// and kept in the saved index; 0 fetches them on first `stat` only.
+    #[arg(long, default_value_t = 100, value_name = "HEADS", requires = "index")]
+    pub index_attributes_rate: u32,
     /// Mount read-only: every change is refused with EROFS.
     #[arg(long)]
     pub read_only: bool,

@@ -105,6 +105,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     if let Some(indexes) = &indexes {
         runtime.spawn(indexes.clone().refresh_periodically());
         runtime.spawn(refresh_on_sighup(indexes.clone()));
+        runtime.spawn(indexes.clone().fetch_attributes_in_background());
     }
     let adapter = FuseAdapter::new(fs.clone(), runtime.handle().clone());
 
@@ -153,7 +154,11 @@ fn namespace(args: &MountArgs, sources: Vec<Source>) -> Namespace {
     if !args.index {
         return namespace;
     }
-    let options = IndexOptions { cache_dir: args.cache_dir.clone(), refresh_every: args.index_refresh };
+    let options = IndexOptions {
+        cache_dir: args.cache_dir.clone(),
+        refresh_every: args.index_refresh,
+        attributes_rate: args.index_attributes_rate,
+    };
     namespace.with_index(&options)
 }
 

@@ -20,7 +20,7 @@ use futures::StreamExt;
 use parking_lot::Mutex;
 
 use super::Source;
-use crate::store::{ObjectStore, StoreError};
+use crate::store::{ObjectInfo, ObjectStore, StoreError};
 use tree::SourceIndex;
 pub use tree::{Change, DirListing, Indexed};
 
@@ -30,6 +30,10 @@ const MARKER_HEADS_IN_FLIGHT: usize = 8;
 /// After a failed refresh, the next try comes this much later (or at the interval, if
 /// shorter).
 const RETRY_AFTER: Duration = Duration::from_secs(60);
+/// Background HEADs for files' stored attributes in flight at once.
+const ATTRIBUTE_HEADS_IN_FLIGHT: usize = 8;
+/// A background pass saves the index after this many attributes fetched (and at its end).
+const SAVE_EVERY_FETCHED: usize = 10_000;
 
 /// `--index` settings.
 #[derive(Clone, Debug)]
@@ -38,14 +42,20 @@ pub struct IndexOptions {
     pub cache_dir: PathBuf,
     /// How often each index is listed again.
     pub refresh_every: Duration,
+    /// Files' stored attributes fetched in the background, HEADs per second (0: none;
+    /// then on first `stat`).
+    pub attributes_rate: u32,
 }
 
 /// The indexes of a mount's sources.
 pub struct Indexes {
     slots: Vec<Slot>,
     refresh_every: Duration,
+    attributes_rate: u32,
     /// One refresh at a time (periodic, SIGHUP, `bucketfs refresh`).
     refreshing: tokio::sync::Mutex<()>,
+    /// Counts refreshes done: the background attribute pass starts again after each.
+    refreshes: tokio::sync::watch::Sender<u64>,
 }
 
 struct Slot {
@@ -104,7 +114,13 @@ impl Indexes {
                 Slot { store: source.store.clone(), prefix: source.prefix.clone(), identity, file, state: Mutex::new(state) }
             })
             .collect();
-        Self { slots, refresh_every: options.refresh_every, refreshing: tokio::sync::Mutex::new(()) }
+        Self {
+            slots,
+            refresh_every: options.refresh_every,
+            attributes_rate: options.attributes_rate,
+            refreshing: tokio::sync::Mutex::new(()),
+            refreshes: tokio::sync::watch::Sender::new(0),
+        }
     }
 
     /// What `name` in directory `prefix` of `source` is: `None` when the index does not
@@ -127,13 +143,8 @@ impl Indexes {
 
     /// A change made through the mount in `source`.
     pub fn record(&self, source: usize, change: Change) {
-        let Some(slot) = self.slots.get(source) else { return };
-        let mut state = slot.state.lock();
-        if let Some(index) = &mut state.index {
-            index.apply(&change);
-        }
-        if let Some(replay) = &mut state.replay {
-            replay.push(change);
+        if let Some(slot) = self.slots.get(source) {
+            slot.record(change);
         }
     }
 
@@ -150,7 +161,30 @@ impl Indexes {
             refreshed.dirs += dirs;
         }
         refreshed.elapsed = started.elapsed();
+        self.refreshes.send_modify(|count| *count += 1);
         Ok(refreshed)
+    }
+
+    /// Fetches the stored attributes of the files the indexes lack, at most
+    /// `--index-attributes-rate` HEADs per second, in passes over every directory: one
+    /// when the mount starts, then one after each refresh (what a refresh finds
+    /// unchanged keeps what was fetched). Runs forever (a task of the mount's runtime).
+    pub async fn fetch_attributes_in_background(self: Arc<Self>) {
+        if self.attributes_rate == 0 {
+            return;
+        }
+        let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(self.attributes_rate)));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut refreshes = self.refreshes.subscribe();
+        loop {
+            refreshes.borrow_and_update();
+            for slot in &self.slots {
+                slot.fetch_attributes(&mut ticks).await;
+            }
+            if refreshes.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Refreshes each index when it is older than the interval, forever (a task of the
@@ -179,14 +213,7 @@ impl Indexes {
     /// refresh, and the changes made through the mount, are kept for the next mount).
     pub fn save_all(&self) {
         for slot in &self.slots {
-            let (index, listed_at) = {
-                let state = slot.state.lock();
-                match (&state.index, state.listed_at) {
-                    (Some(index), Some(at)) => (index.clone(), at),
-                    _ => continue,
-                }
-            };
-            slot.save(&index, listed_at);
+            slot.save_current();
         }
     }
 
@@ -212,6 +239,87 @@ impl Indexes {
 }
 
 impl Slot {
+    fn record(&self, change: Change) {
+        let mut state = self.state.lock();
+        if let Some(index) = &mut state.index {
+            index.apply(&change);
+        }
+        if let Some(replay) = &mut state.replay {
+            replay.push(change);
+        }
+    }
+
+    /// One pass of [`Indexes::fetch_attributes_in_background`] over this source.
+    async fn fetch_attributes(&self, ticks: &mut tokio::time::Interval) {
+        let prefixes = self.state.lock().index.as_ref().map(SourceIndex::dir_prefixes).unwrap_or_default();
+        let mut heads = tokio::task::JoinSet::new();
+        let (mut fetched, mut unsaved) = (0, 0);
+        for prefix in prefixes {
+            let keys = {
+                let state = self.state.lock();
+                let listing = state.index.as_ref().and_then(|index| index.dir(&prefix));
+                listing.map(|listing| listing.files_without_metadata(&prefix)).unwrap_or_default()
+            };
+            for key in keys {
+                ticks.tick().await;
+                if heads.len() >= ATTRIBUTE_HEADS_IN_FLIGHT {
+                    let found = self.take_head(heads.join_next().await);
+                    (fetched, unsaved) = (fetched + found, unsaved + found);
+                    if unsaved >= SAVE_EVERY_FETCHED {
+                        self.save_current();
+                        unsaved = 0;
+                    }
+                }
+                let store = self.store.clone();
+                heads.spawn(async move {
+                    let head = store.head(&key).await;
+                    (key, head)
+                });
+            }
+        }
+        while let Some(done) = heads.join_next().await {
+            fetched += self.take_head(Some(done));
+        }
+        if fetched > 0 {
+            tracing::info!(source = self.identity, fetched, "stored attributes fetched in the background");
+            self.save_current();
+        }
+    }
+
+    /// Enters what a background HEAD found; 1 if it found the object.
+    fn take_head(
+        &self,
+        done: Option<Result<(String, Result<ObjectInfo, StoreError>), tokio::task::JoinError>>,
+    ) -> usize {
+        match done {
+            Some(Ok((_, Ok(info)))) => {
+                self.record(Change::File(info));
+                1
+            }
+            Some(Ok((key, Err(StoreError::NotFound)))) => {
+                self.record(Change::Remove { key }); // deleted since the listing
+                0
+            }
+            Some(Ok((key, Err(error)))) => {
+                tracing::debug!(key, "stored attributes not fetched: {error}"); // the next pass tries again
+                0
+            }
+            _ => 0,
+        }
+    }
+
+    /// Saves the index as it is now (a background pass's progress).
+    fn save_current(&self) {
+        let (index, listed_at) = {
+            let state = self.state.lock();
+            match (&state.index, state.listed_at) {
+                (Some(index), Some(at)) => (index.clone(), at),
+                _ => return,
+            }
+        };
+        self.save(&index, listed_at);
+    }
+
     /// Lists the source and swaps the result in; returns its (files, directories).
     async fn refresh(&self) -> Result<(usize, usize), StoreError> {
         let listed_at = SystemTime::now();

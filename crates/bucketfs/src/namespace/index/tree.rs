@@ -89,6 +89,15 @@ impl DirListing {
         (name, indexed)
     }
 
+    /// The keys of the files here (`prefix` is this directory's) whose stored metadata
+    /// is not known yet.
+    pub fn files_without_metadata(&self, prefix: &str) -> Vec<String> {
+        (0..self.entries.len())
+            .filter(|at| self.entries[*at].flags & DIR == 0 && self.entries[*at].metadata.is_none())
+            .map(|at| format!("{prefix}{}", self.name(at)))
+            .collect()
+    }
+
     fn find(&self, name: &str) -> Result<usize, usize> {
         let mut low = 0;
         let mut high = self.entries.len();
@@ -393,6 +402,13 @@ impl SourceIndex {
                 }
             }
         }
+    }
+
+    /// The prefixes of every directory, sorted.
+    pub fn dir_prefixes(&self) -> Vec<Box<str>> {
+        let mut prefixes: Vec<Box<str>> = self.dirs.keys().cloned().collect();
+        prefixes.sort_unstable();
+        prefixes
     }
 
     /// The directories (their prefixes) whose marker's metadata is not known yet.
