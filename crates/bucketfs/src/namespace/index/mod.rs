@@ -35,6 +35,9 @@ const ATTRIBUTE_HEADS_IN_FLIGHT: usize = 8;
 /// A background pass saves the index after this many attributes fetched (and at its end).
 const SAVE_EVERY_FETCHED: usize = 10_000;
 
+/// A background HEAD: the key and what the store said.
+type BackgroundHead = (String, Result<ObjectInfo, StoreError>);
+
 /// `--index` settings.
 #[derive(Clone, Debug)]
 pub struct IndexOptions {
@@ -287,10 +290,7 @@ impl Slot {
     }
 
     /// Enters what a background HEAD found; 1 if it found the object.
-    fn take_head(
-        &self,
-        done: Option<Result<(String, Result<ObjectInfo, StoreError>), tokio::task::JoinError>>,
-    ) -> usize {
+    fn take_head(&self, done: Option<Result<BackgroundHead, tokio::task::JoinError>>) -> usize {
         match done {
             Some(Ok((_, Ok(info)))) => {
                 self.record(Change::File(info));
