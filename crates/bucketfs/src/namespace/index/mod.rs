@@ -389,3 +389,59 @@ fn save(file: &std::path::Path, identity: &str, index: &SourceIndex, listed_at: 
         Err(error) => tracing::warn!(file = %file.display(), "cannot save the index: {error}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::memory::MemoryStore;
+
+    fn indexes(store: Arc<MemoryStore>, cache: &std::path::Path) -> Arc<Indexes> {
+        let source = Source { mount_name: None, store, prefix: String::new() };
+        let options =
+            IndexOptions { cache_dir: cache.to_owned(), refresh_every: Duration::from_secs(300), attributes_rate: 0 };
+        Arc::new(Indexes::load(&[source], &options))
+    }
+
+    fn object(key: &str) -> ObjectInfo {
+        ObjectInfo { key: key.to_owned(), size: 1, mtime: SystemTime::UNIX_EPOCH, etag: None, metadata: None }
+    }
+
+    /// A change made through the mount while a refresh lists the source is not undone by
+    /// the refresh: it is replayed onto what the listing found before the swap.
+    #[tokio::test]
+    async fn changes_during_a_refresh_survive_it() {
+        let cache = tempfile::tempdir().expect("cache dir");
+        let store = Arc::new(MemoryStore::with_keys(["d/a", "d/b"].map(|k| (k.to_owned(), b"x".to_vec()))));
+        let indexes = indexes(store.clone(), cache.path());
+        indexes.refresh().await.expect("first listing");
+        assert!(matches!(indexes.lookup(0, "d/", "a"), Some(Some(Indexed::File(_)))));
+
+        *store.list_latency.lock() = Duration::from_millis(200);
+        let refreshing = tokio::spawn({
+            let indexes = indexes.clone();
+            async move { indexes.refresh().await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await; // the refresh is listing
+        indexes.record(0, Change::File(object("d/new")));
+        indexes.record(0, Change::Remove { key: "d/a".into() });
+        assert!(matches!(indexes.lookup(0, "d/", "new"), Some(Some(_))), "at once, in the index in use");
+        refreshing.await.expect("joined").expect("refresh");
+        assert!(matches!(indexes.lookup(0, "d/", "new"), Some(Some(_))), "kept by the refresh");
+        assert!(matches!(indexes.lookup(0, "d/", "a"), Some(None)), "still removed after the refresh");
+        assert!(matches!(indexes.lookup(0, "d/", "b"), Some(Some(_))));
+        assert_eq!(indexes.lookup(0, "nowhere/", "x"), None, "a directory the index lacks");
+    }
+
+    /// The saved index is loaded by the next mount of the same source.
+    #[tokio::test]
+    async fn a_refresh_saves_what_the_next_mount_loads() {
+        let cache = tempfile::tempdir().expect("cache dir");
+        let store = Arc::new(MemoryStore::with_keys([("d/a".to_owned(), b"x".to_vec())]));
+        indexes(store.clone(), cache.path()).refresh().await.expect("listing");
+        let next = indexes(store.clone(), cache.path());
+        assert!(next.is_ready(0));
+        assert!(matches!(next.lookup(0, "d/", "a"), Some(Some(Indexed::File(_)))));
+    }
+}
