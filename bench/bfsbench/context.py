@@ -27,6 +27,8 @@ class Case:
     ref: Optional[str] = None          # 'direct' or 'local': the reference row of this case
     nbytes: Optional[int] = None       # bytes moved, for throughput
     ref_title: str = ""                # what the reference row does
+    ref2: Optional[str] = None         # a second reference row ('local'), with its own ratio
+    ref2_title: str = ""
 
 
 class Context:

@@ -33,6 +33,9 @@ def aggregate(records: list[dict], wl: str, case: str, tool: str) -> dict:
             agg["lat_p50"] = lats[len(lats) // 2]
             agg["lat_p95"] = lats[min(len(lats) - 1, round(0.95 * (len(lats) - 1)))]
             agg["lat_max"] = lats[-1]
+        outputs = sorted({r["extra"]["output"] for r in ok if r["extra"].get("output")})
+        if outputs:
+            agg["outputs"] = outputs
         bad = [r for r in recs if r["status"] != "ok"]
         if bad:
             agg["note"] = f"{len(bad)}/{len(recs)} runs failed: {bad[0]['error']}"
@@ -60,6 +63,7 @@ def headline(row: dict, best_peer: Optional[dict]) -> dict:
         "ratio": (row["median"] / best_peer["median"]
                   if row["status"] == "ok" and best_peer else None),
         "x_ref": row.get("x_ref"),
+        "x_ref2": row.get("x_ref2"),
     }
 
 
@@ -83,17 +87,27 @@ def build_tables(records: list[dict], workloads: list, tools: list) -> list[dict
             best = min((r["median"] for r in ok), default=None)
             ref = aggregate(records, wl.name, case.id, case.ref) if case.ref else None
             ref_median = ref["median"] if ref and ref["status"] == "ok" else None
+            ref2 = aggregate(records, wl.name, case.id, case.ref2) if case.ref2 else None
+            ref2_median = ref2["median"] if ref2 and ref2["status"] == "ok" else None
             for r in rows:
                 if r["status"] == "ok":
                     r["x_best"] = r["median"] / best if best else None
                     r["x_ref"] = r["median"] / ref_median if ref_median else None
+                    if case.ref2:
+                        r["x_ref2"] = r["median"] / ref2_median if ref2_median else None
+            if ref2 is not None and ref is not None and ref["status"] == "ok":
+                # The two references against each other (the direct client against local disk).
+                ref["x_ref2"] = ref["median"] / ref2_median if ref2_median else None
             # Peers are the other programs: a bucketfs mode beating another is not a peer result.
             peers = [r for r in ok if not is_bucketfs(r["tool"])]
             best_peer = min(peers, key=lambda r: r["median"]) if peers else None
             headlines = [headline(r, best_peer) for r in rows if is_bucketfs(r["tool"])]
-            table["cases"].append({"id": case.id, "title": case.title, "kind": case.kind,
-                                   "ref": case.ref, "ref_title": case.ref_title, "rows": rows,
-                                   "ref_row": ref, "headlines": headlines})
+            entry = {"id": case.id, "title": case.title, "kind": case.kind, "ref": case.ref,
+                     "ref_title": case.ref_title, "rows": rows, "ref_row": ref,
+                     "headlines": headlines}
+            if case.ref2:
+                entry.update(ref2=case.ref2, ref2_title=case.ref2_title, ref2_row=ref2)
+            table["cases"].append(entry)
         out.append(table)
     return out
 
@@ -135,17 +149,23 @@ def _notes(r: dict) -> str:
     if "lat_p50" in r:
         parts.append(f"per read p50 {fmt_secs(r['lat_p50'])}, p95 {fmt_secs(r['lat_p95'])}, "
                      f"max {fmt_secs(r['lat_max'])}")
+    if r.get("outputs"):
+        parts.append("output " + ", ".join(f"`{o}`" for o in r["outputs"]))
     if r.get("note"):
         parts.append(r["note"].replace("|", "/")[:160])
     return "; ".join(parts)
 
 
-def _row(label: str, r: dict, ref_label: str) -> str:
+def _row(label: str, r: dict, ref_label: str, ref2_col: bool = False) -> str:
+    """One table row; `ref2_col`: the table has a second ratio column (× the second reference)."""
     if r["status"] != "ok":
-        return f"| {label} | — | — | — | — | {_mib(r.get('peak_rss_kb'))} | — | — | {_status_cell(r)} |"
+        dashes = "— | — |" + (" — |" if ref2_col else "")
+        return (f"| {label} | — | — | — | — | {_mib(r.get('peak_rss_kb'))} | {dashes} "
+                f"{_status_cell(r)} |")
+    x_ref2 = f" {_ratio(r.get('x_ref2'))} |" if ref2_col else ""
     return (f"| {label} | {fmt_secs(r['median'])} | {fmt_secs(r['min'])} | {fmt_secs(r['max'])} | "
             f"{_rate(r.get('throughput'))} | {_mib(r.get('peak_rss_kb'))} | "
-            f"{_ratio(r.get('x_best'))} | {_ratio(r.get('x_ref'))} | {_notes(r)} |")
+            f"{_ratio(r.get('x_best'))} | {_ratio(r.get('x_ref'))} |{x_ref2} {_notes(r)} |")
 
 
 def tool_info(tools: list) -> list[dict]:
@@ -202,6 +222,11 @@ def markdown(meta: dict, tables: list[dict], chart_files: dict) -> str:
     L.append("- **× best** = median / the best median among the FUSE tools in that row group "
              "(1.00× is the fastest). **× ref** = median / the reference row (direct S3 client or "
              f"local file system, named in each group). Lower is better for both.{every_row}")
+    if any(c.get("ref2") for t in tables for c in t["cases"]):
+        L.append("- **× local** (tables that have it) = median / the local file system's median "
+                 "for the same commands on a copy of the data on the local disk (cold = page "
+                 "cache dropped): what the mount costs over a local file system. In the "
+                 "reference row it is the direct client's median / local.")
     L.append("- Mount options:")
     for t in tools:
         state = f" — **missing: {t['missing']}**" if t["missing"] else ""
@@ -222,8 +247,10 @@ def markdown(meta: dict, tables: list[dict], chart_files: dict) -> str:
              f"bucketfs is faster).{mode_text}\n")
     if not any(is_bucketfs(n) for n in names):
         L.append("bucketfs was not among `--tools` in this run.\n")
-    L.append("| workload | case | bucketfs | best peer | ratio | bucketfs × ref |")
-    L.append("|---|---|---|---|---|---|")
+    any_ref2 = any(c.get("ref2") for t in tables for c in t["cases"])
+    L.append("| workload | case | bucketfs | best peer | ratio | bucketfs × ref |"
+             + (" bucketfs × local |" if any_ref2 else ""))
+    L.append("|---|---|---|---|---|---|" + ("---|" if any_ref2 else ""))
     for t in tables:
         for c in t["cases"]:
             for h in case_headlines(c):
@@ -234,8 +261,9 @@ def markdown(meta: dict, tables: list[dict], chart_files: dict) -> str:
                 tool = h.get("tool", "bucketfs")
                 case = c["title"] if tool == "bucketfs" else \
                     f"{c['title']} — *{labels.get(tool, tool)}*"
+                x_local = f" {_ratio(h.get('x_ref2'))} |" if any_ref2 else ""
                 L.append(f"| {t['number']}. {t['title']} | {case} | {bcell} | {peer} | "
-                         f"{_ratio(h['ratio'])} | {_ratio(h['x_ref'])} |")
+                         f"{_ratio(h['ratio'])} | {_ratio(h['x_ref'])} |{x_local}")
     L.append("")
 
     for t in tables:
@@ -244,15 +272,20 @@ def markdown(meta: dict, tables: list[dict], chart_files: dict) -> str:
         if t["facts"]:
             facts = ", ".join(f"{k} = {_fact(k, v)}" for k, v in t["facts"].items())
             L.append(f"Data: {facts}.\n")
-        L.append("| case / tool | median | min | max | throughput | peak RSS MiB | × best | × ref | notes |")
-        L.append("|---|---|---|---|---|---|---|---|---|")
+        ref2_col = any(c.get("ref2") for c in t["cases"])
+        L.append("| case / tool | median | min | max | throughput | peak RSS MiB | × best | × ref |"
+                 + (" × local |" if ref2_col else "") + " notes |")
+        L.append("|---|---|---|---|---|---|---|---|---|" + ("---|" if ref2_col else ""))
         for c in t["cases"]:
-            L.append(f"| **{c['title']}** | | | | | | | | |")
+            L.append(f"| **{c['title']}** | | | | | | | | |" + (" |" if ref2_col else ""))
             for r in c["rows"]:
-                L.append(_row(r["tool"], r, c["ref"] or ""))
+                L.append(_row(r["tool"], r, c["ref"] or "", ref2_col))
             if c["ref_row"] is not None:
                 label = f"*ref: {c['ref']}* ({c['ref_title']})"
-                L.append(_row(label, c["ref_row"], ""))
+                L.append(_row(label, c["ref_row"], "", ref2_col))
+            if c.get("ref2_row") is not None:
+                label = f"*ref: {c['ref2']}* ({c['ref2_title']})"
+                L.append(_row(label, c["ref2_row"], "", ref2_col))
         L.append("")
         if t["workload"] in chart_files:
             L.append(f"![{t['title']}]({chart_files[t['workload']]})\n")
@@ -321,14 +354,16 @@ def charts(tables: list[dict], out: Path) -> tuple[dict, Optional[str]]:
         labels, series = [], {}
         tool_names: list[str] = []
         for c in t["cases"]:
-            for r in c["rows"] + ([c["ref_row"]] if c["ref_row"] else []):
+            refs = [x for x in (c["ref_row"], c.get("ref2_row")) if x]
+            for r in c["rows"] + refs:
                 if r["tool"] not in tool_names:
                     tool_names.append(r["tool"])
         for c in t["cases"]:
             labels.append(c["title"])
             rows = {r["tool"]: r for r in c["rows"]}
-            if c["ref_row"]:
-                rows[c["ref_row"]["tool"]] = c["ref_row"]
+            for x in (c["ref_row"], c.get("ref2_row")):
+                if x:
+                    rows[x["tool"]] = x
             for name in tool_names:
                 series.setdefault(name, []).append(rows.get(name))
         n_cases, n_tools = len(labels), max(1, len(tool_names))
