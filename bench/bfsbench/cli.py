@@ -20,16 +20,16 @@ from .context import Context
 from .minio import MinIO, find_minio
 from .profiles import PROFILES, get_profile
 from .s3 import S3Direct
-from .tools import (BucketFS, BucketFSWriteBack, Direct, Dirs, Local, MountManager, Rclone, S3FS,
-                    mounted_paths)
+from .tools import (BucketFS, BucketFSIndex, BucketFSWriteBack, Direct, Dirs, Local, MountManager,
+                    Rclone, S3FS, mounted_paths)
 from .util import log
 from .workloads import ALL as ALL_WORKLOADS, BY_NAME
 
 BENCH = Path(__file__).resolve().parents[1]
 REPO = BENCH.parent
 FUSE_TOOLS = ["bucketfs", "s3fs", "rclone"]
-# Run only when named in --tools: a second bucketfs mode, to compare both in one run.
-OPTIONAL_TOOLS = ["bucketfs-wb"]
+# Run only when named in --tools: other bucketfs modes, to compare them in one run.
+OPTIONAL_TOOLS = ["bucketfs-wb", "bucketfs-index"]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -46,7 +46,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                       help="the articles' sizes (24 x 1 GiB, 71k-file tree, 8 GiB, 100k objects)")
     ap.add_argument("--tools", default=",".join(FUSE_TOOLS),
                     help=f"comma-separated FUSE tools to compare (default: {','.join(FUSE_TOOLS)}; "
-                         "also bucketfs-wb: bucketfs --write-back)")
+                         "also bucketfs-wb: bucketfs --write-back, and bucketfs-index: bucketfs "
+                         "--index, whose cold cases load a saved listing index)")
     ap.add_argument("--workloads", default=",".join(w.name for w in ALL_WORKLOADS),
                     help="comma-separated workloads: " + ", ".join(w.name for w in ALL_WORKLOADS))
     ap.add_argument("--runs", type=int, help="repetitions of every case (overrides the profile)")
@@ -60,7 +61,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--no-build", action="store_true", help="do not run cargo build first")
     ap.add_argument("--bucketfs-bin", default=str(REPO / "target/release/bucketfs"))
     ap.add_argument("--bucketfs-args", default="",
-                    help="extra arguments for `bucketfs mount` (bucketfs-wb too)")
+                    help="extra arguments for `bucketfs mount` (bucketfs-wb and "
+                         "bucketfs-index too)")
     ap.add_argument("--s3direct-bin", default=str(REPO / "target/release/examples/s3direct"))
     ap.add_argument("--s3fs-opts", default="", help="extra -o options for s3fs (comma-separated)")
     ap.add_argument("--rclone-cache-mode", default="writes",
@@ -160,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "bucketfs-wb":
                 t = BucketFSWriteBack(dirs, minio.url, args.bucketfs_bin,
                                       shlex.split(args.bucketfs_args))
+            elif name == "bucketfs-index":
+                t = BucketFSIndex(dirs, minio.url, args.bucketfs_bin,
+                                  shlex.split(args.bucketfs_args))
             elif name == "s3fs":
                 t = S3FS(dirs, minio.url, args.s3fs_opts)
             else:

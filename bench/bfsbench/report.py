@@ -9,7 +9,7 @@ from typing import Optional
 
 from .util import fmt_secs, fmt_size, log
 
-FUSE_ORDER = ["bucketfs", "bucketfs-wb", "s3fs", "rclone"]
+FUSE_ORDER = ["bucketfs", "bucketfs-wb", "bucketfs-index", "s3fs", "rclone"]
 STATUS_TEXT = {"unsupported": "not supported yet", "missing": "missing", "failed": "failed"}
 
 
@@ -49,7 +49,8 @@ def aggregate(records: list[dict], wl: str, case: str, tool: str) -> dict:
 
 
 def is_bucketfs(tool: str) -> bool:
-    """bucketfs or one of its modes (bucketfs-wb): compared with the peers, never one of them."""
+    """bucketfs or one of its modes (bucketfs-wb, bucketfs-index): compared with the peers,
+    never one of them."""
     return tool == "bucketfs" or tool.startswith("bucketfs-")
 
 
@@ -298,13 +299,40 @@ def markdown(meta: dict, tables: list[dict], chart_files: dict) -> str:
         L.append("|---|---|---|---|---|---|")
         groups: dict = {}
         for h in meta["mounts"]:
-            groups.setdefault((h["tool"], h["bucket"]), []).append(h)
-        for (tool, bucket), hs in sorted(groups.items()):
+            groups.setdefault((h["tool"], h["bucket"], h.get("purpose", "")), []).append(h)
+        for (tool, bucket, purpose), hs in sorted(groups.items()):
             secs = [h["seconds"] for h in hs]
             rss = [h["rss_kb"] for h in hs if h["rss_kb"]]
-            L.append(f"| {tool} | {bucket} | {len(hs)} | {fmt_secs(statistics.median(secs))} | "
+            label = f"{tool} ({purpose}, untimed)" if purpose else tool
+            L.append(f"| {label} | {bucket} | {len(hs)} | {fmt_secs(statistics.median(secs))} | "
                      f"{fmt_secs(max(secs))} | {_mib(statistics.median(rss)) if rss else '—'} |")
         L.append("")
+        if any(h.get("index_status") for h in meta["mounts"]):
+            L.append("The rows of `bucketfs-index` without a note are the mounts the cold cases "
+                     "ran on: each loaded the index that a preparatory mount had just saved "
+                     "(so their time includes reading it from disk after a page-cache drop); "
+                     "the preparatory mounts are the *index build* rows.\n")
+        builds = [h for h in meta["mounts"] if "refresh_seconds" in h]
+        if builds:
+            L.append("### Listing index builds (`bucketfs-index`, preparatory mounts)\n")
+            L.append("`bucketfs refresh MOUNTPOINT` on a fresh `--index` mount: lists the bucket "
+                     "whole, swaps the new index in and saves it. The first mount of a bucket "
+                     "also starts a build of its own at mount, which this command waits for "
+                     "before running its own, so the max can be two builds.\n")
+            L.append("| tool | bucket | builds | median `bucketfs refresh` | max | "
+                     "daemon RSS after MiB | saved index | refresh output |")
+            L.append("|---|---|---|---|---|---|---|---|")
+            bgroups: dict = {}
+            for h in builds:
+                bgroups.setdefault((h["tool"], h["bucket"]), []).append(h)
+            for (tool, bucket), hs in sorted(bgroups.items()):
+                secs = [h["refresh_seconds"] for h in hs]
+                rss = [h["rss_after_refresh_kb"] for h in hs if h.get("rss_after_refresh_kb")]
+                out = hs[-1].get("refresh_output", "").replace("|", "/").replace("\n", "; ")
+                L.append(f"| {tool} | {bucket} | {len(hs)} | {fmt_secs(statistics.median(secs))} "
+                         f"| {fmt_secs(max(secs))} | {_mib(max(rss)) if rss else '—'} | "
+                         f"{fmt_size(hs[-1].get('index_bytes'))} | {out[:200]} |")
+            L.append("")
 
     missing = [t for t in tools if t["missing"]]
     L.append("## Missing tools and unsupported operations\n")
@@ -336,9 +364,10 @@ def _fact(key: str, v) -> str:
 
 # ---- charts -----------------------------------------------------------------------------------
 
-# bucketfs-wb: the light shade of bucketfs's blue, so the two modes read as one program.
-COLORS = {"bucketfs": "#1f77b4", "bucketfs-wb": "#aec7e8", "s3fs": "#ff7f0e", "rclone": "#2ca02c",
-          "direct": "#7f7f7f", "local": "#9467bd"}
+# bucketfs-wb and bucketfs-index: a light and a dark shade of bucketfs's blue, so the modes read as
+# one program.
+COLORS = {"bucketfs": "#1f77b4", "bucketfs-wb": "#aec7e8", "bucketfs-index": "#08306b",
+          "s3fs": "#ff7f0e", "rclone": "#2ca02c", "direct": "#7f7f7f", "local": "#9467bd"}
 
 
 def charts(tables: list[dict], out: Path) -> tuple[dict, Optional[str]]:
