@@ -36,6 +36,25 @@ def test_treegen_is_deterministic_and_linux_shaped():
     assert 0.25 <= full["h_files"] / full["files"] <= 0.4
 
 
+def test_ls_lr_line_count_matches_ls(tmp_path):
+    # The check of the tree's `ls -lR | wc -l` case, on a small tree with hidden names (the
+    # full shape has dot-files at its top, which ls -l does not show).
+    import types
+    from bfsbench.workloads.tree import ls_lr_lines
+
+    dirs = ["r", "r/a", "r/a/b", "r/.hidden", "r/.hidden/c"]
+    files = [("r/x.h", 1), ("r/.gitignore", 1), ("r/a/y.c", 2), ("r/a/b/z", 3),
+             ("r/.hidden/w", 1), ("r/.hidden/c/v", 1)]
+    root = tmp_path / "src"
+    for d in dirs:
+        (root / d).mkdir(parents=True)
+    for f, n in files:
+        (root / f).write_bytes(b"x" * n)
+    out = subprocess.run(f"ls -lR {root} | wc -l", shell=True, capture_output=True, text=True,
+                         check=True, env={"PATH": os.environ["PATH"], "LC_ALL": "C"})
+    assert int(out.stdout) == ls_lr_lines(types.SimpleNamespace(files=files, dirs=dirs))
+
+
 def test_put_gen_mirror_is_offset_consistent():
     from bfsbench.datagen import put_gen_bytes
 
