@@ -180,6 +180,14 @@ class Context:
             raise RuntimeError(f"bucketfs refresh of {bucket} timed out") from e
         seconds = time.perf_counter() - t0
         rss_kb = read_status_kb(m.pid, "VmRSS")
+        build: dict = {}
+        if cp.returncode == 0 and tool.prep == "stat":
+            # Every entry's stat: the files' stored attributes are fetched and kept in the
+            # index, as a mount leaves it once its background pass is through.
+            t1 = time.perf_counter()
+            self.sh(f"du -s {shlex.quote(str(m.path))} >/dev/null", timeout=self.profile.timeout)
+            build["stat_seconds"] = time.perf_counter() - t1
+            build["rss_after_stat_kb"] = read_status_kb(m.pid, "VmRSS")
         self.mounts.unmount(tool, bucket)
         if cp.returncode != 0:
             raise RuntimeError(f"bucketfs refresh of {bucket} failed ({cp.returncode}): "
@@ -187,9 +195,9 @@ class Context:
         if not tool.saved_indexes(bucket):
             raise RuntimeError(f"no saved index in {tool.cache_dir(bucket)} after the refresh "
                                f"and unmount of {bucket}")
-        build = {"refresh_seconds": seconds, "rss_after_refresh_kb": rss_kb,
-                 "refresh_output": cp.stdout.strip()[-300:],
-                 "index_bytes": sum(p.stat().st_size for p in tool.saved_indexes(bucket))}
+        build.update({"prep": tool.prep, "refresh_seconds": seconds, "rss_after_refresh_kb": rss_kb,
+                      "refresh_output": cp.stdout.strip()[-300:],
+                      "index_bytes": sum(p.stat().st_size for p in tool.saved_indexes(bucket))})
         m.history.update(build)
         log(f"  {tool.name}: index of {bucket} built in {fmt_secs(seconds)} "
             f"({build['index_bytes']} bytes saved)")

@@ -318,19 +318,24 @@ def markdown(meta: dict, tables: list[dict], chart_files: dict) -> str:
             L.append("`bucketfs refresh MOUNTPOINT` on a fresh `--index` mount: lists the bucket "
                      "whole, swaps the new index in and saves it. The first mount of a bucket "
                      "also starts a build of its own at mount, which this command waits for "
-                     "before running its own, so the max can be two builds.\n")
-            L.append("| tool | bucket | builds | median `bucketfs refresh` | max | "
+                     "before running its own, so the max can be two builds. With "
+                     "`--index-prep stat`, `du -s` of the mount follows (a stat of every entry: "
+                     "the files' stored attributes are fetched and kept in the saved index).\n")
+            L.append("| tool | bucket | builds | median `bucketfs refresh` | max | median `du -s` | "
                      "daemon RSS after MiB | saved index | refresh output |")
-            L.append("|---|---|---|---|---|---|---|---|")
+            L.append("|---|---|---|---|---|---|---|---|---|")
             bgroups: dict = {}
             for h in builds:
                 bgroups.setdefault((h["tool"], h["bucket"]), []).append(h)
             for (tool, bucket), hs in sorted(bgroups.items()):
                 secs = [h["refresh_seconds"] for h in hs]
-                rss = [h["rss_after_refresh_kb"] for h in hs if h.get("rss_after_refresh_kb")]
+                stats = [h["stat_seconds"] for h in hs if "stat_seconds" in h]
+                stat = fmt_secs(statistics.median(stats)) if stats else "not run"
+                rss = [h.get("rss_after_stat_kb") or h.get("rss_after_refresh_kb") for h in hs]
+                rss = [x for x in rss if x]
                 out = hs[-1].get("refresh_output", "").replace("|", "/").replace("\n", "; ")
                 L.append(f"| {tool} | {bucket} | {len(hs)} | {fmt_secs(statistics.median(secs))} "
-                         f"| {fmt_secs(max(secs))} | {_mib(max(rss)) if rss else '—'} | "
+                         f"| {fmt_secs(max(secs))} | {stat} | {_mib(max(rss)) if rss else '—'} | "
                          f"{fmt_size(hs[-1].get('index_bytes'))} | {out[:200]} |")
             L.append("")
 

@@ -89,9 +89,11 @@ class BucketFS(Tool):
     label = "bucketfs"
     mode_args: list[str] = []   # what sets a variant apart (before --bucketfs-args)
 
-    def __init__(self, dirs: Dirs, endpoint: str, binary: str, extra_args: list[str]):
+    def __init__(self, dirs: Dirs, endpoint: str, binary: str, extra_args: list[str],
+                 shown_as: Optional[str] = None):
         super().__init__(dirs, endpoint)
         self.binary = binary
+        self.shown_as = shown_as or binary   # the path to show (binary may be a private copy)
         self.extra_args = extra_args
         mode = "".join(f" {a}" for a in self.mode_args)
         self.setup_note = (f"`bucketfs mount --foreground{mode}` with its defaults"
@@ -121,6 +123,9 @@ class BucketFS(Tool):
         return [self.binary, "mount", "--foreground", "--endpoint-url", self.endpoint,
                 "--force-path-style", "--region", REGION, *self.variant_args(bucket),
                 *self.extra_args, f"s3://{bucket}", str(mnt)]
+
+    def redacted_cmd(self) -> str:
+        return super().redacted_cmd().replace(self.binary, self.shown_as, 1)
 
     def mount_env(self) -> dict:
         env = super().mount_env()
@@ -152,11 +157,21 @@ class BucketFSIndex(BucketFS):
     mode_args = ["--index"]
     loads_saved_index = True
 
-    def __init__(self, dirs: Dirs, endpoint: str, binary: str, extra_args: list[str]):
-        super().__init__(dirs, endpoint, binary, extra_args)
+    PREPS = {
+        "refresh": "`bucketfs refresh`, then unmount",
+        "stat": "`bucketfs refresh`, then `du -s` of the mount (a stat of every entry: the files' "
+                "stored attributes are fetched and kept in the index), then unmount",
+    }
+
+    def __init__(self, dirs: Dirs, endpoint: str, binary: str, extra_args: list[str],
+                 shown_as: Optional[str] = None, prep: str = "refresh"):
+        super().__init__(dirs, endpoint, binary, extra_args, shown_as)
+        if prep not in self.PREPS:
+            raise ValueError(f"unknown index preparation {prep!r}")
+        self.prep = prep
         self.setup_note += ("; `--cache-dir` of its own per bucket; every cold case runs on a "
                             "fresh mount that loads the index saved just before by a "
-                            "preparatory mount (`bucketfs refresh`, then unmount)")
+                            f"preparatory mount ({self.PREPS[prep]})")
 
     def cache_root(self) -> Path:
         return self.dirs.home(self.name) / "cache"
