@@ -36,6 +36,25 @@ def test_treegen_is_deterministic_and_linux_shaped():
     assert 0.25 <= full["h_files"] / full["files"] <= 0.4
 
 
+def test_ls_lr_line_count_matches_ls(tmp_path):
+    # The check of the tree's `ls -lR | wc -l` case, on a small tree with hidden names (the
+    # full shape has dot-files at its top, which ls -l does not show).
+    import types
+    from bfsbench.workloads.tree import ls_lr_lines
+
+    dirs = ["r", "r/a", "r/a/b", "r/.hidden", "r/.hidden/c"]
+    files = [("r/x.h", 1), ("r/.gitignore", 1), ("r/a/y.c", 2), ("r/a/b/z", 3),
+             ("r/.hidden/w", 1), ("r/.hidden/c/v", 1)]
+    root = tmp_path / "src"
+    for d in dirs:
+        (root / d).mkdir(parents=True)
+    for f, n in files:
+        (root / f).write_bytes(b"x" * n)
+    out = subprocess.run(f"ls -lR {root} | wc -l", shell=True, capture_output=True, text=True,
+                         check=True, env={"PATH": os.environ["PATH"], "LC_ALL": "C"})
+    assert int(out.stdout) == ls_lr_lines(types.SimpleNamespace(files=files, dirs=dirs))
+
+
 def test_put_gen_mirror_is_offset_consistent():
     from bfsbench.datagen import put_gen_bytes
 
@@ -79,8 +98,13 @@ def test_smoke_run_writes_a_table_per_workload(tmp_path):
             assert [r["tool"] for r in case["rows"]] == ["bucketfs", "s3fs", "rclone"]
             assert all(r["status"] != "not run" for r in case["rows"]), case["id"]
     # The reference rows ran (the direct client and the local file system are always present).
-    refs = [c["ref_row"] for t in data["tables"] for c in t["cases"] if c["ref_row"]]
+    refs = [c[key] for t in data["tables"] for c in t["cases"] for key in ("ref_row", "ref2_row")
+            if c.get(key)]
     assert refs and all(r["status"] == "ok" for r in refs), [r for r in refs if r["status"] != "ok"]
+    # The tree's read cases have the local file system as a second reference.
+    tree = next(t for t in data["tables"] if t["workload"] == "tree")
+    assert {c["id"] for c in tree["cases"] if c.get("ref2") == "local"} == \
+        {"find_cold", "find_warm", "ls_lr", "du"}
     assert re.search(r"\| cores \| \d+", summary) and "| kernel |" in summary
 
     # The report can be rebuilt from results.json alone.
@@ -106,3 +130,25 @@ def test_write_back_variant_is_its_own_row_and_never_a_peer(tmp_path):
     summary = (tmp_path / "SUMMARY.md").read_text()
     assert "— *bucketfs --write-back* |" in summary
     assert "| bucketfs-wb |" in summary
+
+
+def test_index_variant_cold_cases_load_a_saved_index(tmp_path):
+    # The tree's read cases: each cold one on a fresh mount loading the index a preparatory
+    # mount saved (bucketfs refresh), checked through the bucketfs.index attribute.
+    run_smoke(tmp_path, "--tools", "bucketfs,bucketfs-index", "--workloads", "tree",
+              "--set", "tree_writes=no")
+    data = json.loads((tmp_path / "results.json").read_text())
+    cases = {c["id"]: c for c in data["tables"][0]["cases"]}
+    for cid in ("find_cold", "find_warm", "ls_lr", "du"):
+        rows = cases[cid]["rows"]
+        assert [r["tool"] for r in rows] == ["bucketfs", "bucketfs-index"]
+        assert all(r["status"] == "ok" for r in rows), (cid, rows)
+        assert cases[cid]["ref2_row"]["status"] == "ok"
+    assert "--index" in data["meta"]["mount_commands"]["bucketfs-index"]
+    mounts = [h for h in data["meta"]["mounts"] if h["tool"] == "bucketfs-index"]
+    builds = [h for h in mounts if h.get("purpose") == "index build"]
+    cold = [h for h in mounts if not h.get("purpose")]
+    assert len(builds) == len(cold) == 3   # find, ls -lR, du: one cold mount each
+    assert all(h["refresh_seconds"] > 0 and h["index_bytes"] > 0 for h in builds)
+    assert all("files=" in h["index_status"] for h in cold), cold
+    assert "Listing index builds" in (tmp_path / "SUMMARY.md").read_text()

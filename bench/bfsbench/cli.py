@@ -20,16 +20,16 @@ from .context import Context
 from .minio import MinIO, find_minio
 from .profiles import PROFILES, get_profile
 from .s3 import S3Direct
-from .tools import (BucketFS, BucketFSWriteBack, Direct, Dirs, Local, MountManager, Rclone, S3FS,
-                    mounted_paths)
+from .tools import (BucketFS, BucketFSIndex, BucketFSWriteBack, Direct, Dirs, Local, MountManager,
+                    Rclone, S3FS, mounted_paths)
 from .util import log
 from .workloads import ALL as ALL_WORKLOADS, BY_NAME
 
 BENCH = Path(__file__).resolve().parents[1]
 REPO = BENCH.parent
 FUSE_TOOLS = ["bucketfs", "s3fs", "rclone"]
-# Run only when named in --tools: a second bucketfs mode, to compare both in one run.
-OPTIONAL_TOOLS = ["bucketfs-wb"]
+# Run only when named in --tools: other bucketfs modes, to compare them in one run.
+OPTIONAL_TOOLS = ["bucketfs-wb", "bucketfs-index"]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -46,7 +46,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                       help="the articles' sizes (24 x 1 GiB, 71k-file tree, 8 GiB, 100k objects)")
     ap.add_argument("--tools", default=",".join(FUSE_TOOLS),
                     help=f"comma-separated FUSE tools to compare (default: {','.join(FUSE_TOOLS)}; "
-                         "also bucketfs-wb: bucketfs --write-back)")
+                         "also bucketfs-wb: bucketfs --write-back, and bucketfs-index: bucketfs "
+                         "--index, whose cold cases load a saved listing index)")
     ap.add_argument("--workloads", default=",".join(w.name for w in ALL_WORKLOADS),
                     help="comma-separated workloads: " + ", ".join(w.name for w in ALL_WORKLOADS))
     ap.add_argument("--runs", type=int, help="repetitions of every case (overrides the profile)")
@@ -60,7 +61,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--no-build", action="store_true", help="do not run cargo build first")
     ap.add_argument("--bucketfs-bin", default=str(REPO / "target/release/bucketfs"))
     ap.add_argument("--bucketfs-args", default="",
-                    help="extra arguments for `bucketfs mount` (bucketfs-wb too)")
+                    help="extra arguments for `bucketfs mount` (bucketfs-wb and "
+                         "bucketfs-index too)")
+    ap.add_argument("--index-prep", choices=["refresh", "stat"], default="refresh",
+                    help="bucketfs-index: what the preparatory mount before each cold case does "
+                         "before it unmounts and saves the index: refresh (list the bucket; "
+                         "default), or stat (refresh, then du -s over the mount, so the saved "
+                         "index also holds the files' stored attributes)")
     ap.add_argument("--s3direct-bin", default=str(REPO / "target/release/examples/s3direct"))
     ap.add_argument("--s3fs-opts", default="", help="extra -o options for s3fs (comma-separated)")
     ap.add_argument("--rclone-cache-mode", default="writes",
@@ -154,12 +161,17 @@ def main(argv: list[str] | None = None) -> int:
         s3 = S3Direct(_stripped_copy(args.s3direct_bin, work / "bin"), minio.url,
                       str(dirs.home("s3direct")))
         fuse_tools = []
+        # A private copy: a build finishing during the run cannot swap the binary mid-run.
+        bucketfs_bin = _private_copy(args.bucketfs_bin, work / "bin")
+        bfs = dict(binary=bucketfs_bin, extra_args=shlex.split(args.bucketfs_args),
+                   shown_as=args.bucketfs_bin)
         for name in tool_names:
             if name == "bucketfs":
-                t = BucketFS(dirs, minio.url, args.bucketfs_bin, shlex.split(args.bucketfs_args))
+                t = BucketFS(dirs, minio.url, **bfs)
             elif name == "bucketfs-wb":
-                t = BucketFSWriteBack(dirs, minio.url, args.bucketfs_bin,
-                                      shlex.split(args.bucketfs_args))
+                t = BucketFSWriteBack(dirs, minio.url, **bfs)
+            elif name == "bucketfs-index":
+                t = BucketFSIndex(dirs, minio.url, **bfs, prep=args.index_prep)
             elif name == "s3fs":
                 t = S3FS(dirs, minio.url, args.s3fs_opts)
             else:
@@ -244,6 +256,17 @@ def main(argv: list[str] | None = None) -> int:
         summary = report.write_all(out, raw_dir, meta, records, workloads, tools)
         print(summary)
     return 1 if incomplete else 0
+
+
+def _private_copy(binary: str, dest_dir: Path) -> str:
+    """A copy of the bucketfs binary in the work directory (as it is, debug info included, so
+    that loading it costs what it did before); the original if it is missing."""
+    if not os.access(binary, os.X_OK):
+        return binary
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / "bucketfs"
+    shutil.copy2(binary, dest)
+    return str(dest)
 
 
 def _stripped_copy(binary: str, dest_dir: Path) -> str:

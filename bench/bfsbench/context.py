@@ -8,15 +8,14 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Optional
 
 from .profiles import Profile
 from .s3 import BASE_PATH, S3Direct
-from .tools import Mount, MountError, MountManager, Tool
-from .util import fmt_secs, log, run_timed
-
-WRITE_BUCKET = "bench-write"
+from .tools import WRITE_BUCKET, Mount, MountError, MountManager, Tool  # noqa: F401
+from .util import fmt_secs, log, read_status_kb, run_timed
 
 
 @dataclasses.dataclass
@@ -27,6 +26,8 @@ class Case:
     ref: Optional[str] = None          # 'direct' or 'local': the reference row of this case
     nbytes: Optional[int] = None       # bytes moved, for throughput
     ref_title: str = ""                # what the reference row does
+    ref2: Optional[str] = None         # a second reference row ('local'), with its own ratio
+    ref2_title: str = ""
 
 
 class Context:
@@ -145,10 +146,71 @@ class Context:
         return cp.stdout
 
     def fresh_cold(self, tool: Tool, bucket: str) -> Mount:
-        """A new mount (empty daemon caches) and dropped kernel caches: the 'cold' state."""
+        """A new mount (empty daemon caches) and dropped kernel caches: the 'cold' state.
+
+        For a tool that loads a saved listing index (bucketfs-index), the cold state is the
+        start of a mount that was used before: a preparatory mount builds the index of the
+        bucket as it is now and saves it (`bucketfs refresh`, then unmount), the page cache is
+        dropped, and the new mount loads that index before it answers (checked through the
+        `bucketfs.index` attribute of its root)."""
+        if tool.loads_saved_index:
+            self.save_index(tool, bucket)
+            self.drop_caches()   # the saved file is read from disk by the mount, as after a reboot
         m = self.mounts.fresh(tool, bucket)
+        if tool.loads_saved_index:
+            status = self.index_status(m)
+            m.history["index_status"] = status
+            if not status or "building" in status:
+                raise RuntimeError(f"{tool.name}: the fresh mount of {bucket} did not load the "
+                                   f"saved index (bucketfs.index: {status!r}); {m.log_tail()}")
         self.drop_caches()
         return m
+
+    def save_index(self, tool: Tool, bucket: str) -> dict:
+        """A preparatory (untimed) mount of `bucket` that lists it whole, saves the index
+        (`bucketfs refresh` returns once it is built and saved) and unmounts."""
+        m = self.mounts.fresh(tool, bucket, purpose="index build")
+        t0 = time.perf_counter()
+        try:
+            cp = subprocess.run([tool.binary, "refresh", str(m.path)], capture_output=True,
+                                text=True, timeout=self.profile.timeout, env=self.local_env,
+                                stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as e:
+            self.mounts.abort(m)
+            raise RuntimeError(f"bucketfs refresh of {bucket} timed out") from e
+        seconds = time.perf_counter() - t0
+        rss_kb = read_status_kb(m.pid, "VmRSS")
+        build: dict = {}
+        if cp.returncode == 0 and tool.prep == "stat":
+            # Every entry's stat: the files' stored attributes are fetched and kept in the
+            # index, as a mount leaves it once its background pass is through.
+            t1 = time.perf_counter()
+            self.sh(f"du -s {shlex.quote(str(m.path))} >/dev/null", timeout=self.profile.timeout)
+            build["stat_seconds"] = time.perf_counter() - t1
+            build["rss_after_stat_kb"] = read_status_kb(m.pid, "VmRSS")
+        self.mounts.unmount(tool, bucket)
+        if cp.returncode != 0:
+            raise RuntimeError(f"bucketfs refresh of {bucket} failed ({cp.returncode}): "
+                               f"{(cp.stderr or cp.stdout).strip()[-300:]}")
+        if not tool.saved_indexes(bucket):
+            raise RuntimeError(f"no saved index in {tool.cache_dir(bucket)} after the refresh "
+                               f"and unmount of {bucket}")
+        build.update({"prep": tool.prep, "refresh_seconds": seconds, "rss_after_refresh_kb": rss_kb,
+                      "refresh_output": cp.stdout.strip()[-300:],
+                      "index_bytes": sum(p.stat().st_size for p in tool.saved_indexes(bucket))})
+        m.history.update(build)
+        log(f"  {tool.name}: index of {bucket} built in {fmt_secs(seconds)} "
+            f"({build['index_bytes']} bytes saved)")
+        return build
+
+    @staticmethod
+    def index_status(m: Mount) -> str:
+        """The `bucketfs.index` attribute of an --index mount's root: one line per source,
+        `... files=N dirs=N age=Ns` once its index is in use, `... building` before."""
+        try:
+            return os.getxattr(str(m.path), "bucketfs.index").decode(errors="replace").strip()
+        except OSError as e:
+            return f"unreadable: {e}"
 
     def write_support(self, tool: Tool) -> Optional[str]:
         """None when the tool can write; else why not. Found by trying, never assumed."""

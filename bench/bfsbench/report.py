@@ -9,7 +9,7 @@ from typing import Optional
 
 from .util import fmt_secs, fmt_size, log
 
-FUSE_ORDER = ["bucketfs", "bucketfs-wb", "s3fs", "rclone"]
+FUSE_ORDER = ["bucketfs", "bucketfs-wb", "bucketfs-index", "s3fs", "rclone"]
 STATUS_TEXT = {"unsupported": "not supported yet", "missing": "missing", "failed": "failed"}
 
 
@@ -33,6 +33,9 @@ def aggregate(records: list[dict], wl: str, case: str, tool: str) -> dict:
             agg["lat_p50"] = lats[len(lats) // 2]
             agg["lat_p95"] = lats[min(len(lats) - 1, round(0.95 * (len(lats) - 1)))]
             agg["lat_max"] = lats[-1]
+        outputs = sorted({r["extra"]["output"] for r in ok if r["extra"].get("output")})
+        if outputs:
+            agg["outputs"] = outputs
         bad = [r for r in recs if r["status"] != "ok"]
         if bad:
             agg["note"] = f"{len(bad)}/{len(recs)} runs failed: {bad[0]['error']}"
@@ -46,7 +49,8 @@ def aggregate(records: list[dict], wl: str, case: str, tool: str) -> dict:
 
 
 def is_bucketfs(tool: str) -> bool:
-    """bucketfs or one of its modes (bucketfs-wb): compared with the peers, never one of them."""
+    """bucketfs or one of its modes (bucketfs-wb, bucketfs-index): compared with the peers,
+    never one of them."""
     return tool == "bucketfs" or tool.startswith("bucketfs-")
 
 
@@ -60,6 +64,7 @@ def headline(row: dict, best_peer: Optional[dict]) -> dict:
         "ratio": (row["median"] / best_peer["median"]
                   if row["status"] == "ok" and best_peer else None),
         "x_ref": row.get("x_ref"),
+        "x_ref2": row.get("x_ref2"),
     }
 
 
@@ -83,17 +88,27 @@ def build_tables(records: list[dict], workloads: list, tools: list) -> list[dict
             best = min((r["median"] for r in ok), default=None)
             ref = aggregate(records, wl.name, case.id, case.ref) if case.ref else None
             ref_median = ref["median"] if ref and ref["status"] == "ok" else None
+            ref2 = aggregate(records, wl.name, case.id, case.ref2) if case.ref2 else None
+            ref2_median = ref2["median"] if ref2 and ref2["status"] == "ok" else None
             for r in rows:
                 if r["status"] == "ok":
                     r["x_best"] = r["median"] / best if best else None
                     r["x_ref"] = r["median"] / ref_median if ref_median else None
+                    if case.ref2:
+                        r["x_ref2"] = r["median"] / ref2_median if ref2_median else None
+            if ref2 is not None and ref is not None and ref["status"] == "ok":
+                # The two references against each other (the direct client against local disk).
+                ref["x_ref2"] = ref["median"] / ref2_median if ref2_median else None
             # Peers are the other programs: a bucketfs mode beating another is not a peer result.
             peers = [r for r in ok if not is_bucketfs(r["tool"])]
             best_peer = min(peers, key=lambda r: r["median"]) if peers else None
             headlines = [headline(r, best_peer) for r in rows if is_bucketfs(r["tool"])]
-            table["cases"].append({"id": case.id, "title": case.title, "kind": case.kind,
-                                   "ref": case.ref, "ref_title": case.ref_title, "rows": rows,
-                                   "ref_row": ref, "headlines": headlines})
+            entry = {"id": case.id, "title": case.title, "kind": case.kind, "ref": case.ref,
+                     "ref_title": case.ref_title, "rows": rows, "ref_row": ref,
+                     "headlines": headlines}
+            if case.ref2:
+                entry.update(ref2=case.ref2, ref2_title=case.ref2_title, ref2_row=ref2)
+            table["cases"].append(entry)
         out.append(table)
     return out
 
@@ -135,17 +150,23 @@ def _notes(r: dict) -> str:
     if "lat_p50" in r:
         parts.append(f"per read p50 {fmt_secs(r['lat_p50'])}, p95 {fmt_secs(r['lat_p95'])}, "
                      f"max {fmt_secs(r['lat_max'])}")
+    if r.get("outputs"):
+        parts.append("output " + ", ".join(f"`{o}`" for o in r["outputs"]))
     if r.get("note"):
         parts.append(r["note"].replace("|", "/")[:160])
     return "; ".join(parts)
 
 
-def _row(label: str, r: dict, ref_label: str) -> str:
+def _row(label: str, r: dict, ref_label: str, ref2_col: bool = False) -> str:
+    """One table row; `ref2_col`: the table has a second ratio column (× the second reference)."""
     if r["status"] != "ok":
-        return f"| {label} | — | — | — | — | {_mib(r.get('peak_rss_kb'))} | — | — | {_status_cell(r)} |"
+        dashes = "— | — |" + (" — |" if ref2_col else "")
+        return (f"| {label} | — | — | — | — | {_mib(r.get('peak_rss_kb'))} | {dashes} "
+                f"{_status_cell(r)} |")
+    x_ref2 = f" {_ratio(r.get('x_ref2'))} |" if ref2_col else ""
     return (f"| {label} | {fmt_secs(r['median'])} | {fmt_secs(r['min'])} | {fmt_secs(r['max'])} | "
             f"{_rate(r.get('throughput'))} | {_mib(r.get('peak_rss_kb'))} | "
-            f"{_ratio(r.get('x_best'))} | {_ratio(r.get('x_ref'))} | {_notes(r)} |")
+            f"{_ratio(r.get('x_best'))} | {_ratio(r.get('x_ref'))} |{x_ref2} {_notes(r)} |")
 
 
 def tool_info(tools: list) -> list[dict]:
@@ -202,6 +223,11 @@ def markdown(meta: dict, tables: list[dict], chart_files: dict) -> str:
     L.append("- **× best** = median / the best median among the FUSE tools in that row group "
              "(1.00× is the fastest). **× ref** = median / the reference row (direct S3 client or "
              f"local file system, named in each group). Lower is better for both.{every_row}")
+    if any(c.get("ref2") for t in tables for c in t["cases"]):
+        L.append("- **× local** (tables that have it) = median / the local file system's median "
+                 "for the same commands on a copy of the data on the local disk (cold = page "
+                 "cache dropped): what the mount costs over a local file system. In the "
+                 "reference row it is the direct client's median / local.")
     L.append("- Mount options:")
     for t in tools:
         state = f" — **missing: {t['missing']}**" if t["missing"] else ""
@@ -222,8 +248,10 @@ def markdown(meta: dict, tables: list[dict], chart_files: dict) -> str:
              f"bucketfs is faster).{mode_text}\n")
     if not any(is_bucketfs(n) for n in names):
         L.append("bucketfs was not among `--tools` in this run.\n")
-    L.append("| workload | case | bucketfs | best peer | ratio | bucketfs × ref |")
-    L.append("|---|---|---|---|---|---|")
+    any_ref2 = any(c.get("ref2") for t in tables for c in t["cases"])
+    L.append("| workload | case | bucketfs | best peer | ratio | bucketfs × ref |"
+             + (" bucketfs × local |" if any_ref2 else ""))
+    L.append("|---|---|---|---|---|---|" + ("---|" if any_ref2 else ""))
     for t in tables:
         for c in t["cases"]:
             for h in case_headlines(c):
@@ -234,8 +262,9 @@ def markdown(meta: dict, tables: list[dict], chart_files: dict) -> str:
                 tool = h.get("tool", "bucketfs")
                 case = c["title"] if tool == "bucketfs" else \
                     f"{c['title']} — *{labels.get(tool, tool)}*"
+                x_local = f" {_ratio(h.get('x_ref2'))} |" if any_ref2 else ""
                 L.append(f"| {t['number']}. {t['title']} | {case} | {bcell} | {peer} | "
-                         f"{_ratio(h['ratio'])} | {_ratio(h['x_ref'])} |")
+                         f"{_ratio(h['ratio'])} | {_ratio(h['x_ref'])} |{x_local}")
     L.append("")
 
     for t in tables:
@@ -244,15 +273,20 @@ def markdown(meta: dict, tables: list[dict], chart_files: dict) -> str:
         if t["facts"]:
             facts = ", ".join(f"{k} = {_fact(k, v)}" for k, v in t["facts"].items())
             L.append(f"Data: {facts}.\n")
-        L.append("| case / tool | median | min | max | throughput | peak RSS MiB | × best | × ref | notes |")
-        L.append("|---|---|---|---|---|---|---|---|---|")
+        ref2_col = any(c.get("ref2") for c in t["cases"])
+        L.append("| case / tool | median | min | max | throughput | peak RSS MiB | × best | × ref |"
+                 + (" × local |" if ref2_col else "") + " notes |")
+        L.append("|---|---|---|---|---|---|---|---|---|" + ("---|" if ref2_col else ""))
         for c in t["cases"]:
-            L.append(f"| **{c['title']}** | | | | | | | | |")
+            L.append(f"| **{c['title']}** | | | | | | | | |" + (" |" if ref2_col else ""))
             for r in c["rows"]:
-                L.append(_row(r["tool"], r, c["ref"] or ""))
+                L.append(_row(r["tool"], r, c["ref"] or "", ref2_col))
             if c["ref_row"] is not None:
                 label = f"*ref: {c['ref']}* ({c['ref_title']})"
-                L.append(_row(label, c["ref_row"], ""))
+                L.append(_row(label, c["ref_row"], "", ref2_col))
+            if c.get("ref2_row") is not None:
+                label = f"*ref: {c['ref2']}* ({c['ref2_title']})"
+                L.append(_row(label, c["ref2_row"], "", ref2_col))
         L.append("")
         if t["workload"] in chart_files:
             L.append(f"![{t['title']}]({chart_files[t['workload']]})\n")
@@ -265,13 +299,45 @@ def markdown(meta: dict, tables: list[dict], chart_files: dict) -> str:
         L.append("|---|---|---|---|---|---|")
         groups: dict = {}
         for h in meta["mounts"]:
-            groups.setdefault((h["tool"], h["bucket"]), []).append(h)
-        for (tool, bucket), hs in sorted(groups.items()):
+            groups.setdefault((h["tool"], h["bucket"], h.get("purpose", "")), []).append(h)
+        for (tool, bucket, purpose), hs in sorted(groups.items()):
             secs = [h["seconds"] for h in hs]
             rss = [h["rss_kb"] for h in hs if h["rss_kb"]]
-            L.append(f"| {tool} | {bucket} | {len(hs)} | {fmt_secs(statistics.median(secs))} | "
+            label = f"{tool} ({purpose}, untimed)" if purpose else tool
+            L.append(f"| {label} | {bucket} | {len(hs)} | {fmt_secs(statistics.median(secs))} | "
                      f"{fmt_secs(max(secs))} | {_mib(statistics.median(rss)) if rss else '—'} |")
         L.append("")
+        if any(h.get("index_status") for h in meta["mounts"]):
+            L.append("The rows of `bucketfs-index` without a note are the mounts the cold cases "
+                     "ran on: each loaded the index that a preparatory mount had just saved "
+                     "(so their time includes reading it from disk after a page-cache drop); "
+                     "the preparatory mounts are the *index build* rows.\n")
+        builds = [h for h in meta["mounts"] if "refresh_seconds" in h]
+        if builds:
+            L.append("### Listing index builds (`bucketfs-index`, preparatory mounts)\n")
+            L.append("`bucketfs refresh MOUNTPOINT` on a fresh `--index` mount: lists the bucket "
+                     "whole, swaps the new index in and saves it. The first mount of a bucket "
+                     "also starts a build of its own at mount, which this command waits for "
+                     "before running its own, so the max can be two builds. With "
+                     "`--index-prep stat`, `du -s` of the mount follows (a stat of every entry: "
+                     "the files' stored attributes are fetched and kept in the saved index).\n")
+            L.append("| tool | bucket | builds | median `bucketfs refresh` | max | median `du -s` | "
+                     "daemon RSS after MiB | saved index | refresh output |")
+            L.append("|---|---|---|---|---|---|---|---|---|")
+            bgroups: dict = {}
+            for h in builds:
+                bgroups.setdefault((h["tool"], h["bucket"]), []).append(h)
+            for (tool, bucket), hs in sorted(bgroups.items()):
+                secs = [h["refresh_seconds"] for h in hs]
+                stats = [h["stat_seconds"] for h in hs if "stat_seconds" in h]
+                stat = fmt_secs(statistics.median(stats)) if stats else "not run"
+                rss = [h.get("rss_after_stat_kb") or h.get("rss_after_refresh_kb") for h in hs]
+                rss = [x for x in rss if x]
+                out = hs[-1].get("refresh_output", "").replace("|", "/").replace("\n", "; ")
+                L.append(f"| {tool} | {bucket} | {len(hs)} | {fmt_secs(statistics.median(secs))} "
+                         f"| {fmt_secs(max(secs))} | {stat} | {_mib(max(rss)) if rss else '—'} | "
+                         f"{fmt_size(hs[-1].get('index_bytes'))} | {out[:200]} |")
+            L.append("")
 
     missing = [t for t in tools if t["missing"]]
     L.append("## Missing tools and unsupported operations\n")
@@ -303,9 +369,10 @@ def _fact(key: str, v) -> str:
 
 # ---- charts -----------------------------------------------------------------------------------
 
-# bucketfs-wb: the light shade of bucketfs's blue, so the two modes read as one program.
-COLORS = {"bucketfs": "#1f77b4", "bucketfs-wb": "#aec7e8", "s3fs": "#ff7f0e", "rclone": "#2ca02c",
-          "direct": "#7f7f7f", "local": "#9467bd"}
+# bucketfs-wb and bucketfs-index: a light and a dark shade of bucketfs's blue, so the modes read as
+# one program.
+COLORS = {"bucketfs": "#1f77b4", "bucketfs-wb": "#aec7e8", "bucketfs-index": "#08306b",
+          "s3fs": "#ff7f0e", "rclone": "#2ca02c", "direct": "#7f7f7f", "local": "#9467bd"}
 
 
 def charts(tables: list[dict], out: Path) -> tuple[dict, Optional[str]]:
@@ -321,14 +388,16 @@ def charts(tables: list[dict], out: Path) -> tuple[dict, Optional[str]]:
         labels, series = [], {}
         tool_names: list[str] = []
         for c in t["cases"]:
-            for r in c["rows"] + ([c["ref_row"]] if c["ref_row"] else []):
+            refs = [x for x in (c["ref_row"], c.get("ref2_row")) if x]
+            for r in c["rows"] + refs:
                 if r["tool"] not in tool_names:
                     tool_names.append(r["tool"])
         for c in t["cases"]:
             labels.append(c["title"])
             rows = {r["tool"]: r for r in c["rows"]}
-            if c["ref_row"]:
-                rows[c["ref_row"]["tool"]] = c["ref_row"]
+            for x in (c["ref_row"], c.get("ref2_row")):
+                if x:
+                    rows[x["tool"]] = x
             for name in tool_names:
                 series.setdefault(name, []).append(rows.get(name))
         n_cases, n_tools = len(labels), max(1, len(tool_names))

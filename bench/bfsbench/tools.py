@@ -20,6 +20,9 @@ from .s3 import BASE_PATH
 from .util import first_line, log, pid_alive, read_status_kb
 
 REGION = "us-east-1"
+# The bucket every workload writes to (the bench empties it with the direct client after each
+# run, behind the mounts' backs). Defined here for `BucketFSIndex`; context.py re-exports it.
+WRITE_BUCKET = "bench-write"
 
 
 class Tool:
@@ -27,6 +30,9 @@ class Tool:
     name = "?"
     kind = "fuse"
     label = "?"
+    # True for a tool whose cold state is "a fresh mount that loads a saved listing index":
+    # Context.fresh_cold then builds and saves the index with a preparatory mount first.
+    loads_saved_index = False
 
     def __init__(self, ctx_dirs: "Dirs", endpoint: str):
         self.dirs = ctx_dirs
@@ -51,6 +57,9 @@ class Tool:
     def redacted_cmd(self) -> str:
         argv = self.mount_argv("BUCKET", Path("MOUNTPOINT"))
         return " ".join(argv)
+
+    def before_mount(self, bucket: str) -> None:
+        """Called before a daemon is started on `bucket`."""
 
     def after_unmount(self, bucket: str) -> None:
         """Called once the daemon of a mount of `bucket` has exited."""
@@ -80,9 +89,11 @@ class BucketFS(Tool):
     label = "bucketfs"
     mode_args: list[str] = []   # what sets a variant apart (before --bucketfs-args)
 
-    def __init__(self, dirs: Dirs, endpoint: str, binary: str, extra_args: list[str]):
+    def __init__(self, dirs: Dirs, endpoint: str, binary: str, extra_args: list[str],
+                 shown_as: Optional[str] = None):
         super().__init__(dirs, endpoint)
         self.binary = binary
+        self.shown_as = shown_as or binary   # the path to show (binary may be a private copy)
         self.extra_args = extra_args
         mode = "".join(f" {a}" for a in self.mode_args)
         self.setup_note = (f"`bucketfs mount --foreground{mode}` with its defaults"
@@ -105,10 +116,16 @@ class BucketFS(Tool):
     def version(self) -> str:
         return first_line([self.binary, "--version"])
 
+    def variant_args(self, bucket: str) -> list[str]:
+        return list(self.mode_args)
+
     def mount_argv(self, bucket: str, mnt: Path) -> list[str]:
         return [self.binary, "mount", "--foreground", "--endpoint-url", self.endpoint,
-                "--force-path-style", "--region", REGION, *self.mode_args, *self.extra_args,
-                f"s3://{bucket}", str(mnt)]
+                "--force-path-style", "--region", REGION, *self.variant_args(bucket),
+                *self.extra_args, f"s3://{bucket}", str(mnt)]
+
+    def redacted_cmd(self) -> str:
+        return super().redacted_cmd().replace(self.binary, self.shown_as, 1)
 
     def mount_env(self) -> dict:
         env = super().mount_env()
@@ -128,6 +145,68 @@ class BucketFSWriteBack(BucketFS):
     name = "bucketfs-wb"
     label = "bucketfs --write-back"
     mode_args = ["--write-back"]
+
+
+class BucketFSIndex(BucketFS):
+    """The same binary serving the tree from a listing index (`--index`). Its cold cases
+    measure a fresh mount that loads the index saved by a preparatory mount (see
+    Context.fresh_cold): the start of a mount that was used before, which is what the index
+    is for. Each bucket has its own `--cache-dir` in the work directory."""
+    name = "bucketfs-index"
+    label = "bucketfs --index"
+    mode_args = ["--index"]
+    loads_saved_index = True
+
+    PREPS = {
+        "refresh": "`bucketfs refresh`, then unmount",
+        "stat": "`bucketfs refresh`, then `du -s` of the mount (a stat of every entry: the files' "
+                "stored attributes are fetched and kept in the index), then unmount",
+    }
+
+    def __init__(self, dirs: Dirs, endpoint: str, binary: str, extra_args: list[str],
+                 shown_as: Optional[str] = None, prep: str = "refresh"):
+        super().__init__(dirs, endpoint, binary, extra_args, shown_as)
+        if prep not in self.PREPS:
+            raise ValueError(f"unknown index preparation {prep!r}")
+        self.prep = prep
+        self.setup_note += ("; `--cache-dir` of its own per bucket; every cold case runs on a "
+                            "fresh mount that loads the index saved just before by a "
+                            f"preparatory mount ({self.PREPS[prep]})")
+
+    def cache_root(self) -> Path:
+        return self.dirs.home(self.name) / "cache"
+
+    def cache_dir(self, bucket: str) -> Path:
+        return self.cache_root() / bucket
+
+    def saved_indexes(self, bucket: str) -> list[Path]:
+        return sorted((self.cache_dir(bucket) / "bucketfs-index").glob("*.idx"))
+
+    def check(self) -> None:
+        super().check()
+        if self.missing:
+            return
+        cp = subprocess.run([self.binary, "refresh", "--help"], capture_output=True, text=True,
+                            timeout=30, stdin=subprocess.DEVNULL)
+        if cp.returncode != 0:
+            self.missing = "binary has no `refresh` subcommand"
+
+    def variant_args(self, bucket: str) -> list[str]:
+        return [*self.mode_args, "--cache-dir", str(self.cache_dir(bucket))]
+
+    def before_mount(self, bucket: str) -> None:
+        self.cache_dir(bucket).mkdir(parents=True, exist_ok=True)
+
+    def after_unmount(self, bucket: str) -> None:
+        # The bench empties the write bucket with the direct client after each run, behind the
+        # mount's back: an index saved of it would be stale at the next mount. The read
+        # buckets never change after set-up, and their saved index is what this row measures
+        # (fresh_cold builds a new one before each cold case anyway).
+        if bucket == WRITE_BUCKET:
+            shutil.rmtree(self.cache_dir(bucket), ignore_errors=True)
+
+    def redacted_cmd(self) -> str:
+        return super().redacted_cmd().replace(str(self.cache_root()), "CACHE_DIR")
 
 
 class S3FS(Tool):
@@ -254,6 +333,7 @@ class Mount:
         self.pid = proc.pid
         self.log_path = log_path
         self.mount_seconds = 0.0
+        self.history: dict = {}   # this mount's entry in MountManager.history
 
     def alive(self) -> bool:
         return self.proc.poll() is None and pid_alive(self.pid)
@@ -282,8 +362,9 @@ class MountManager:
             return m
         return self.fresh(tool, bucket)
 
-    def fresh(self, tool: Tool, bucket: str) -> Mount:
-        """A new daemon on an empty mount point: nothing cached in the daemon or the kernel."""
+    def fresh(self, tool: Tool, bucket: str, purpose: str = "") -> Mount:
+        """A new daemon on an empty mount point: nothing cached in the daemon or the kernel.
+        `purpose` marks untimed helper mounts (e.g. "index build") in the mount history."""
         old = self.mounts.pop((tool.name, bucket), None)
         if old is not None:
             self._unmount(old)
@@ -293,6 +374,7 @@ class MountManager:
         self.counter += 1
         log_path = self.dirs.logs() / f"{tool.name}-{bucket}-{self.counter}.log"
         logf = open(log_path, "wb")
+        tool.before_mount(bucket)
         t0 = time.perf_counter()
         proc = subprocess.Popen(tool.mount_argv(bucket, path), env=tool.mount_env(),
                                 stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -318,8 +400,11 @@ class MountManager:
             self._unmount(m)
             raise MountError(f"{tool.name} mounted but the root does not answer: {probe.stderr.strip()}")
         m.mount_seconds = time.perf_counter() - t0
-        self.history.append({"tool": tool.name, "bucket": bucket, "seconds": m.mount_seconds,
-                             "rss_kb": read_status_kb(m.pid, "VmRSS")})
+        m.history = {"tool": tool.name, "bucket": bucket, "seconds": m.mount_seconds,
+                     "rss_kb": read_status_kb(m.pid, "VmRSS")}
+        if purpose:
+            m.history["purpose"] = purpose
+        self.history.append(m.history)
         self.mounts[(tool.name, bucket)] = m
         return m
 

@@ -37,7 +37,7 @@ class Workload:
 
     def applies_to(self, tool: Tool) -> bool:
         """FUSE tools always; a reference tool only when some case uses it."""
-        return tool.kind == "fuse" or any(c.ref == tool.kind for c in self.cases())
+        return tool.kind == "fuse" or any(tool.kind in (c.ref, c.ref2) for c in self.cases())
 
     def setup(self) -> None:
         raise NotImplementedError
