@@ -243,3 +243,33 @@ fn stored_attributes_are_fetched_in_the_background_and_saved() {
     let sent = requests_since(&second, before);
     assert!(sent.is_empty(), "ls -lR with the saved attributes sent {sent:?}");
 }
+
+/// Several sources under one mount, each with its own index (and saved file): the
+/// tree of each shows under its directory, and a walk costs no request.
+#[test]
+fn each_source_of_a_multiplexed_mount_has_its_index() {
+    let one = create_bucket("idxone");
+    let two = create_bucket("idxtwo");
+    fill(&one, &["a/x".into(), "a/y".into(), "b".into()]);
+    fill(&two, &["pre/c/z".into(), "pre/d".into(), "elsewhere".into()]);
+    let cache = tempfile::tempdir().expect("cache dir");
+    let m = MountBuilder::new()
+        .source(format!("s3://{one}=one"))
+        .source(format!("s3://{two}/pre=two"))
+        .request_log()
+        .args(["--index", "--index-attributes-rate", "0", "--cache-dir"])
+        .arg(cache.path().to_string_lossy())
+        .mount();
+    let status = refresh(&m);
+    assert_eq!(status.matches("files=").count(), 2, "one index per source: {status}");
+    let before = m.s3_requests().len();
+    let out = Command::new("find").arg(m.path()).args(["-mindepth", "1", "-printf", "%P\n"]).output().expect("find");
+    let sent = requests_since(&m, before);
+    assert!(sent.is_empty(), "a walk of two indexed sources sent {sent:?}");
+    let mut paths: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
+    paths.sort();
+    assert_eq!(paths, ["one", "one/a", "one/a/x", "one/a/y", "one/b", "two", "two/c", "two/c/z", "two/d"]);
+    drop(m);
+    let saved = std::fs::read_dir(cache.path().join("bucketfs-index")).expect("index dir").count();
+    assert_eq!(saved, 2, "one saved index per source");
+}
