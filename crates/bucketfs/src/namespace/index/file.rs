@@ -7,6 +7,10 @@
 //! index. A file of another version, of another source, truncated or corrupted is
 //! refused with the reason (the mount warns and lists the bucket again). Written to a
 //! temporary name, synced, then renamed: a crash leaves the old file or the new one.
+//!
+//! The default cache directory (`/var/tmp`) is shared by every user: the index directory
+//! is created `0700`, and an index file (or directory) that another user owns or could
+//! write is refused, since its entries and modes would be shown as the bucket's.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -52,6 +56,8 @@ pub enum LoadError {
     Undecodable(postcard::Error),
     #[error("it indexes another source ({0})")]
     OtherSource(String),
+    #[error("{0} is owned by another user or writable by others")]
+    Untrusted(PathBuf),
 }
 
 /// Where the index of the source `identity` is saved under `cache_dir`.
@@ -66,7 +72,7 @@ pub fn save(path: &Path, identity: &str, listed_at: SystemTime, index: &SourceIn
     let listed_at_ms = listed_at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
     let body = postcard::to_stdvec(&SavedRef { identity, listed_at_ms, index }).map_err(std::io::Error::other)?;
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700).create(dir)?;
     }
     let temporary = path.with_extension(format!("tmp{}", std::process::id()));
     let mut file = File::create(&temporary)?;
@@ -84,11 +90,16 @@ pub fn save(path: &Path, identity: &str, listed_at: SystemTime, index: &SourceIn
 /// Loads the index of source `identity` saved at `path`, and when it was listed.
 pub fn load(path: &Path, identity: &str) -> Result<(SourceIndex, SystemTime), LoadError> {
     let mut bytes = Vec::new();
-    match File::open(path) {
-        Ok(mut file) => file.read_to_end(&mut bytes).map_err(LoadError::Unreadable)?,
+    let mut file = match File::open(path) {
+        Ok(file) => file,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Err(LoadError::Missing),
         Err(error) => return Err(LoadError::Unreadable(error)),
     };
+    check_trusted(path, &file.metadata().map_err(LoadError::Unreadable)?)?;
+    if let Some(dir) = path.parent() {
+        check_trusted(dir, &std::fs::metadata(dir).map_err(LoadError::Unreadable)?)?;
+    }
+    file.read_to_end(&mut bytes).map_err(LoadError::Unreadable)?;
     let header = MAGIC.len() + 8;
     if bytes.len() < header || &bytes[..MAGIC.len()] != MAGIC {
         return Err(LoadError::NotAnIndex);
@@ -107,6 +118,17 @@ pub fn load(path: &Path, identity: &str) -> Result<(SourceIndex, SystemTime), Lo
         return Err(LoadError::OtherSource(saved.identity));
     }
     Ok((saved.index, SystemTime::UNIX_EPOCH + Duration::from_millis(saved.listed_at_ms)))
+}
+
+/// Only what this user owns and nobody else can write is trusted.
+fn check_trusted(path: &Path, metadata: &std::fs::Metadata) -> Result<(), LoadError> {
+    use std::os::unix::fs::MetadataExt;
+    let ours = metadata.uid() == nix::unistd::geteuid().as_raw();
+    if ours && metadata.mode() & 0o022 == 0 {
+        Ok(())
+    } else {
+        Err(LoadError::Untrusted(path.to_owned()))
+    }
 }
 
 #[cfg(test)]
@@ -168,5 +190,23 @@ mod tests {
         assert!(matches!(load(&path, "s"), Err(LoadError::OtherVersion(_))));
         std::fs::write(&path, b"hello").expect("write");
         assert!(matches!(load(&path, "s"), Err(LoadError::NotAnIndex)));
+    }
+
+    /// An index others could have written is not shown as the bucket's.
+    #[test]
+    fn an_index_others_can_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("dir");
+        let path = path_for(dir.path(), "s");
+        save(&path, "s", SystemTime::now(), &sample()).expect("save");
+        let index_dir = path.parent().expect("index dir");
+        let mode = std::fs::metadata(index_dir).expect("stat").permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "the index directory is private");
+        assert!(load(&path, "s").is_ok());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        assert!(matches!(load(&path, "s"), Err(LoadError::Untrusted(_))));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        std::fs::set_permissions(index_dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        assert!(matches!(load(&path, "s"), Err(LoadError::Untrusted(_))));
     }
 }
