@@ -273,3 +273,21 @@ fn each_source_of_a_multiplexed_mount_has_its_index() {
     let saved = std::fs::read_dir(cache.path().join("bucketfs-index")).expect("index dir").count();
     assert_eq!(saved, 2, "one saved index per source");
 }
+
+/// A name another client created since the last refresh is missing from the index, but
+/// creating it through the mount never overwrites the other client's object: the new
+/// file is stored only if the key is still free, so `close` fails with EEXIST.
+#[test]
+fn a_create_over_a_key_the_index_has_not_seen_yet_does_not_overwrite_it() {
+    let bucket = create_bucket("idxexcl");
+    fill(&bucket, &["d/a".into()]);
+    let cache = tempfile::tempdir().expect("cache dir");
+    let m = indexed(&bucket, cache.path()).mount();
+    refresh(&m);
+    put(&bucket, "d/theirs", b"their bytes".to_vec());
+    assert!(!ls(&m.join("d")).contains(&"theirs".to_owned()), "not in the index before a refresh");
+    let mut file = std::fs::File::create(m.join("d/theirs")).expect("create: the index says the name is free");
+    std::io::Write::write_all(&mut file, b"mine").expect("write");
+    assert_errno(close(file), libc::EEXIST, "close of a create over a key another client stored");
+    assert_eq!(get(&bucket, "d/theirs"), b"their bytes", "their object stays");
+}
