@@ -206,8 +206,11 @@ pub fn refresh(mountpoint: &Path) -> Result<()> {
         });
     }
     status.truncate(length as usize);
-    println!("bucketfs: index refreshed in {:.2?}", started.elapsed());
-    print!("{}", String::from_utf8_lossy(&status));
+    // A closed standard output (`bucketfs refresh MNT | head -1`) is not an error of the
+    // refresh, which is done: the report is best effort.
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "bucketfs: index refreshed in {:.2?}", started.elapsed());
+    let _ = out.write_all(&status);
     Ok(())
 }
 
