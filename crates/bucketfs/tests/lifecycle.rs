@@ -77,6 +77,20 @@ fn sigint_unmounts_and_exits_zero() {
     signal_unmounts_cleanly(libc::SIGINT);
 }
 
+/// SIGHUP (a terminal closing on a foreground mount, `kill -HUP` meant as "reload") does
+/// not kill a mount without `--index`: it keeps serving (with `--index` it refreshes,
+/// see tests/index.rs).
+#[test]
+fn sighup_leaves_the_mount_serving() {
+    let b = create_bucket("sighup");
+    put(&b, "f", b"still here".to_vec());
+    let mut m = MountBuilder::new().bucket(&b).mount();
+    m.signal(libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(300));
+    m.assert_alive();
+    assert_eq!(std::fs::read(m.join("f")).expect("read after SIGHUP"), b"still here");
+}
+
 #[test]
 fn external_fusermount_ends_the_process() {
     let b = create_bucket("ext-unmount");

@@ -102,9 +102,9 @@ pub fn run(args: MountArgs) -> Result<()> {
             }
         }
     });
+    runtime.spawn(refresh_on_sighup(indexes.clone()));
     if let Some(indexes) = &indexes {
         runtime.spawn(indexes.clone().refresh_periodically());
-        runtime.spawn(refresh_on_sighup(indexes.clone()));
         runtime.spawn(indexes.clone().fetch_attributes_in_background());
     }
     let adapter = FuseAdapter::new(fs.clone(), runtime.handle().clone());
@@ -163,13 +163,20 @@ fn namespace(args: &MountArgs, sources: Vec<Source>) -> Namespace {
 }
 
 /// SIGHUP: list the indexed sources again (as `bucketfs refresh`, without a caller).
-async fn refresh_on_sighup(indexes: Arc<Indexes>) {
+/// Without `--index` there is nothing to reload, and the signal is only logged: its
+/// default action would kill the daemon and leave a dead mount behind (a terminal that
+/// closes on a foreground mount, a `kill -HUP` meant as "reload").
+async fn refresh_on_sighup(indexes: Option<Arc<Indexes>>) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hangups) = signal(SignalKind::hangup()) else {
         tracing::warn!("cannot listen for SIGHUP");
         return;
     };
     while hangups.recv().await.is_some() {
+        let Some(indexes) = &indexes else {
+            tracing::info!("SIGHUP: nothing to refresh (the mount has no --index)");
+            continue;
+        };
         match indexes.refresh().await {
             Ok(done) => {
                 tracing::info!(
