@@ -85,7 +85,8 @@ pub struct MountArgs {
     /// the next refresh (see --index-refresh, `bucketfs refresh`, SIGHUP).
     #[arg(long)]
     pub index: bool,
-    /// How often an --index mount lists its sources again, in seconds.
+    /// How often an --index mount lists its sources again, in seconds (0: only when
+    /// asked, by SIGHUP or `bucketfs refresh`).
     #[arg(long, default_value = "300", value_parser = parse_seconds, value_name = "SECONDS", requires = "index")]
     pub index_refresh: Duration,
     /// With --index: files' stored attributes (mode, owner, times in object metadata)

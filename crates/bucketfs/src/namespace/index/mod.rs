@@ -30,6 +30,7 @@ const MARKER_HEADS_IN_FLIGHT: usize = 8;
 /// After a failed refresh, the next try comes this much later (or at the interval, if
 /// shorter).
 const RETRY_AFTER: Duration = Duration::from_secs(60);
+const MIN_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Background HEADs for files' stored attributes in flight at once.
 const ATTRIBUTE_HEADS_IN_FLIGHT: usize = 8;
 /// A background pass saves the index after this many attributes fetched (and at its end).
@@ -194,12 +195,18 @@ impl Indexes {
     /// Refreshes each index when it is older than the interval, forever (a task of the
     /// mount's runtime).
     pub async fn refresh_periodically(self: Arc<Self>) {
+        // `--index-refresh 0`: list each source once if it has no saved index, then only
+        // on request (SIGHUP, `bucketfs refresh`).
+        let periodic = !self.refresh_every.is_zero();
         loop {
             let oldest = self.slots.iter().map(|slot| slot.state.lock().listed_at).min().flatten();
-            let age = oldest.map(|at| at.elapsed().unwrap_or_default());
-            if let Some(age) = age.filter(|age| *age < self.refresh_every) {
-                tokio::time::sleep(self.refresh_every - age).await;
-                continue;
+            match oldest.map(|at| at.elapsed().unwrap_or_default()) {
+                Some(_) if !periodic => return,
+                Some(age) if age < self.refresh_every => {
+                    tokio::time::sleep(self.refresh_every - age).await;
+                    continue;
+                }
+                _ => {}
             }
             match self.refresh().await {
                 Ok(done) => {
@@ -207,7 +214,8 @@ impl Indexes {
                 }
                 Err(error) => {
                     tracing::warn!("index refresh failed: {error}; trying again later");
-                    tokio::time::sleep(RETRY_AFTER.min(self.refresh_every)).await;
+                    let retry = if periodic { RETRY_AFTER.min(self.refresh_every) } else { RETRY_AFTER };
+                    tokio::time::sleep(retry.max(MIN_RETRY_AFTER)).await;
                 }
             }
         }
@@ -433,6 +441,23 @@ mod tests {
         assert!(matches!(indexes.lookup(0, "d/", "a"), Some(None)), "still removed after the refresh");
         assert!(matches!(indexes.lookup(0, "d/", "b"), Some(Some(_))));
         assert_eq!(indexes.lookup(0, "nowhere/", "x"), None, "a directory the index lacks");
+    }
+
+    /// `--index-refresh 0`: one listing when there is no saved index, then none until
+    /// asked (the task ends instead of listing the bucket again and again).
+    #[tokio::test]
+    async fn no_periodic_refresh_with_an_interval_of_zero() {
+        let cache = tempfile::tempdir().expect("cache dir");
+        let store = Arc::new(MemoryStore::with_keys([("d/a".to_owned(), b"x".to_vec())]));
+        let source = Source { mount_name: None, store: store.clone(), prefix: String::new() };
+        let options =
+            IndexOptions { cache_dir: cache.path().to_owned(), refresh_every: Duration::ZERO, attributes_rate: 0 };
+        let indexes = Arc::new(Indexes::load(&[source], &options));
+        let ended = tokio::time::timeout(Duration::from_secs(5), indexes.clone().refresh_periodically()).await;
+        assert!(ended.is_ok(), "the refresh task ended after the first listing");
+        assert!(indexes.is_ready(0));
+        let lists = store.lists.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(lists <= 2, "{lists} LISTs for one listing of one directory");
     }
 
     /// The saved index is loaded by the next mount of the same source.
