@@ -696,7 +696,12 @@ mod tests {
                     (3, Some(kind)) => {
                         let (parent, _) = split_key(destination);
                         let target_entry = index.lookup(parent, split_key(destination).1);
-                        if index.dir(parent).is_none() || destination.starts_with(&format!("{target}/")) || destination == target {
+                        // rename(2) refuses to move a directory into itself or onto its
+                        // ancestor, and onto a directory that is not empty.
+                        let into_itself = destination.starts_with(&format!("{target}/")) || destination == target;
+                        let onto_ancestor = target.starts_with(&format!("{destination}/"));
+                        let onto_full_dir = index.dir(&format!("{destination}/")).is_some_and(|d| !d.is_empty());
+                        if index.dir(parent).is_none() || into_itself || onto_ancestor || onto_full_dir {
                             continue;
                         }
                         let is_dir = matches!(kind, Indexed::Dir { .. });
