@@ -40,7 +40,7 @@ pub use error::NamespaceError;
 use index::{Change, IndexOptions, Indexed, Indexes};
 use inode::{Attributes, InodeTable};
 pub use inode::{Copied, Ino, Location, Node, ROOT_INO};
-use listing::{Entry, EntryKind};
+use listing::Entry;
 pub use readdir::{DirStream, Listed};
 
 /// After this many lookups in one directory go to the store within the TTL, the
@@ -590,7 +590,8 @@ impl Namespace {
         self.state.lock().sweep(Instant::now(), self.ttl);
     }
 
-    /// Enters a batch of `dir`'s entries from the index.
+    /// Enters a batch of `dir`'s entries, from the index or a listing, and remembers
+    /// their names for metadata batches.
     fn enter_indexed(&self, dir: Ino, source: usize, prefix: &str, entries: Vec<(String, Indexed)>) -> Vec<Listed> {
         let valid_until = self.valid_until();
         let names = entries.iter().map(|(name, _)| name.clone()).collect();
@@ -606,28 +607,10 @@ impl Namespace {
             .collect()
     }
 
-    /// Enters a page of `dir`'s listing.
+    /// Enters a page of `dir`'s listing from the store.
     fn enter_listed(&self, dir: Ino, source: usize, prefix: &str, entries: Vec<Entry>) -> Vec<Listed> {
-        let valid_until = self.valid_until();
-        let names = entries.iter().map(|e| e.name.clone()).collect();
-        let mut state = self.state.lock();
-        state.remember_page(dir, valid_until, names);
-        entries
-            .into_iter()
-            .map(|entry| {
-                let (location, attributes) = match entry.kind {
-                    EntryKind::Dir => (
-                        Location::Dir { source, prefix: format!("{prefix}{}/", entry.name) },
-                        Attributes::dir(self.mounted_at, None, Some(valid_until)),
-                    ),
-                    EntryKind::File(info) => {
-                        (Location::File { source, key: info.key.clone() }, Attributes::file(info, Some(valid_until)))
-                    }
-                };
-                let node = state.enter_found(dir, &entry.name, location, attributes);
-                Listed { name: entry.name, node }
-            })
-            .collect()
+        let entries = entries.into_iter().map(|entry| (entry.name, Indexed::from(entry.kind))).collect();
+        self.enter_indexed(dir, source, prefix, entries)
     }
 }
 
@@ -749,6 +732,21 @@ mod tests {
         let mut root = ns.list(ROOT_INO).expect("root");
         let listed = root.next_batch(&ns).await.expect("root");
         assert_eq!(listed.iter().filter(|l| l.name == "f").count(), 1, "listed once");
+    }
+
+    /// A listing (from the store or the index) of a directory while one of its files is
+    /// being rewritten shows what is being written, not the object about to be replaced.
+    #[tokio::test]
+    async fn a_listing_does_not_override_a_file_being_written() {
+        let ns = namespace(&["d/f", "d/g"]);
+        let d = ns.lookup(ROOT_INO, "d").await.expect("d");
+        let f = ns.lookup(d.ino, "f").await.expect("f");
+        ns.enter_pending_file(d.ino, "f", 0, "d/f".into(), Arc::default());
+        ns.set_pending_size(f.ino, 12345);
+        let listed = ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page");
+        let shown = listed.iter().find(|l| l.name == "f").expect("listed");
+        assert_eq!((shown.node.ino, shown.node.size), (f.ino, 12345), "the listing kept the write");
+        assert_eq!(ns.getattr(f.ino).await.expect("getattr").size, 12345);
     }
 
     #[tokio::test]

@@ -140,11 +140,6 @@ impl Indexes {
         self.slots.get(source)?.state.lock().index.as_ref()?.dir(prefix)
     }
 
-    /// Whether `source`'s index is built (then walks need no flat listings).
-    pub fn is_ready(&self, source: usize) -> bool {
-        self.slots.get(source).is_some_and(|slot| slot.state.lock().index.is_some())
-    }
-
     /// A change made through the mount in `source`.
     pub fn record(&self, source: usize, change: Change) {
         if let Some(slot) = self.slots.get(source) {
@@ -225,7 +220,9 @@ impl Indexes {
     /// refresh, and the changes made through the mount, are kept for the next mount).
     pub fn save_all(&self) {
         for slot in &self.slots {
-            slot.save_current();
+            if let Some((index, listed_at)) = slot.snapshot() {
+                save(&slot.file, &slot.identity, &index, listed_at);
+            }
         }
     }
 
@@ -278,7 +275,7 @@ impl Slot {
                     let found = self.take_head(heads.join_next().await);
                     (fetched, unsaved) = (fetched + found, unsaved + found);
                     if unsaved >= SAVE_EVERY_FETCHED {
-                        self.save_current();
+                        self.save_snapshot().await;
                         unsaved = 0;
                     }
                 }
@@ -294,7 +291,7 @@ impl Slot {
         }
         if fetched > 0 {
             tracing::info!(source = self.identity, fetched, "stored attributes fetched in the background");
-            self.save_current();
+            self.save_snapshot().await;
         }
     }
 
@@ -317,16 +314,24 @@ impl Slot {
         }
     }
 
+    /// The index as it is now, and when it was listed (a clone is one `Arc` per
+    /// directory).
+    fn snapshot(&self) -> Option<(SourceIndex, SystemTime)> {
+        let state = self.state.lock();
+        Some((state.index.clone()?, state.listed_at?))
+    }
+
     /// Saves the index as it is now (a background pass's progress).
-    fn save_current(&self) {
-        let (index, listed_at) = {
-            let state = self.state.lock();
-            match (&state.index, state.listed_at) {
-                (Some(index), Some(at)) => (index.clone(), at),
-                _ => return,
-            }
-        };
-        self.save(&index, listed_at);
+    async fn save_snapshot(&self) {
+        if let Some((index, listed_at)) = self.snapshot() {
+            self.save_off_runtime(index, listed_at).await;
+        }
+    }
+
+    /// Saves `index`: writing a large one takes a while, so not on a runtime worker.
+    async fn save_off_runtime(&self, index: SourceIndex, listed_at: SystemTime) {
+        let (file, identity) = (self.file.clone(), self.identity.clone());
+        let _ = tokio::task::spawn_blocking(move || save(&file, &identity, &index, listed_at)).await;
     }
 
     /// Lists the source and swaps the result in; returns its (files, directories).
@@ -356,9 +361,7 @@ impl Slot {
             saved
         };
         let counts = (saved.files(), saved.dirs());
-        let (file, identity) = (self.file.clone(), self.identity.clone());
-        // Writing a large index takes a while: not on a runtime worker.
-        let _ = tokio::task::spawn_blocking(move || save(&file, &identity, &saved, listed_at)).await;
+        self.save_off_runtime(saved, listed_at).await;
         Ok(counts)
     }
 
@@ -384,10 +387,6 @@ impl Slot {
                 Err(error) => tracing::debug!(prefix, "marker metadata not fetched: {error}"),
             }
         }
-    }
-
-    fn save(&self, index: &SourceIndex, listed_at: SystemTime) {
-        save(&self.file, &self.identity, index, listed_at);
     }
 }
 
@@ -455,7 +454,7 @@ mod tests {
         let indexes = Arc::new(Indexes::load(&[source], &options));
         let ended = tokio::time::timeout(Duration::from_secs(5), indexes.clone().refresh_periodically()).await;
         assert!(ended.is_ok(), "the refresh task ended after the first listing");
-        assert!(indexes.is_ready(0));
+        assert!(indexes.dir(0, "").is_some(), "listed");
         let lists = store.lists.load(std::sync::atomic::Ordering::Relaxed);
         assert!(lists <= 2, "{lists} LISTs for one listing of one directory");
     }
@@ -467,7 +466,7 @@ mod tests {
         let store = Arc::new(MemoryStore::with_keys([("d/a".to_owned(), b"x".to_vec())]));
         indexes(store.clone(), cache.path()).refresh().await.expect("listing");
         let next = indexes(store.clone(), cache.path());
-        assert!(next.is_ready(0));
+        assert!(next.dir(0, "").is_some(), "loaded");
         assert!(matches!(next.lookup(0, "d/", "a"), Some(Some(Indexed::File(_)))));
     }
 }

@@ -66,6 +66,16 @@ pub enum Indexed {
     Dir { metadata: Option<Arc<Metadata>> },
 }
 
+impl From<EntryKind> for Indexed {
+    /// An entry of a delimited listing: a directory's marker metadata is not known.
+    fn from(kind: EntryKind) -> Self {
+        match kind {
+            EntryKind::File(info) => Indexed::File(info),
+            EntryKind::Dir => Indexed::Dir { metadata: None },
+        }
+    }
+}
+
 impl DirListing {
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -395,7 +405,6 @@ impl SourceIndex {
                 let same = new.flags == was.flags
                     && new.size == was.size
                     && new.mtime == was.mtime
-                    && new.etag == was.etag
                     && listing.etag(new) == old.etag(was);
                 if same {
                     listing.entries[at].metadata = was.metadata.clone();
