@@ -5,6 +5,7 @@
 mod common;
 
 use std::fs::File;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 use common::*;
 
@@ -13,35 +14,60 @@ fn get_bytes_for(m: &Mount, key: &str) -> (usize, u64) {
     (gets.len(), gets.iter().map(|r| r.range.map_or(0, |(_, len)| len)).sum())
 }
 
-/// `stat` of every entry after a directory listing: LIST carries no metadata, so each
-/// entry's stored attributes cost one HEAD (fetched in parallel batches), never more, and
-/// nothing else; with `--attributes-from-listing`, the listing answers alone.
+/// `stat` of every entry after a directory listing. A plain S3 listing carries no
+/// metadata, so each entry's stored attributes cost one HEAD (fetched in parallel
+/// batches), never more, and nothing else: that is the path of every server but MinIO,
+/// taken here with `--no-listing-metadata`. MinIO lists the metadata too (its
+/// `metadata=true` extension), and then files cost nothing; a sub-directory, listed as a
+/// common prefix, still costs the HEAD of its marker. With `--attributes-from-listing`,
+/// the listing answers alone, without the stored attributes.
 #[test]
 fn stat_after_listing_costs_one_head_per_entry_at_most() {
     let bucket = create_bucket("rq");
     let mut objects: Vec<_> = (0..50).map(|i| (format!("d/f{i:02}"), vec![b'x'; i])).collect();
     objects.push(("d/sub/inner".to_owned(), b"i".to_vec()));
     put_many(&bucket, objects, 16);
-    for from_listing in [false, true] {
+    {
+        let m = MountBuilder::new().bucket(&bucket).mount();
+        std::fs::set_permissions(m.join("d/f07"), PermissionsExt::from_mode(0o600)).expect("chmod file");
+        std::fs::create_dir(m.join("d/made")).expect("mkdir");
+        std::fs::set_permissions(m.join("d/made"), PermissionsExt::from_mode(0o700)).expect("chmod dir");
+    }
+    for mode in ["--no-listing-metadata", "listing metadata", "--attributes-from-listing"] {
         let mut builder = MountBuilder::new().bucket(&bucket).request_log();
-        if from_listing {
-            builder = builder.arg("--attributes-from-listing");
+        if mode.starts_with("--") {
+            builder = builder.arg(mode);
         }
         let m = builder.mount();
         let names = ls(&m.join("d"));
-        assert_eq!(names.len(), 51);
+        assert_eq!(names.len(), 52);
         let before = m.s3_requests().len();
         for n in &names {
             let md = std::fs::metadata(m.join("d").join(n)).expect("stat");
-            if n != "sub" {
-                let i: usize = n[1..].parse().expect("number");
+            if let Some(number) = n.strip_prefix('f') {
+                let i: usize = number.parse().expect("number");
                 assert_eq!(md.len(), i as u64, "size of d/{n}");
+            }
+            let stored = match n.as_str() {
+                "f07" => Some(0o100600),
+                "made" => Some(0o40700),
+                _ => None,
+            };
+            if let (Some(stored), false) = (stored, mode == "--attributes-from-listing") {
+                assert_eq!(md.mode(), stored, "{mode}: the stored mode of d/{n}");
             }
         }
         let sent: Vec<S3Request> = m.s3_requests()[before..].to_vec();
         let describe = || sent.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>().join("\n");
-        if from_listing {
-            assert!(sent.is_empty(), "stat after a listing sent S3 requests:\n{}", describe());
+        if mode == "--attributes-from-listing" {
+            assert!(sent.is_empty(), "{mode}: stat after a listing sent S3 requests:\n{}", describe());
+            continue;
+        }
+        if mode == "listing metadata" {
+            let mut keys: Vec<&str> = sent.iter().map(|r| r.key.as_str()).collect();
+            keys.sort_unstable();
+            assert_eq!(keys, ["d/made/", "d/sub/"], "{mode}: only the directories' markers:\n{}", describe());
+            assert!(sent.iter().all(|r| r.op == "HEAD"), "only HEADs expected:\n{}", describe());
             continue;
         }
         assert!(sent.iter().all(|r| r.op == "HEAD"), "only HEADs expected:\n{}", describe());
@@ -50,39 +76,61 @@ fn stat_after_listing_costs_one_head_per_entry_at_most() {
         let count = keys.len();
         keys.dedup();
         assert_eq!(keys.len(), count, "an entry was fetched twice:\n{}", describe());
-        assert_eq!(count, 51, "one HEAD per entry (the directory's marker included):\n{}", describe());
+        assert_eq!(count, 52, "one HEAD per entry (the directories' markers included):\n{}", describe());
     }
+    // A directory looked up by name: the LIST that finds it shows its marker, with the
+    // marker's metadata on MinIO, so no HEAD of the marker follows.
+    let m = MountBuilder::new().bucket(&bucket).request_log().mount();
+    let before = m.s3_requests().len();
+    assert_eq!(std::fs::metadata(m.join("d/made")).expect("stat").mode(), 0o40700);
+    let sent: Vec<S3Request> = m.s3_requests()[before..].to_vec();
+    assert!(!sent.iter().any(|r| r.key == "d/made/" && r.op == "HEAD"), "the marker was HEADed: {sent:?}");
 }
 
 /// A small read in the middle of a big object is a small ranged GET, not a part or the whole
 /// object.
-/// Reading small files one after another (`grep -r`, `cat *`): once one file of the
-/// directory was opened, the metadata of the others is fetched with a GET that brings
-/// the content too, and their open and read send nothing more. The first file costs a
-/// HEAD and a GET, as does a file larger than 64 KiB.
+/// Reading small files one after another (`grep -r`, `cat *`). Where the listing
+/// carries no metadata (`--no-listing-metadata`, every server but MinIO): once one file
+/// of the directory was opened, the metadata of the others is fetched with a GET that
+/// brings the content too, and their open and read send nothing more; the first file
+/// costs a HEAD and a GET, as does a file larger than 64 KiB. Where it does (MinIO),
+/// each file costs its GET alone.
 #[test]
 fn small_files_are_read_with_their_metadata() {
     let bucket = create_bucket("rq-small");
     let mut objects: Vec<_> = (0..40).map(|i| (format!("d/f{i:02}"), gen_data(i, 1 + i as usize * 1500))).collect();
     objects.push(("d/large".to_owned(), gen_data(99, 100_000)));
     put_many(&bucket, objects.clone(), 16);
-    let m = MountBuilder::new().bucket(&bucket).request_log().mount();
-    assert_eq!(ls(&m.join("d")).len(), 41);
-    let before = m.s3_requests().len();
-    for (key, data) in &objects {
-        let read = std::fs::read(m.join(key)).expect("read");
-        assert_same_bytes(&read, data, key);
+    for listing_metadata in [false, true] {
+        let mut builder = MountBuilder::new().bucket(&bucket).request_log();
+        if !listing_metadata {
+            builder = builder.arg("--no-listing-metadata");
+        }
+        let m = builder.mount();
+        assert_eq!(ls(&m.join("d")).len(), 41);
+        let before = m.s3_requests().len();
+        for (key, data) in &objects {
+            let read = std::fs::read(m.join(key)).expect("read");
+            assert_same_bytes(&read, data, key);
+        }
+        let sent: Vec<S3Request> = m.s3_requests()[before..].to_vec();
+        let describe = || sent.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>().join("\n");
+        let ops_on = |key: &str| sent.iter().filter(|r| r.key == key).map(|r| r.op.as_str()).collect::<Vec<_>>();
+        let large = ops_on("d/large");
+        if listing_metadata {
+            for (key, _) in &objects[..40] {
+                assert_eq!(ops_on(key), ["GET"], "{key}: one request:\n{}", describe());
+            }
+            assert!(!large.is_empty() && large.iter().all(|op| *op == "GET"), "{}", describe());
+            continue;
+        }
+        assert_eq!(ops_on("d/f00"), ["HEAD", "GET"], "the first file read:\n{}", describe());
+        for (key, _) in &objects[1..40] {
+            assert_eq!(ops_on(key), ["GET-SMALL"], "{key}: one request:\n{}", describe());
+        }
+        assert_eq!(large.first(), Some(&"HEAD"), "{}", describe());
+        assert!(large.len() > 1 && large[1..].iter().all(|op| *op == "GET"), "{}", describe());
     }
-    let sent: Vec<S3Request> = m.s3_requests()[before..].to_vec();
-    let describe = || sent.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>().join("\n");
-    let ops_on = |key: &str| sent.iter().filter(|r| r.key == key).map(|r| r.op.as_str()).collect::<Vec<_>>();
-    assert_eq!(ops_on("d/f00"), ["HEAD", "GET"], "the first file read:\n{}", describe());
-    for (key, _) in &objects[1..40] {
-        assert_eq!(ops_on(key), ["GET-SMALL"], "{key}: one request:\n{}", describe());
-    }
-    let large = ops_on("d/large");
-    assert_eq!(large.first(), Some(&"HEAD"), "{}", describe());
-    assert!(large.len() > 1 && large[1..].iter().all(|op| *op == "GET"), "{}", describe());
 }
 
 #[test]

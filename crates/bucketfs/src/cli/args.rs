@@ -79,6 +79,11 @@ pub struct MountArgs {
     /// each directory then costs its own LIST (see docs/SEMANTICS.md, "Listings").
     #[arg(long)]
     pub no_flat_listing: bool,
+    /// Do not ask MinIO for objects' metadata in listings (its `metadata=true` extension,
+    /// used when the server says it is MinIO); stored attributes then cost a HEAD per
+    /// file, as on other servers.
+    #[arg(long)]
+    pub no_listing_metadata: bool,
     /// Serve the tree from a listing index: each source is listed whole once (flat, in
     /// parallel), and `ls`, `find` and `stat` cost no request. The index is saved in
     /// --cache-dir and loaded by the next mount; keys changed by other clients show after

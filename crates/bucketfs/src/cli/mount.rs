@@ -380,9 +380,10 @@ async fn connect_sources(args: &MountArgs, specs: &[SourceSpec]) -> Result<Vec<S
             max_concurrent_requests: args.max_concurrent_requests,
             read_timeout: args.read_timeout,
             retry_window: args.retry_window,
+            listing_metadata: !args.no_listing_metadata,
         })
         .await;
-        match store.list(&spec.prefix, None, Some(1)).await {
+        match store.list(&spec.prefix, None, Some(1), false).await {
             Ok(_) => Ok(Source {
                 mount_name: spec.mount_name.clone(),
                 store: store as Arc<dyn ObjectStore>,

@@ -165,24 +165,30 @@ impl Fs {
         replacing: bool,
     ) -> Result<Vec<Copied>, FsError> {
         let store = self.namespace.store(source).clone();
-        let mut keys = Vec::new();
+        let mut listed = Vec::new();
         let mut token = None;
         loop {
-            let page = store.list_recursive(prefix, token).await?;
-            keys.extend(page.objects.into_iter().map(|o| o.key));
+            let page = store.list_recursive(prefix, token, true).await?;
+            listed.extend(page.objects);
             token = page.next_token;
             if token.is_none() {
                 break;
             }
         }
-        // Each object's metadata (not in the listing) is read as it is copied.
+        let keys: Vec<String> = listed.iter().map(|object| object.key.clone()).collect();
+        // Each object's metadata is read as it is copied, unless the listing carried it.
         let journal = self.journal();
-        let copies: Vec<_> = keys
-            .iter()
-            .map(|key| {
-                let (store, key, to_key) = (store.clone(), key.clone(), format!("{to_prefix}{}", &key[prefix.len()..]));
+        let copies: Vec<_> = listed
+            .into_iter()
+            .map(|object| {
+                let store = store.clone();
+                let to_key = format!("{to_prefix}{}", &object.key[prefix.len()..]);
                 async move {
-                    let info = store.head(&key).await?;
+                    let key = object.key.clone();
+                    let info = match object.metadata {
+                        Some(_) => object,
+                        None => store.head(&key).await?,
+                    };
                     let metadata = info.metadata.as_deref().cloned().unwrap_or_default();
                     let etag =
                         copy_object(&store, journal, &key, &to_key, info.size, info.etag.as_deref(), &metadata).await?;
@@ -234,7 +240,7 @@ impl Fs {
     pub(super) async fn check_empty_dir(&self, node: &Node) -> Result<(), FsError> {
         let Location::Dir { source, prefix } = &node.location else { return Err(FsError::NotDir) };
         // Two keys are enough to tell: the marker `dir/` itself, and anything else.
-        let page = self.namespace.store(*source).list(prefix, None, Some(2)).await?;
+        let page = self.namespace.store(*source).list(prefix, None, Some(2), false).await?;
         let only_marker = page.prefixes.is_empty() && page.objects.iter().all(|o| o.key == *prefix);
         if !only_marker || self.namespace.has_pending_children(node.ino) {
             return Err(FsError::NotEmpty);

@@ -40,6 +40,9 @@ impl Namespace {
         if node.metadata.is_some() {
             return Ok(node);
         }
+        if !node.location.is_dir() {
+            self.state.lock().subtree_jobs.note_file_attributes_wanted(Instant::now());
+        }
         let batch = self.metadata_batch(&node);
         let fetches = batch.into_iter().map(|(ino, location)| async move {
             let result = self.fetch_metadata(ino, &location).await;

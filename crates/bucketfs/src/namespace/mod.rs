@@ -257,18 +257,19 @@ impl Namespace {
         let key = format!("{prefix}{name}");
         let dir_prefix = format!("{key}/");
         // Both questions at once: is there an object `key`, and is there anything below `key/`?
-        let (head, children) = tokio::join!(store.head(&key), store.list(&dir_prefix, None, Some(1)));
+        let (head, children) = tokio::join!(store.head(&key), store.list(&dir_prefix, None, Some(1), true));
         let children = children?;
         let valid_until = Some(self.valid_until());
         if !children.objects.is_empty() || !children.prefixes.is_empty() {
             if head.is_ok() {
                 tracing::warn!(key, "object not shown: a directory of the same name exists");
             }
-            // A `dir/` marker lists first; only then is there metadata to fetch.
-            let metadata = if children.objects.first().is_some_and(|o| o.key == dir_prefix) {
-                self.marker_metadata(store, &dir_prefix).await?
-            } else {
-                Arc::default()
+            // A `dir/` marker lists first; only then is there metadata to fetch, unless
+            // the listing carried it.
+            let metadata = match children.objects.first().filter(|o| o.key == dir_prefix) {
+                Some(ObjectInfo { metadata: Some(metadata), .. }) => metadata.clone(),
+                Some(_) => self.marker_metadata(store, &dir_prefix).await?,
+                None => Arc::default(),
             };
             let attributes = Attributes::dir(self.mounted_at, Some(metadata), valid_until);
             let location = Location::Dir { source, prefix: dir_prefix };

@@ -19,6 +19,13 @@
 //! without a HEAD. A directory listed while a job covering it runs waits for the job to
 //! pass it (or to stop), then reads the kept listing.
 //!
+//! **Stored attributes.** Where the store can list objects' metadata (MinIO), a job asks
+//! for it only while programs want files' stored attributes (a file's metadata was
+//! fetched within [`ATTRIBUTES_WANTED_FOR`]): `ls -lR` and `du` then get them with the
+//! listing instead of a HEAD per file (on the linux-5.12.13 shape, `ls -lR` 10.9 s instead
+//! of 30.1 s), while `find -name` keeps the bare listing, which costs MinIO 2.5x less.
+//! The first window of a walk starts before any file is stat'ed, so it goes bare.
+//!
 //! The jobs are kept in [`DirState`] (the one lock); a job's progress is published on a
 //! `watch` channel, so that waiters hold no lock.
 
@@ -45,6 +52,9 @@ const SIBLINGS_AHEAD: usize = 16;
 const JOBS_AT_ONCE: usize = 32;
 /// Flat LIST requests in flight at once, all jobs together.
 const LISTS_IN_FLIGHT: usize = 8;
+/// How long after a file's stored attributes were last fetched flat listings still ask
+/// for objects' metadata.
+const ATTRIBUTES_WANTED_FOR: Duration = Duration::from_secs(10);
 
 /// How far a job got: every key up to `passed` has been listed, and every directory
 /// whose range lies before it is complete (kept, unless too large). `stopped`: the job
@@ -76,15 +86,32 @@ pub(super) struct SubtreeJobs {
     /// Directory → when a listing of it last started.
     listed: HashMap<Ino, Instant>,
     lists: Arc<Semaphore>,
+    /// When a listed file's stored attributes were last fetched.
+    file_attributes_wanted: Option<Instant>,
 }
 
 impl Default for SubtreeJobs {
     fn default() -> Self {
-        Self { running: Vec::new(), listed: HashMap::new(), lists: Arc::new(Semaphore::new(LISTS_IN_FLIGHT)) }
+        Self {
+            running: Vec::new(),
+            listed: HashMap::new(),
+            lists: Arc::new(Semaphore::new(LISTS_IN_FLIGHT)),
+            file_attributes_wanted: None,
+        }
     }
 }
 
 impl SubtreeJobs {
+    /// A program wants the stored attributes of a listed file (`stat` of it).
+    pub fn note_file_attributes_wanted(&mut self, now: Instant) {
+        self.file_attributes_wanted = Some(now);
+    }
+
+    /// Whether flat listings should carry objects' metadata (see the module's doc).
+    fn metadata_wanted(&self, now: Instant) -> bool {
+        self.file_attributes_wanted.is_some_and(|at| now.duration_since(at) <= ATTRIBUTES_WANTED_FOR)
+    }
+
     /// A listing of `dir` starts now.
     pub fn note_listed(&mut self, dir: Ino, now: Instant) {
         self.listed.insert(dir, now);
@@ -157,7 +184,8 @@ impl Job {
         for _ in 0..PAGES_PER_JOB {
             let page = {
                 let Ok(_permit) = lists.acquire().await else { break };
-                self.store.list_recursive(&self.prefix, token.take()).await
+                let with_metadata = self.state.lock().subtree_jobs.metadata_wanted(Instant::now());
+                self.store.list_recursive(&self.prefix, token.take(), with_metadata).await
             };
             let page = match page {
                 Ok(page) => page,
@@ -377,8 +405,10 @@ impl FilledDirs for IntoDirState<'_> {
         marker: Option<ObjectInfo>,
         valid_until: Instant,
     ) {
-        if marker.is_none() {
-            self.state.set_metadata_if_unknown(dir, Arc::default()); // no marker: nothing stored
+        match marker {
+            None => self.state.set_metadata_if_unknown(dir, Arc::default()), // nothing stored
+            Some(ObjectInfo { metadata: Some(metadata), .. }) => self.state.set_metadata_if_unknown(dir, metadata),
+            Some(_) => {} // a marker whose metadata the listing did not carry: HEADed on stat
         }
         if entries.len() > MAX_CACHED_LISTING {
             return;
@@ -482,12 +512,20 @@ mod tests {
         assert!(a.metadata.is_some(), "no marker: attributes known");
         let b = state.inodes.child(ROOT_INO, "b").expect("b").ino;
         assert!(state.fresh_listing(b, Instant::now()).is_none(), "still in it");
-        filler.push(&mut sink(&mut state), &[info("c")], until);
+        // A marker listed with its metadata (MinIO's listing extension) needs no HEAD.
+        let stored = Arc::new(crate::store::Metadata {
+            user: [("mode".to_owned(), "16832".to_owned())].into(),
+            content_type: None,
+        });
+        let listed_marker = ObjectInfo { metadata: Some(stored.clone()), ..info("c/") };
+        filler.push(&mut sink(&mut state), &[listed_marker, info("c/x"), info("d")], until);
         assert_eq!(shown(&state, b).len(), 1);
         assert!(state.inodes.get(b).expect("b").metadata.is_none(), "a marker: its metadata is fetched");
+        let c = state.inodes.child(ROOT_INO, "c").expect("c").clone();
+        assert_eq!(c.metadata, Some(stored), "a marker listed with its metadata");
         assert!(state.fresh_listing(ROOT_INO, Instant::now()).is_none(), "the root ends with the listing");
         filler.finish(&mut sink(&mut state));
-        assert_eq!(shown(&state, ROOT_INO).len(), 3);
+        assert_eq!(shown(&state, ROOT_INO).len(), 4);
     }
 
     #[test]

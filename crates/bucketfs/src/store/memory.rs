@@ -141,7 +141,14 @@ impl ObjectStore for MemoryStore {
         "memory".into()
     }
 
-    async fn list(&self, prefix: &str, token: Option<String>, max_keys: Option<i32>) -> Result<ListPage, StoreError> {
+    // Like a server other than MinIO, this store lists no metadata.
+    async fn list(
+        &self,
+        prefix: &str,
+        token: Option<String>,
+        max_keys: Option<i32>,
+        _with_metadata: bool,
+    ) -> Result<ListPage, StoreError> {
         self.lists.fetch_add(1, Ordering::Relaxed);
         let latency = *self.list_latency.lock();
         if !latency.is_zero() {
@@ -150,7 +157,12 @@ impl ObjectStore for MemoryStore {
         Ok(self.list_sync(prefix, token, max_keys.unwrap_or(1000).max(1) as usize))
     }
 
-    async fn list_recursive(&self, prefix: &str, token: Option<String>) -> Result<ListPage, StoreError> {
+    async fn list_recursive(
+        &self,
+        prefix: &str,
+        token: Option<String>,
+        _with_metadata: bool,
+    ) -> Result<ListPage, StoreError> {
         self.lists.fetch_add(1, Ordering::Relaxed);
         const PAGE: usize = 1000;
         let objects = self.objects.lock();

@@ -8,6 +8,7 @@
 //!
 //! The store knows nothing about inodes or file names: keys in, bytes and listings out.
 
+mod listing_metadata;
 #[cfg(test)]
 pub mod memory;
 pub mod s3;
@@ -28,7 +29,8 @@ pub struct ObjectInfo {
     pub mtime: SystemTime,
     /// Entity tag, quotes included, exactly as the server sent it.
     pub etag: Option<String>,
-    /// What HEAD returns beyond LIST; `None` when the info came from a listing.
+    /// What HEAD returns beyond LIST; `None` when the info came from a listing that did
+    /// not carry it (see `listing_metadata`).
     pub metadata: Option<Arc<Metadata>>,
 }
 
@@ -121,16 +123,24 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// Which bucket of which service this is, e.g. `http://host:9000/bucket`.
     fn location(&self) -> String;
 
-    /// One page of `ListObjectsV2(prefix, delimiter="/")`.
+    /// One page of `ListObjectsV2(prefix, delimiter="/")`. With `with_metadata`, objects
+    /// carry their metadata where the server can list it (MinIO; see `listing_metadata`),
+    /// which costs the server more than a bare listing and far less than a HEAD each.
     async fn list(
         &self,
         prefix: &str,
         continuation: Option<String>,
         max_keys: Option<i32>,
+        with_metadata: bool,
     ) -> Result<ListPage, StoreError>;
 
     /// One page of `ListObjectsV2(prefix)` without a delimiter: every key below `prefix`.
-    async fn list_recursive(&self, prefix: &str, continuation: Option<String>) -> Result<ListPage, StoreError>;
+    async fn list_recursive(
+        &self,
+        prefix: &str,
+        continuation: Option<String>,
+        with_metadata: bool,
+    ) -> Result<ListPage, StoreError>;
 
     /// `HeadObject(key)`; `Err(NotFound)` when there is no such object.
     async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError>;

@@ -23,6 +23,7 @@ use bytes::Bytes;
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use tokio::sync::Semaphore;
 
+use super::listing_metadata::{self, ListingInterceptor, ServerKind};
 use super::{ListPage, Metadata, ObjectInfo, ObjectStore, StoreError};
 
 /// How to reach one bucket. Each source of a mount has its own.
@@ -37,6 +38,8 @@ pub struct StoreConfig {
     pub read_timeout: Duration,
     /// How long a call keeps retrying transient failures (see [`S3Store::retrying`]).
     pub retry_window: Duration,
+    /// Ask servers that offer it (MinIO) for objects' metadata in listings.
+    pub listing_metadata: bool,
 }
 
 /// Timeouts are what keeps a dead server from hanging a program on the mount: bytes must
@@ -80,6 +83,8 @@ pub struct S3Store {
     /// Caps requests in flight to this bucket, whoever issues them.
     requests: Semaphore,
     retry_window: Duration,
+    /// Whether listings may carry objects' metadata (learnt from the server's answers).
+    server: Arc<ServerKind>,
 }
 
 impl S3Store {
@@ -113,6 +118,7 @@ impl S3Store {
             endpoint,
             requests: Semaphore::new(config.max_concurrent_requests.max(1)),
             retry_window: config.retry_window,
+            server: Arc::new(ServerKind::new(config.listing_metadata)),
         })
     }
 
@@ -225,8 +231,11 @@ impl S3Store {
         delimiter: Option<&str>,
         continuation: Option<String>,
         max_keys: Option<i32>,
+        with_metadata: bool,
     ) -> Result<ListPage, StoreError> {
-        tracing::debug!(bucket = %self.bucket, prefix, recursive = delimiter.is_none(), "s3 LIST");
+        let (interceptor, answer) = ListingInterceptor::new(&self.server, with_metadata);
+        let recursive = delimiter.is_none();
+        tracing::debug!(bucket = %self.bucket, prefix, recursive, metadata = interceptor.asks(), "s3 LIST");
         let response = self
             .client
             .list_objects_v2()
@@ -236,19 +245,33 @@ impl S3Store {
             .encoding_type(EncodingType::Url)
             .set_continuation_token(continuation)
             .set_max_keys(max_keys)
+            .customize()
+            .interceptor(interceptor)
             .send()
             .await
             .map_err(|e| self.map_error(e))?;
+        let answer = answer.lock().take();
+        let stored = match answer.as_deref().map(listing_metadata::parse).transpose() {
+            Ok(stored) => stored.unwrap_or_default(),
+            Err(error) => {
+                tracing::warn!(prefix, %error, "metadata in a listing could not be read: HEAD instead");
+                Vec::new()
+            }
+        };
+        // `stored` follows the listing's order, with the objects that had no metadata left out.
+        let mut stored = stored.into_iter().peekable();
         let objects = response
             .contents()
             .iter()
             .filter_map(|object| {
+                let raw_key = object.key()?;
+                let metadata = stored.next_if(|(key, _)| key == raw_key).map(|(_, metadata)| metadata);
                 Some(ObjectInfo {
-                    key: decode_key(object.key()?),
+                    key: decode_key(raw_key),
                     size: object.size().unwrap_or(0).max(0) as u64,
                     mtime: to_system_time(object.last_modified()),
                     etag: object.e_tag().map(str::to_owned),
-                    metadata: None,
+                    metadata,
                 })
             })
             .collect();
@@ -608,11 +631,14 @@ impl ObjectStore for S3Store {
         prefix: &str,
         continuation: Option<String>,
         max_keys: Option<i32>,
+        with_metadata: bool,
     ) -> Result<ListPage, StoreError> {
         let mut continuation = continuation;
         loop {
             let page = self
-                .retrying("LIST", prefix, || self.list_once(prefix, Some("/"), continuation.clone(), max_keys))
+                .retrying("LIST", prefix, || {
+                    self.list_once(prefix, Some("/"), continuation.clone(), max_keys, with_metadata)
+                })
                 .await?;
             // A page with nothing in it that is not the last says nothing about what is
             // there (a loaded store may cut a listing short): callers asking "is anything
@@ -626,8 +652,13 @@ impl ObjectStore for S3Store {
         }
     }
 
-    async fn list_recursive(&self, prefix: &str, continuation: Option<String>) -> Result<ListPage, StoreError> {
-        self.retrying("LIST", prefix, || self.list_once(prefix, None, continuation.clone(), None)).await
+    async fn list_recursive(
+        &self,
+        prefix: &str,
+        continuation: Option<String>,
+        with_metadata: bool,
+    ) -> Result<ListPage, StoreError> {
+        self.retrying("LIST", prefix, || self.list_once(prefix, None, continuation.clone(), None, with_metadata)).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError> {

@@ -106,7 +106,7 @@ async fn list_delimited(
     let mut marker = None;
     let mut token = None;
     loop {
-        let page = store.list(&dir, token.take(), None).await?;
+        let page = store.list(&dir, token.take(), None, true).await?;
         token = page.next_token.clone();
         marker = marker.or_else(|| page.objects.iter().find(|o| o.key == dir).cloned());
         entries.extend(merger.push_page(page).into_iter().map(|entry| (entry.name, entry.kind)));
@@ -123,7 +123,7 @@ async fn list_flat(store: &Arc<dyn ObjectStore>, dir: String) -> Result<IntoInde
     let mut token = None;
     let now = Instant::now();
     loop {
-        let page = store.list_recursive(&dir, token.take()).await?;
+        let page = store.list_recursive(&dir, token.take(), true).await?;
         filler.push(&mut part, &page.objects, now);
         token = page.next_token;
         if token.is_none() {
