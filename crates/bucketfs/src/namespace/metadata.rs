@@ -44,6 +44,11 @@ impl Namespace {
             self.state.lock().subtree_jobs.note_file_attributes_wanted(Instant::now());
         }
         let batch = self.metadata_batch(&node);
+        if batch.len() > 1 && !node.location.is_dir() {
+            if let Some(listed) = self.metadata_from_listing(&node).await? {
+                return Ok(listed);
+            }
+        }
         let fetches = batch.into_iter().map(|(ino, location)| async move {
             let result = self.fetch_metadata(ino, &location).await;
             (ino, result)
@@ -65,6 +70,61 @@ impl Namespace {
             Some(Err(error)) => Err(error),
             None => Ok(node), // not reached: the batch starts with the node itself
         }
+    }
+
+    /// A batch of files' metadata from one listing, where the store lists metadata
+    /// (MinIO): the page of `node`'s directory that starts at `node`, up to 1,000 files,
+    /// enters the table for one LIST instead of a HEAD each (`ls -l` of 5,000 files: 5
+    /// LISTs instead of 5,000 HEADs). `None` if the store cannot, if files of the
+    /// directory are being read, or if the page does not hold `node` (deleted since it
+    /// was listed: the HEAD that follows says so).
+    async fn metadata_from_listing(&self, node: &Node) -> Result<Option<Node>, NamespaceError> {
+        let Location::File { source, key } = &node.location else { return Ok(None) };
+        let Some(prefix) = key.strip_suffix(node.name.as_str()) else { return Ok(None) };
+        let now = Instant::now();
+        if self.state.lock().files_read_in(node.parent, now, self.ttl) {
+            // Files here are being read (`grep -r`): the batch of GETs that bring small
+            // files' content with their metadata serves them better (940 ms against 450
+            // for `grep -r` over 1,000 small files, whose reads then each waited a GET).
+            return Ok(None);
+        }
+        let start_after = self.state.lock().fresh_names(node.parent, now).and_then(|names| {
+            let at = names.partition_point(|name| name.as_str() < node.name.as_str());
+            at.checked_sub(1).map(|before| format!("{prefix}{}", names[before]))
+        });
+        let Some(page) = self.store(*source).list_metadata_after(prefix, start_after.as_deref()).await? else {
+            return Ok(None);
+        };
+        let mut wanted = None;
+        let mut entered = Vec::new();
+        {
+            let mut state = self.state.lock();
+            for info in page.objects {
+                let Some(name) = info.key.strip_prefix(prefix).filter(|name| !name.is_empty()) else { continue };
+                let Some(child) = state.inodes.child(node.parent, name) else { continue };
+                // Only entries known from a listing alone: one being written has its own.
+                if info.metadata.is_none() || child.metadata.is_some() || child.location.is_dir() {
+                    continue;
+                }
+                let ino = child.ino;
+                let fetched = Fetched::File(info);
+                if let Some(child) = state.inodes.get_mut(ino) {
+                    fetched.apply_to(child);
+                }
+                if ino == node.ino {
+                    let mut answer = node.clone();
+                    fetched.apply_to(&mut answer);
+                    wanted = Some(answer);
+                }
+                if let Fetched::File(info) = fetched {
+                    entered.push(info);
+                }
+            }
+        }
+        for info in entered {
+            self.record(*source, || Change::File(info));
+        }
+        Ok(wanted)
     }
 
     /// The entries whose metadata to fetch along with `node`'s: `node` first, then, once

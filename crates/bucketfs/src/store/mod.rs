@@ -142,6 +142,17 @@ pub trait ObjectStore: Send + Sync + 'static {
         with_metadata: bool,
     ) -> Result<ListPage, StoreError>;
 
+    /// One delimited page of `prefix`, from the first key after `start_after`, with each
+    /// object's metadata: a HEAD of up to 1,000 objects at once. `Ok(None)` where the
+    /// server lists no metadata (all but MinIO).
+    async fn list_metadata_after(
+        &self,
+        _prefix: &str,
+        _start_after: Option<&str>,
+    ) -> Result<Option<ListPage>, StoreError> {
+        Ok(None)
+    }
+
     /// `HeadObject(key)`; `Err(NotFound)` when there is no such object.
     async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError>;
 

@@ -232,6 +232,7 @@ impl S3Store {
         continuation: Option<String>,
         max_keys: Option<i32>,
         with_metadata: bool,
+        start_after: Option<&str>,
     ) -> Result<ListPage, StoreError> {
         let (interceptor, answer) = ListingInterceptor::new(&self.server, with_metadata);
         let recursive = delimiter.is_none();
@@ -245,6 +246,7 @@ impl S3Store {
             .encoding_type(EncodingType::Url)
             .set_continuation_token(continuation)
             .set_max_keys(max_keys)
+            .set_start_after(start_after.map(str::to_owned))
             .customize()
             .interceptor(interceptor)
             .send()
@@ -637,7 +639,7 @@ impl ObjectStore for S3Store {
         loop {
             let page = self
                 .retrying("LIST", prefix, || {
-                    self.list_once(prefix, Some("/"), continuation.clone(), max_keys, with_metadata)
+                    self.list_once(prefix, Some("/"), continuation.clone(), max_keys, with_metadata, None)
                 })
                 .await?;
             // A page with nothing in it that is not the last says nothing about what is
@@ -658,7 +660,21 @@ impl ObjectStore for S3Store {
         continuation: Option<String>,
         with_metadata: bool,
     ) -> Result<ListPage, StoreError> {
-        self.retrying("LIST", prefix, || self.list_once(prefix, None, continuation.clone(), None, with_metadata)).await
+        self.retrying("LIST", prefix, || self.list_once(prefix, None, continuation.clone(), None, with_metadata, None))
+            .await
+    }
+
+    async fn list_metadata_after(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+    ) -> Result<Option<ListPage>, StoreError> {
+        if !self.server.lists_metadata() {
+            return Ok(None);
+        }
+        let page =
+            self.retrying("LIST", prefix, || self.list_once(prefix, Some("/"), None, None, true, start_after)).await?;
+        Ok(Some(page))
     }
 
     async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError> {
