@@ -23,8 +23,9 @@ use crate::fs::error::FsError;
 use crate::fs::{AttrChange, Caller, Fs};
 use crate::store::StoreError;
 
-/// Largest read or write request the kernel may send us.
-const MAX_REQUEST: u32 = 1024 * 1024;
+/// Largest read or write request the kernel may send us (reads: see `cli::mount`'s
+/// `raise_read_ahead`, without which the kernel sends at most 128 KiB).
+pub const MAX_REQUEST: u32 = 1024 * 1024;
 
 pub struct FuseAdapter {
     fs: Arc<Fs>,
