@@ -7,9 +7,13 @@
 //! read-ahead requests arrive in.
 //!
 //! - **Random reads** (far from the previous one) fetch exactly the bytes asked for: a
-//!   4 KiB read in an 8 GiB object is one 4 KiB ranged GET.
+//!   4 KiB read in an 8 GiB object is one 4 KiB ranged GET. The kernel hands a large read
+//!   over in pieces (of at most the mount's read-ahead, 128 KiB unless raised), each
+//!   following the last: a run of reads is taken for sequential only once it has read
+//!   `initial_window` bytes, so the pieces of one random read start no read-ahead.
 //! - **Sequential reads** (within the current window of the furthest byte read so far,
-//!   or a first read at offset 0) grow a **window**, doubling from `initial_window` up to
+//!   once the run has read `initial_window` bytes, or from a first read at offset 0) grow
+//!   a **window**, doubling from `initial_window` up to
 //!   `max_window`, and the bytes of the window ahead of the reader are fetched in
 //!   parallel pieces that grow with it, up to `part_size`. Small first pieces keep the
 //!   first byte fast; big later pieces keep the request count low.
@@ -60,6 +64,8 @@ struct State {
     segments: BTreeMap<u64, Segment>,
     /// End of the furthest byte read so far (of the current sequential run).
     frontier: u64,
+    /// Bytes read in the current run of reads near the frontier.
+    run: u64,
     window: u64,
     reads: u64,
     /// How many times the object was relocated (see [`ReadHandle::relocate`]).
@@ -92,7 +98,14 @@ impl ReadHandle {
             size,
             config,
             memory,
-            state: Mutex::new(State { segments: BTreeMap::new(), frontier: 0, window, reads: 0, generation: 0 }),
+            state: Mutex::new(State {
+                segments: BTreeMap::new(),
+                frontier: 0,
+                run: 0,
+                window,
+                reads: 0,
+                generation: 0,
+            }),
         }
     }
 
@@ -153,11 +166,18 @@ impl ReadHandle {
     /// segments that cover `wanted`, in order.
     fn plan(&self, wanted: Range<u64>) -> Vec<(Range<u64>, u64, Fetch)> {
         let mut state = self.state.lock();
-        let sequential = self.is_sequential(&state, &wanted);
+        let near = self.is_sequential(&state, &wanted);
+        let len = wanted.end - wanted.start;
+        state.run = if near && state.reads > 0 { state.run + len } else { len };
+        // A run started at offset 0 is sequential from its first read (`cat`); any other
+        // once it has read a window's worth (not the pieces of one random read).
+        let sequential = near && (state.reads == 0 || state.run > self.config.initial_window);
         if sequential {
             if state.reads > 0 {
                 state.window = (state.window * 2).min(self.config.max_window);
             }
+            state.frontier = state.frontier.max(wanted.end);
+        } else if near {
             state.frontier = state.frontier.max(wanted.end);
         } else {
             state.window = self.config.initial_window;
@@ -389,6 +409,27 @@ mod tests {
         assert_eq!(fetched, size, "each byte fetched exactly once");
         assert!(gets.iter().any(|r| r.end - r.start == 2 * MIB), "pieces grow to the part size: {gets:?}");
         assert!(gets.len() < 40, "few requests for a sequential read: {}", gets.len());
+    }
+
+    /// A random read that the kernel hands over in pieces, each following the last,
+    /// fetches its bytes only; a run that goes on past a window is sequential again.
+    #[test]
+    fn pieces_of_one_random_read_start_no_read_ahead() {
+        let rt = runtime();
+        let size = 64 * MIB;
+        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), data(size as usize))]));
+        let reader = handle(&store, size, config(), 64 * MIB);
+        let start = 40 * MIB;
+        for piece in 0..2 {
+            rt.block_on(reader.read(start + piece * 128 * KIB, 128 * KIB)).expect("read");
+        }
+        let fetched: u64 = store.gets.lock().iter().map(|r| r.end - r.start).sum();
+        assert_eq!(fetched, 256 * KIB, "only the read's bytes: {:?}", store.gets.lock());
+        for piece in 2..4 {
+            rt.block_on(reader.read(start + piece * 128 * KIB, 128 * KIB)).expect("read");
+        }
+        let fetched: u64 = store.gets.lock().iter().map(|r| r.end - r.start).sum();
+        assert!(fetched > 512 * KIB, "a run past the window reads ahead: {:?}", store.gets.lock());
     }
 
     #[test]
