@@ -5,7 +5,7 @@
 mod common;
 
 use std::fs::File;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 
 use common::*;
 
@@ -220,6 +220,44 @@ fn relisting_and_missing_names_send_no_requests() {
     assert_errno(std::fs::metadata(m.join("d/not-there")), libc::ENOENT, "stat of a missing name");
     let after = m.s3_requests();
     assert_eq!(after.len(), before, "requests after the first listing: {:?}", &after[before..]);
+}
+
+/// Opening a file whose metadata is fresh costs no request, and the first read of it
+/// (O_DIRECT, as a time-to-first-byte probe) costs one ranged GET of what it asks for.
+#[test]
+fn open_of_a_fresh_file_costs_nothing_and_its_first_read_one_get() {
+    let bucket = create_bucket("rq-open");
+    let data = gen_data(3, 4 * MIB);
+    put(&bucket, "f", data.clone());
+    let m = MountBuilder::new().bucket(&bucket).args(["--metadata-ttl", "60"]).request_log().mount();
+    std::fs::metadata(m.join("f")).expect("stat");
+    for round in 0..3u64 {
+        let before = m.s3_requests().len();
+        let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(m.join("f")).expect("open");
+        let sent = m.s3_requests()[before..].to_vec();
+        assert!(sent.is_empty(), "open sent {sent:?}");
+        let offset = (round + 1) * MIB as u64;
+        let mut buf = AlignedPage::new();
+        let n = std::os::unix::fs::FileExt::read_at(&f, buf.bytes(), offset).expect("read");
+        assert_eq!(&buf.bytes()[..n], &data[offset as usize..offset as usize + n]);
+        drop(f);
+        let sent = m.s3_requests()[before..].to_vec();
+        assert_eq!(sent.len(), 1, "the first read: {sent:?}");
+        assert_eq!((sent[0].op.as_str(), sent[0].range), ("GET", Some((offset, 4096))), "{sent:?}");
+    }
+}
+
+/// One page of memory aligned for O_DIRECT.
+struct AlignedPage(Box<[u8; 8192]>);
+
+impl AlignedPage {
+    fn new() -> Self {
+        Self(Box::new([0; 8192]))
+    }
+    fn bytes(&mut self) -> &mut [u8] {
+        let skip = self.0.as_ptr().align_offset(4096);
+        &mut self.0[skip..skip + 4096]
+    }
 }
 
 /// Files created in a directory made through the mount cost no lookup request: the new
