@@ -160,3 +160,38 @@ fn background_mount_logs_warnings_by_default() {
     let (status, _, _) = run_bucketfs(&["unmount", bg.path.to_str().expect("utf-8")], Duration::from_secs(20));
     assert!(status.success());
 }
+
+/// Credentials never reach the logs, even at `--log-level trace` (which includes the
+/// SDK's own request tracing): neither the secret key nor a session token, through
+/// reads, writes, listings, a refused write and an unmount.
+#[test]
+fn credentials_never_appear_in_the_logs() {
+    let b = create_bucket("logsecret");
+    put(&b, "f", b"x".to_vec());
+    let creds = read_only_credentials(&b);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("bucketfs.log");
+    let mut m = MountBuilder::new()
+        .bucket(&b)
+        .credentials(&creds)
+        .no_log_passthrough()
+        .args(["--log-level", "trace", "--log-file", log.to_str().unwrap()])
+        .mount();
+    assert_eq!(std::fs::read(m.join("f")).unwrap(), b"x");
+    assert_eq!(ls(m.path()), ["f"]);
+    let refused = std::fs::File::create(m.join("refused")).and_then(|mut f| {
+        std::io::Write::write_all(&mut f, b"y")?;
+        close(f) // std::fs::write would not see the error close() returns
+    });
+    assert!(refused.is_err(), "a read-only identity cannot write");
+    m.signal(libc::SIGTERM);
+    let st = m.wait_exit(Duration::from_secs(10)).expect("exit after SIGTERM");
+    assert_eq!(st.code(), Some(0), "{}", m.diagnostics());
+    let text = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("log file {}: {e}", log.display()));
+    assert!(text.lines().count() > 100, "a trace log of a few operations: {} lines", text.lines().count());
+    assert!(text.contains(&creds.access_key), "the access key id (not a secret) shows that requests were logged");
+    for (what, secret) in [("secret key", &creds.secret_key), ("session token", &creds.session_token)] {
+        let at = text.find(secret.as_str());
+        assert!(at.is_none(), "the {what} is in the log at byte {at:?} of {}", log.display());
+    }
+}
