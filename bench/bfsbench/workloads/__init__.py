@@ -1,5 +1,6 @@
-"""The six workload groups of issue 3, in summary order."""
+"""The workload groups, in summary order: the six of issue 3, then fio's job shapes (issue 18)."""
 
+from .fio_reads import FioReads
 from .fuse_overhead import FuseOverhead
 from .large_files import LargeFiles
 from .metadata import Metadata
@@ -7,5 +8,5 @@ from .random_reads import RandomReads
 from .small_files import SmallFiles
 from .tree import Tree
 
-ALL = [LargeFiles, Tree, RandomReads, SmallFiles, Metadata, FuseOverhead]
+ALL = [LargeFiles, Tree, RandomReads, SmallFiles, Metadata, FuseOverhead, FioReads]
 BY_NAME = {w.name: w for w in ALL}
