@@ -129,15 +129,18 @@ class FioReads(Workload):
     def run(self, tool, rep: int) -> None:
         ctx, s = self.ctx, self.p.fio_size
         if tool.kind == "direct":
+            # Each case cold, as the mounts' are: MinIO reads the object from disk again.
             ranges = {"rand_256k": 256 * 1024, "rand_4k": 4096, "skip17": SKIP_BLOCK}
             ctx.drop_caches()
             self.measure("seq_1t", tool, rep, ctx.s3.cmd("get", BUCKET, _key(0)), parse=self._parse_direct)
             for cid, bs in ranges.items():
                 cmd = ctx.s3.cmd("get-ranges", BUCKET, _key(0), "--offsets", str(self.offset_files[bs]),
                                  "--len", str(bs))
+                ctx.drop_caches()
                 self.measure(cid, tool, rep, cmd, parse=self._parse_direct)
-            cmd = ctx.s3.cmd("get-ranges", BUCKET, _key(0), "--offsets", str(self.offset_files[1]),
+            cmd = ctx.s3.cmd("get-ranges", BUCKET, _key(1), "--offsets", str(self.offset_files[1]),
                              "--len", "1")
+            ctx.drop_caches()
             self.measure("ttfb", tool, rep, cmd, parse=self._parse_direct_ttfb)
             return
         m = ctx.fresh_cold(tool, BUCKET)
