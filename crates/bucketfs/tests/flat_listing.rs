@@ -6,6 +6,14 @@ mod common;
 
 use common::*;
 
+/// Fills `bucket` with the test tree (20 top-level directories of 10 with 10 files each,
+/// plus odd names and markers); returns its keys.
+fn fill_tree(bucket: &str) -> Vec<String> {
+    let keys = tree_keys(20, 10, 10);
+    put_many(bucket, keys.iter().map(|k| (k.clone(), k.as_bytes().to_vec())).collect(), 32);
+    keys
+}
+
 /// LISTs that list directories: not those that fetch files' stored attributes on MinIO
 /// (delimited, with metadata: a lookup's, or a batch of `stat`s, see SEMANTICS).
 fn lists(m: &Mount) -> usize {
@@ -17,8 +25,7 @@ fn lists(m: &Mount) -> usize {
 #[test]
 fn a_walk_shows_the_tree_listobjects_describes_for_a_few_lists() {
     let bucket = create_bucket("flat");
-    let keys = tree_keys(20, 10, 10);
-    put_many(&bucket, keys.iter().map(|k| (k.clone(), k.as_bytes().to_vec())).collect(), 32);
+    let keys = fill_tree(&bucket);
     let want = model(&bucket);
     let dirs = want.iter().filter(|e| e.ends_with('/')).count();
     assert!(dirs > 800, "the tree has {dirs} directories");
@@ -53,8 +60,7 @@ fn a_walk_shows_the_tree_listobjects_describes_for_a_few_lists() {
 #[test]
 fn a_walk_after_changes_shows_them() {
     let bucket = create_bucket("flatchg");
-    let keys = tree_keys(20, 10, 10);
-    put_many(&bucket, keys.iter().map(|k| (k.clone(), k.as_bytes().to_vec())).collect(), 32);
+    fill_tree(&bucket);
     let m = MountBuilder::new().bucket(&bucket).mount();
     let before = find_tree(&m);
     std::fs::remove_file(m.join("t10/s3/f4.txt")).expect("rm");
@@ -84,8 +90,7 @@ fn flat_lists(m: &Mount) -> (usize, usize) {
 #[test]
 fn a_walk_lists_metadata_only_while_files_attributes_are_wanted() {
     let bucket = create_bucket("flatmeta");
-    let keys = tree_keys(20, 10, 10);
-    put_many(&bucket, keys.iter().map(|k| (k.clone(), k.as_bytes().to_vec())).collect(), 32);
+    fill_tree(&bucket);
     let want = model(&bucket);
 
     let names_only = MountBuilder::new().bucket(&bucket).request_log().mount();

@@ -173,20 +173,18 @@ impl ReadHandle {
     /// segments that cover `wanted`, in order.
     fn plan(&self, wanted: Range<u64>) -> Vec<(Range<u64>, u64, Fetch)> {
         let mut state = self.state.lock();
-        let near = self.is_sequential(&state, &wanted);
+        let near = self.is_near_frontier(&state, &wanted);
         let len = wanted.end - wanted.start;
         state.run = if near && state.reads > 0 { state.run + len } else { len };
         // A run started at offset 0 by a large read is sequential from that read (`cat`);
         // any other once it has read a window's worth (not the pieces of one random read).
         let sequential =
             near && ((state.reads == 0 && len >= FIRST_READ_AHEAD_MIN) || state.run > self.config.initial_window);
-        if sequential {
-            if state.reads > 0 {
+        if near {
+            state.frontier = state.frontier.max(wanted.end);
+            if sequential && state.reads > 0 {
                 state.window = (state.window * 2).min(self.config.max_window);
             }
-            state.frontier = state.frontier.max(wanted.end);
-        } else if near {
-            state.frontier = state.frontier.max(wanted.end);
         } else {
             state.window = self.config.initial_window;
             state.frontier = wanted.end;
@@ -238,7 +236,9 @@ impl ReadHandle {
             .collect()
     }
 
-    fn is_sequential(&self, state: &State, wanted: &Range<u64>) -> bool {
+    /// Whether `wanted` continues the current run: a first read at offset 0, or a read
+    /// within a window of the furthest byte read so far.
+    fn is_near_frontier(&self, state: &State, wanted: &Range<u64>) -> bool {
         if state.reads == 0 {
             return wanted.start == 0;
         }

@@ -47,6 +47,11 @@ impl ServerKind {
     pub fn lists_metadata(&self) -> bool {
         self.allowed && self.lists_metadata.load(Ordering::Relaxed)
     }
+
+    /// An answer said it came from MinIO.
+    fn note_minio(&self) {
+        self.lists_metadata.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Interceptor of one ListObjectsV2 call: notes the server's kind, adds `metadata=true`
@@ -103,7 +108,7 @@ impl Intercept for ListingInterceptor {
     ) -> Result<(), BoxError> {
         let response = context.response();
         if response.headers().get("server").is_some_and(|server| server.starts_with("MinIO")) {
-            self.server.lists_metadata.store(true, Ordering::Relaxed);
+            self.server.note_minio();
         }
         if self.ask_metadata {
             // A non-streaming answer's body has been read into memory by now.
@@ -174,6 +179,21 @@ mod tests {
         assert_eq!(key, "d%2Ff2");
         assert!(second.user.is_empty());
         assert_eq!(second.content_type.as_deref(), Some("application/octet-stream"));
+    }
+
+    /// Only a server that said it is MinIO is sent the parameter, only when the caller
+    /// wants metadata, and never with `--no-listing-metadata`.
+    #[test]
+    fn only_minio_is_asked_and_only_when_wanted_and_allowed() {
+        let asks = |server: &Arc<ServerKind>, wanted| ListingInterceptor::new(server, wanted).0.asks();
+        let server = Arc::new(ServerKind::new(true));
+        assert!(!asks(&server, true), "a server not known to be MinIO");
+        server.note_minio();
+        assert!(asks(&server, true));
+        assert!(!asks(&server, false), "a listing that wants no metadata");
+        let refused = Arc::new(ServerKind::new(false));
+        refused.note_minio();
+        assert!(!asks(&refused, true), "--no-listing-metadata");
     }
 
     #[test]
