@@ -152,6 +152,41 @@ fn bandwidth_limit_gives_the_right_bytes_in_time() {
     }
 }
 
+/// On a slow link (64 KB/s per connection), a read that falls inside a read-ahead GET
+/// still running returns as soon as its own bytes have arrived: the GET's body is
+/// handed over as it comes, not when the whole range is in.
+///
+/// A first O_DIRECT read of 64 KiB at offset 0 starts read-ahead of the next bytes in
+/// 256 KiB GETs, each on its own connection; a 4 KiB read at 64 KiB, once the first read
+/// returned (about 1 s), finds its bytes in the first read-ahead GET, which needs about
+/// 3 s more to finish. It must return well before that.
+#[test]
+fn a_read_inside_a_slow_read_ahead_waits_only_for_its_own_bytes() {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    const KIB: u64 = 1024;
+    let b = create_bucket("faults-streamed");
+    let data = gen_data(8, 4 * MIB);
+    put(&b, "big", data.clone());
+    let proxy = ToxiProxy::to_minio();
+    let m = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).request_log().mount();
+    std::fs::metadata(m.join("big")).expect("stat");
+    proxy.add("slow", Direction::Downstream, Toxic::Bandwidth { kb_per_s: 64 });
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(m.join("big")).expect("open");
+    let mut first = AlignedBuffer::new(64 * KIB as usize);
+    assert_eq!(file.read_at(first.bytes(), 0).expect("first read"), 64 * KIB as usize);
+    assert_same_bytes(first.bytes(), &data[..64 * KIB as usize], "first read");
+    let mut second = AlignedBuffer::new(4 * KIB as usize);
+    let started = Instant::now();
+    assert_eq!(file.read_at(second.bytes(), 64 * KIB).expect("second read"), 4 * KIB as usize);
+    let took = started.elapsed();
+    assert_same_bytes(second.bytes(), &data[64 * KIB as usize..68 * KIB as usize], "second read");
+    let gets: Vec<_> = m.s3_requests().into_iter().filter_map(|r| r.range).collect();
+    let covering = gets.iter().find(|(start, len)| *start <= 64 * KIB && 68 * KIB <= start + len);
+    assert_eq!(covering, Some(&(64 * KIB, 256 * KIB)), "the second read's bytes came with read-ahead: {gets:?}");
+    assert!(took < Duration::from_millis(1500), "a 4 KiB read waited {took:?}, as for the whole 256 KiB GET");
+    eprintln!("4 KiB read inside a 256 KiB read-ahead GET at 64 KB/s: {took:?}");
+}
+
 /// Two bursts of 1.5 s during which every connection is reset as soon as a byte goes
 /// through it, in the middle of a slow read and a slow multipart write: shorter than the
 /// retry window, so the programs see no error and get the right bytes.

@@ -237,26 +237,13 @@ fn open_of_a_fresh_file_costs_nothing_and_its_first_read_one_get() {
         let sent = m.s3_requests()[before..].to_vec();
         assert!(sent.is_empty(), "open sent {sent:?}");
         let offset = (round + 1) * MIB as u64;
-        let mut buf = AlignedPage::new();
+        let mut buf = AlignedBuffer::new(4096);
         let n = std::os::unix::fs::FileExt::read_at(&f, buf.bytes(), offset).expect("read");
         assert_eq!(&buf.bytes()[..n], &data[offset as usize..offset as usize + n]);
         drop(f);
         let sent = m.s3_requests()[before..].to_vec();
         assert_eq!(sent.len(), 1, "the first read: {sent:?}");
         assert_eq!((sent[0].op.as_str(), sent[0].range), ("GET", Some((offset, 4096))), "{sent:?}");
-    }
-}
-
-/// One page of memory aligned for O_DIRECT.
-struct AlignedPage(Box<[u8; 8192]>);
-
-impl AlignedPage {
-    fn new() -> Self {
-        Self(Box::new([0; 8192]))
-    }
-    fn bytes(&mut self) -> &mut [u8] {
-        let skip = self.0.as_ptr().align_offset(4096);
-        &mut self.0[skip..skip + 4096]
     }
 }
 

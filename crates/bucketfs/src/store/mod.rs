@@ -8,6 +8,7 @@
 //!
 //! The store knows nothing about inodes or file names: keys in, bytes and listings out.
 
+mod body;
 mod listing_metadata;
 #[cfg(test)]
 pub mod memory;
@@ -20,6 +21,8 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+
+pub use body::RangeBody;
 
 /// Metadata of one object, as returned by LIST or HEAD.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -163,7 +166,17 @@ pub trait ObjectStore: Send + Sync + 'static {
 
     /// The bytes `range` of `key`. With `if_match`, fails with `Changed` instead of
     /// returning bytes of another version of the object.
-    async fn get_range(&self, key: &str, range: Range<u64>, if_match: Option<&str>) -> Result<Bytes, StoreError>;
+    async fn get_range(&self, key: &str, range: Range<u64>, if_match: Option<&str>) -> Result<Bytes, StoreError> {
+        let body = RangeBody::new(range.end - range.start, if_match);
+        body.finish(self.get_range_into(key, range.start, &body).await);
+        body.slice(0..body.len()).await
+    }
+
+    /// Fetches `body.len()` bytes of `key` from `offset` into `body`, appending them as
+    /// they arrive, from the version `body.etag()` (`Changed` if the object is no longer
+    /// that version; with no ETag, the first answer's version is pinned). The caller
+    /// calls [`RangeBody::finish`] with the result.
+    async fn get_range_into(&self, key: &str, offset: u64, body: &RangeBody) -> Result<(), StoreError>;
 
     /// `PutObject`; with `create_only`, fails with `AlreadyExists` if the key exists.
     /// Returns the new ETag.

@@ -24,7 +24,7 @@ use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_AL
 use tokio::sync::Semaphore;
 
 use super::listing_metadata::{self, ListingInterceptor, ServerKind};
-use super::{ListPage, Metadata, ObjectInfo, ObjectStore, StoreError};
+use super::{ListPage, Metadata, ObjectInfo, ObjectStore, RangeBody, StoreError};
 
 /// How to reach one bucket. Each source of a mount has its own.
 #[derive(Clone, Debug)]
@@ -64,17 +64,6 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 // body is not aws-chunked: 0.05 to 0.15 ms less per 9 KB PUT to local MinIO (1.8 vs 1.9
 // ms, 1,000 sequential PUTs), and `tar x` of 7,100 files 21.6 s against 22.1 s (3 runs each).
 const SIGNED_PUT_LIMIT: usize = 256 * 1024;
-
-/// What the attempts of one ranged GET received so far. Retrying a body cut short from
-/// its start would never finish on a link that drops connections after some megabytes
-/// (each attempt would be cut at the same point); resuming where the last attempt
-/// stopped brings the range closer with every attempt.
-struct PartialBody {
-    bytes: Vec<u8>,
-    /// The version the bytes come from; later attempts ask for it with `If-Match`, so
-    /// a range is never spliced from two versions of the object.
-    etag: Option<String>,
-}
 
 pub struct S3Store {
     client: Client,
@@ -346,61 +335,55 @@ impl S3Store {
     /// of the body go into `partial` as they arrive, so when the body is cut short the
     /// next attempt asks only for the rest, of the same version of the object (the ETag
     /// of the first answer, unless the caller pinned one).
-    async fn get_range_once(
-        &self,
-        key: &str,
-        range: Range<u64>,
-        partial: &parking_lot::Mutex<PartialBody>,
-    ) -> Result<Bytes, StoreError> {
-        if range.is_empty() {
-            return Ok(Bytes::new());
+    /// One attempt at the rest of `body`: from what earlier attempts received on, so
+    /// that a link which drops connections after some megabytes still brings the range
+    /// closer with every attempt. Later attempts ask for the version the first answer
+    /// came from (`If-Match`), so a range is never spliced from two versions.
+    async fn get_range_once(&self, key: &str, offset: u64, body: &RangeBody) -> Result<(), StoreError> {
+        let received = body.received();
+        if received == body.len() {
+            return Ok(());
         }
-        let (received, if_match) = {
-            let mut partial = partial.lock();
-            if partial.etag.is_none() {
-                // No version to pin the rest to (a store without ETags): start over.
-                partial.bytes.clear();
-            }
-            (partial.bytes.len() as u64, partial.etag.clone())
-        };
-        let start = range.start + received;
-        tracing::debug!(bucket = %self.bucket, key, start, len = range.end - start, "s3 GET");
+        let if_match = body.etag();
+        if if_match.is_none() && received > 0 {
+            // No version to pin the rest to (a store without ETags): the bytes already
+            // handed to readers could not be told apart from another version's.
+            return Err(StoreError::Other {
+                message: format!("reading {key}: body cut short and the store sends no ETag to resume it by"),
+                request_id: None,
+            });
+        }
+        let (start, end) = (offset + received, offset + body.len());
+        tracing::debug!(bucket = %self.bucket, key, start, len = end - start, "s3 GET");
         let response = self
             .client
             .get_object()
             .bucket(&self.bucket)
             .key(key)
-            .range(format!("bytes={}-{}", start, range.end - 1))
-            .set_if_match(if_match.clone())
+            .range(format!("bytes={}-{}", start, end - 1))
+            .set_if_match(if_match)
             .send()
             .await
             .map_err(|e| self.map_error(e))?;
-        if if_match.is_none() {
-            partial.lock().etag = response.e_tag().map(str::to_owned);
-        }
-        let expected = (range.end - range.start) as usize;
-        let mut body = response.body;
-        while let Some(chunk) = body
+        body.pin_etag(response.e_tag());
+        let mut stream = response.body;
+        while let Some(chunk) = stream
             .try_next()
             .await
             .map_err(|e| StoreError::Interrupted(format!("reading {key}: {}", innermost_message(&e))))?
         {
-            let mut partial = partial.lock();
-            if partial.bytes.capacity() == 0 {
-                partial.bytes.reserve_exact(expected);
+            if !body.append(&chunk) {
+                return Err(StoreError::Other {
+                    message: format!("reading {key} bytes {offset}..{end}: the server sent more than the range"),
+                    request_id: None,
+                });
             }
-            partial.bytes.extend_from_slice(&chunk);
         }
-        let mut partial = partial.lock();
-        if partial.bytes.len() != expected {
-            let (start, end, got) = (range.start, range.end, partial.bytes.len());
-            if got > expected {
-                // More than asked for: not a cut we can resume, start over.
-                partial.bytes.clear();
-            }
-            return Err(StoreError::Interrupted(format!("short read of {key} bytes {start}..{end}: got {got} bytes")));
+        let got = body.received();
+        if got != body.len() {
+            return Err(StoreError::Interrupted(format!("short read of {key} bytes {offset}..{end}: got {got} bytes")));
         }
-        Ok(Bytes::from(std::mem::take(&mut partial.bytes)))
+        Ok(())
     }
 
     async fn put_once(
@@ -685,9 +668,8 @@ impl ObjectStore for S3Store {
         self.retrying("GET", key, || self.head_with_body_once(key, limit)).await
     }
 
-    async fn get_range(&self, key: &str, range: Range<u64>, if_match: Option<&str>) -> Result<Bytes, StoreError> {
-        let partial = parking_lot::Mutex::new(PartialBody { bytes: Vec::new(), etag: if_match.map(str::to_owned) });
-        self.retrying("GET", key, || self.get_range_once(key, range.clone(), &partial)).await
+    async fn get_range_into(&self, key: &str, offset: u64, body: &RangeBody) -> Result<(), StoreError> {
+        self.retrying("GET", key, || self.get_range_once(key, offset, body)).await
     }
 
     async fn put(

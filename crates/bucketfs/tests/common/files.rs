@@ -19,6 +19,25 @@ pub fn close(file: File) -> io::Result<()> {
     }
 }
 
+/// Memory aligned for O_DIRECT reads (to a page), `len` bytes of it usable.
+pub struct AlignedBuffer {
+    memory: Vec<u8>,
+    len: usize,
+}
+
+impl AlignedBuffer {
+    const ALIGN: usize = 4096;
+
+    pub fn new(len: usize) -> Self {
+        Self { memory: vec![0; len + Self::ALIGN], len }
+    }
+
+    pub fn bytes(&mut self) -> &mut [u8] {
+        let skip = self.memory.as_ptr().align_offset(Self::ALIGN);
+        &mut self.memory[skip..skip + self.len]
+    }
+}
+
 /// `len` bytes at `offset` with pread (`read_exact_at`).
 pub fn read_at(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; len];

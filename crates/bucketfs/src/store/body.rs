@@ -1,0 +1,308 @@
+//! [`RangeBody`]: the body of one ranged GET as it arrives, shared between the request
+//! that fills it and the readers that wait on it.
+//!
+//! A read that falls in a range still being fetched (read-ahead) waits only until its own
+//! bytes have arrived, not for the rest of the range: the GET appends the response's
+//! chunks as the network hands them over, and each waiter wakes when the body has grown
+//! past what it needs, or when the GET failed.
+//!
+//! The bytes go into one buffer of the range's size, allocated once: what the reader
+//! budget reserved for the range is what it holds (the network's own chunks can pin
+//! buffers larger than their bytes), and a read inside one body is handed over without
+//! a copy ([`Bytes`] that share the buffer). Bytes below `received` never change again;
+//! only the request writes, and only above it (see [`Buffer`]).
+//!
+//! The body also carries what makes a cut-short GET resumable: how much has arrived and
+//! the ETag of the version it came from (see `S3Store::get_range_once`).
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::watch;
+
+use super::StoreError;
+
+pub struct RangeBody {
+    buffer: Arc<Buffer>,
+    state: watch::Sender<Arrived>,
+}
+
+struct Arrived {
+    /// Bytes `0..received` of the buffer are written, and final.
+    received: u64,
+    /// The version the bytes come from: the pin asked for, or the first answer's ETag.
+    etag: Option<String>,
+    /// Set once, by [`RangeBody::finish`]; `Ok` only if every byte arrived.
+    outcome: Option<Result<(), StoreError>>,
+}
+
+impl RangeBody {
+    /// An empty body of `len` bytes, to be fetched from the version `etag` (any version
+    /// if `None`: the first answer's is then pinned for the rest).
+    pub fn new(len: u64, etag: Option<&str>) -> Self {
+        let arrived = Arrived { received: 0, etag: etag.map(str::to_owned), outcome: None };
+        Self { buffer: Arc::new(Buffer::new(len as usize)), state: watch::Sender::new(arrived) }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.buffer.len as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buffer.len == 0
+    }
+
+    /// Bytes arrived so far (from offset 0 of the body).
+    pub fn received(&self) -> u64 {
+        self.state.borrow().received
+    }
+
+    pub fn etag(&self) -> Option<String> {
+        self.state.borrow().etag.clone()
+    }
+
+    /// Pins the body to the version the first answer came from, if nothing pinned it yet.
+    pub fn pin_etag(&self, etag: Option<&str>) {
+        self.state.send_if_modified(|state| {
+            if state.etag.is_none() {
+                state.etag = etag.map(str::to_owned);
+            }
+            false
+        });
+    }
+
+    /// Appends the next bytes of the body. Returns `false` (keeping only what fits) if the
+    /// server sent more than the range.
+    pub fn append(&self, chunk: &[u8]) -> bool {
+        let mut fits = true;
+        self.state.send_if_modified(|state| {
+            if state.outcome.is_some() {
+                return false; // ended (a task aborted mid-body): the buffer is final
+            }
+            let at = state.received as usize;
+            let room = self.buffer.len - at;
+            let chunk = if chunk.len() > room {
+                fits = false;
+                &chunk[..room]
+            } else {
+                chunk
+            };
+            if chunk.is_empty() {
+                return false;
+            }
+            // Under the state's write lock: readers see the new length only after the
+            // bytes are in, and nobody else writes.
+            self.buffer.write(at, chunk);
+            state.received += chunk.len() as u64;
+            true
+        });
+        fits
+    }
+
+    /// Ends the body with the GET's outcome; a success that left bytes missing is an
+    /// interrupted transfer. Only the first call counts.
+    pub fn finish(&self, result: Result<(), StoreError>) {
+        self.state.send_if_modified(|state| {
+            if state.outcome.is_some() {
+                return false;
+            }
+            state.outcome = Some(match result {
+                Ok(()) if state.received < self.len() => {
+                    Err(StoreError::Interrupted(format!("body ended after {} of {} bytes", state.received, self.len())))
+                }
+                other => other,
+            });
+            true
+        });
+    }
+
+    /// Every byte arrived.
+    pub fn is_complete(&self) -> bool {
+        matches!(self.state.borrow().outcome, Some(Ok(())))
+    }
+
+    /// The GET ended without every byte.
+    pub fn has_failed(&self) -> bool {
+        matches!(self.state.borrow().outcome, Some(Err(_)))
+    }
+
+    /// Bytes `range` of the body (offsets within it), as soon as they have arrived; the
+    /// GET's error if it ended before them.
+    pub async fn slice(&self, range: Range<u64>) -> Result<Bytes, StoreError> {
+        debug_assert!(range.end <= self.len(), "slice {range:?} of a body of {}", self.len());
+        let mut arrivals = self.state.subscribe();
+        let state = arrivals
+            .wait_for(|state| state.received >= range.end || state.outcome.is_some())
+            .await
+            .map_err(|_| StoreError::Other { message: "read body dropped".into(), request_id: None })?;
+        if state.received < range.end {
+            return Err(match &state.outcome {
+                Some(Err(error)) => error.clone(),
+                _ => StoreError::Interrupted("body ended early".into()),
+            });
+        }
+        drop(state);
+        if range.is_empty() {
+            return Ok(Bytes::new());
+        }
+        Ok(Bytes::from_owner(Written { buffer: self.buffer.clone(), range: range.start as usize..range.end as usize }))
+    }
+}
+
+/// A buffer written once, front to back, while readers read what is already written.
+///
+/// Safety rests on two rules that [`RangeBody`] keeps: only `append` writes, under the
+/// state's write lock, and only at `received` and above; readers make slices only of
+/// bytes below a `received` they read under that lock, which are never written again.
+/// No reference ever covers bytes still to be written.
+struct Buffer {
+    start: *mut u8,
+    len: usize,
+    capacity: usize,
+}
+
+// SAFETY: the buffer is plain bytes; concurrent access follows the rules above.
+unsafe impl Send for Buffer {}
+// SAFETY: as above: writes and reads never touch the same bytes at the same time.
+unsafe impl Sync for Buffer {}
+
+impl Buffer {
+    fn new(len: usize) -> Self {
+        // Uninitialised: a byte is read only once written.
+        let mut memory = std::mem::ManuallyDrop::new(Vec::<u8>::with_capacity(len));
+        Self { start: memory.as_mut_ptr(), len, capacity: memory.capacity() }
+    }
+
+    /// Writes `bytes` at `at`. Caller: the only writer, and nobody reads `at..` yet.
+    fn write(&self, at: usize, bytes: &[u8]) {
+        assert!(at + bytes.len() <= self.len, "write past the buffer");
+        // SAFETY: in bounds (checked above); no reference covers these bytes (see the
+        // type's rules), and `bytes` is another allocation.
+        unsafe { self.start.add(at).copy_from_nonoverlapping(bytes.as_ptr(), bytes.len()) }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: the allocation `new` made, with its capacity; u8 needs no drop.
+        unsafe { drop(Vec::from_raw_parts(self.start, 0, self.capacity)) }
+    }
+}
+
+/// Written bytes of a buffer, kept alive by the [`Bytes`] handed to a reader.
+struct Written {
+    buffer: Arc<Buffer>,
+    range: Range<usize>,
+}
+
+impl AsRef<[u8]> for Written {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `range` was below `received` when made, so written and final.
+        unsafe { std::slice::from_raw_parts(self.buffer.start.add(self.range.start), self.range.len()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_waiter_wakes_once_its_bytes_arrived_not_the_whole_body() {
+        let body = Arc::new(RangeBody::new(10, None));
+        let waiter = tokio::spawn({
+            let body = body.clone();
+            async move { body.slice(2..4).await }
+        });
+        body.append(b"ab");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished(), "bytes 2..4 have not arrived");
+        body.append(b"cde");
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("woken").expect("task");
+        assert_eq!(got.expect("bytes"), Bytes::from_static(b"cd"));
+        assert!(!body.is_complete());
+    }
+
+    #[tokio::test]
+    async fn a_failed_body_fails_waiters_past_what_arrived_only() {
+        let body = RangeBody::new(10, Some("\"v1\""));
+        body.append(b"abcd");
+        body.finish(Err(StoreError::Changed));
+        assert_eq!(body.slice(0..4).await.expect("arrived"), Bytes::from_static(b"abcd"));
+        assert!(matches!(body.slice(3..5).await, Err(StoreError::Changed)));
+        assert!(body.has_failed());
+        assert_eq!(body.etag().as_deref(), Some("\"v1\""));
+    }
+
+    #[tokio::test]
+    async fn a_success_short_of_the_length_is_an_interruption() {
+        let body = RangeBody::new(4, None);
+        body.append(b"ab");
+        body.finish(Ok(()));
+        assert!(matches!(body.slice(0..4).await, Err(StoreError::Interrupted(_))));
+    }
+
+    #[tokio::test]
+    async fn bytes_past_the_range_are_refused() {
+        let body = RangeBody::new(4, None);
+        assert!(body.append(b"ab"));
+        assert!(!body.append(b"cdef"), "more than the range is refused");
+        assert_eq!(body.slice(0..4).await.expect("arrived"), Bytes::from_static(b"abcd"));
+    }
+
+    /// Readers slicing while the body is written get the written bytes, every time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn readers_during_writes_see_the_bytes_written() {
+        let whole: Vec<u8> = (0..1_000_000).map(|i| (i * 13 % 251) as u8).collect();
+        let body = Arc::new(RangeBody::new(whole.len() as u64, None));
+        let readers: Vec<_> = (0..8u64)
+            .map(|reader| {
+                let (body, whole) = (body.clone(), whole.clone());
+                tokio::spawn(async move {
+                    for step in 0..200u64 {
+                        let start = (reader * 7_919 + step * 4_993) % 990_000;
+                        let got = body.slice(start..start + 10_000).await.expect("bytes");
+                        assert_eq!(&got[..], &whole[start as usize..start as usize + 10_000]);
+                    }
+                })
+            })
+            .collect();
+        for chunk in whole.chunks(1_000) {
+            body.append(chunk);
+            tokio::task::yield_now().await;
+        }
+        body.finish(Ok(()));
+        for reader in readers {
+            reader.await.expect("reader");
+        }
+        assert!(body.is_complete());
+    }
+
+    proptest! {
+        /// Any slice of a body cut into any chunks is those bytes of the whole.
+        #[test]
+        fn slices_across_chunks_are_the_bytes(
+            cuts in proptest::collection::vec(1usize..50, 1..20),
+            from in 0usize..1000,
+            len in 0usize..1000,
+        ) {
+            let total: usize = cuts.iter().sum();
+            let whole: Vec<u8> = (0..total).map(|i| (i * 7 % 251) as u8).collect();
+            let body = RangeBody::new(total as u64, None);
+            let mut at = 0;
+            for cut in cuts {
+                prop_assert!(body.append(&whole[at..at + cut]));
+                at += cut;
+            }
+            let start = from.min(total);
+            let end = (start + len).min(total);
+            let got = futures::executor::block_on(body.slice(start as u64..end as u64)).expect("arrived");
+            prop_assert_eq!(&got[..], &whole[start..end]);
+        }
+    }
+}
