@@ -18,6 +18,10 @@
 //!   `max_window`, and the bytes of the window ahead of the reader are fetched in
 //!   parallel pieces that grow with it, up to `part_size`. Small first pieces keep the
 //!   first byte fast; big later pieces keep the request count low.
+//! - **Strided reads** (runs of reads starting a fixed distance apart, forwards or
+//!   backwards: every Nth record, fio's `rw=read:17m`) prefetch the next few runs once the
+//!   same step has been seen twice: each is one GET of the last run's length, so the
+//!   GETs of a strided scan overlap instead of waiting on each other.
 //! - **Seeks keep data**: a segment is dropped only once it is well behind the reader
 //!   (more than `part_size`; once the memory budget is spent, as soon as it is behind)
 //!   or when the handle holds more than twice its window; so a short backward seek is
@@ -55,6 +59,18 @@ const MIN_PIECE: u64 = 256 * 1024;
 /// the direct GET).
 const FIRST_READ_AHEAD_MIN: u64 = 64 * 1024;
 
+/// How many runs of a strided scan are fetched ahead of the one being read.
+const STRIDES_AHEAD: u64 = 4;
+
+/// The step between the starts of consecutive runs of reads, how many times in a row it
+/// repeated, and the length of the last run.
+#[derive(Clone, Copy, Default)]
+struct Stride {
+    step: i64,
+    len: u64,
+    repeats: u32,
+}
+
 struct Segment {
     range: Range<u64>,
     /// Which location of the object it was fetched from (see `ReadHandle::relocate`).
@@ -69,8 +85,11 @@ struct State {
     segments: BTreeMap<u64, Segment>,
     /// End of the furthest byte read so far (of the current sequential run).
     frontier: u64,
-    /// Bytes read in the current run of reads near the frontier.
+    /// Bytes read in the current run of reads near the frontier, and where it began.
     run: u64,
+    run_start: u64,
+    /// The step between the starts of the last runs (see the module doc).
+    stride: Stride,
     window: u64,
     reads: u64,
     /// How many times the object was relocated (see [`ReadHandle::relocate`]).
@@ -107,6 +126,8 @@ impl ReadHandle {
                 segments: BTreeMap::new(),
                 frontier: 0,
                 run: 0,
+                run_start: 0,
+                stride: Stride::default(),
                 window,
                 reads: 0,
                 generation: 0,
@@ -170,6 +191,12 @@ impl ReadHandle {
         let mut state = self.state.lock();
         let near = self.is_near_frontier(&state, &wanted);
         let len = wanted.end - wanted.start;
+        if state.reads == 0 || !near {
+            if state.reads > 0 {
+                Self::note_new_run(&mut state, wanted.start);
+            }
+            state.run_start = wanted.start;
+        }
         state.run = if near && state.reads > 0 { state.run + len } else { len };
         // A run started at offset 0 by a large read is sequential from that read (`cat`);
         // any other once it has read a window's worth (not the pieces of one random read).
@@ -217,6 +244,9 @@ impl ReadHandle {
                 }
             }
         }
+        if !near && state.stride.repeats >= 1 {
+            self.prefetch_strides(&mut state, wanted.start);
+        }
         self.evict(&mut state, &wanted);
 
         state
@@ -229,6 +259,40 @@ impl ReadHandle {
             .into_iter()
             .rev()
             .collect()
+    }
+
+    /// A run of reads begins at `start`: the step from the last run's start repeats a
+    /// stride, or starts a new one.
+    fn note_new_run(state: &mut State, start: u64) {
+        let step = start as i64 - state.run_start as i64;
+        if step == state.stride.step && step.unsigned_abs() > state.run {
+            state.stride.repeats += 1;
+        } else {
+            state.stride = Stride { step, len: 0, repeats: 0 };
+        }
+        state.stride.len = state.run;
+    }
+
+    /// Fetches the next runs of a strided scan that begins a run at `start`: as many as
+    /// fit in a maximal window (at most [`STRIDES_AHEAD`]), each one GET of the last run's
+    /// length (runs up to a maximal window long), while the memory budget allows.
+    fn prefetch_strides(&self, state: &mut State, start: u64) {
+        let Stride { step, len, .. } = state.stride;
+        if len == 0 || len > self.config.max_window {
+            return; // long runs: sequential read-ahead within each does the work
+        }
+        let ahead = (self.config.max_window / len).clamp(1, STRIDES_AHEAD);
+        for i in 1..=ahead as i64 {
+            let Some(from) = start.checked_add_signed(step * i).filter(|&from| from < self.size) else {
+                break;
+            };
+            for gap in gaps(&state.segments, from..(from + len).min(self.size)) {
+                let Some(memory) = self.memory.try_reserve(gap.end - gap.start) else {
+                    return;
+                };
+                self.start_fetch(state, gap, memory);
+            }
+        }
     }
 
     /// Whether `wanted` continues the current run: a first read at offset 0, or a read
@@ -463,6 +527,48 @@ mod tests {
             rt.block_on(reader.read(start + piece * 128 * KIB, 128 * KIB)).expect("read");
         }
         assert!(planned_bytes(&reader) > 512 * KIB, "a run past the window reads ahead: {:?}", planned(&reader));
+    }
+
+    /// Reads a fixed step apart (forwards or backwards) fetch the next few ahead once the
+    /// step repeated; reads at uneven steps fetch only their own bytes (what is behind
+    /// the reader is dropped, so the plan holds the last read only).
+    #[test]
+    fn strided_reads_prefetch_the_next_strides() {
+        let rt = runtime();
+        let size = 64 * MIB;
+        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), data(size as usize))]));
+        let read = |reader: &ReadHandle, at: u64| {
+            let got = rt.block_on(reader.read(at, 64 * KIB)).expect("read");
+            assert_eq!(&got[..], &data(size as usize)[at as usize..][..64 * KIB as usize]);
+        };
+        let forwards = handle(&store, size, config(), 64 * MIB);
+        for at in [10 * MIB, 13 * MIB] {
+            read(&forwards, at);
+        }
+        assert_eq!(planned(&forwards), vec![13 * MIB..13 * MIB + 64 * KIB], "one step is no stride");
+        read(&forwards, 16 * MIB);
+        let expected: Vec<_> = (0..5).map(|i| (16 + 3 * i) * MIB..(16 + 3 * i) * MIB + 64 * KIB).collect();
+        assert!(
+            expected.iter().all(|r| planned(&forwards).contains(r)),
+            "the next four strides: {:?}",
+            planned(&forwards)
+        );
+        for at in [19 * MIB, 22 * MIB] {
+            read(&forwards, at); // served by the prefetch, which goes on ahead
+        }
+        assert!(planned(&forwards).contains(&(34 * MIB..34 * MIB + 64 * KIB)), "{:?}", planned(&forwards));
+
+        let backwards = handle(&store, size, config(), 64 * MIB);
+        for at in [40 * MIB, 38 * MIB, 36 * MIB] {
+            read(&backwards, at);
+        }
+        assert!(planned(&backwards).contains(&(34 * MIB..34 * MIB + 64 * KIB)), "{:?}", planned(&backwards));
+
+        let uneven = handle(&store, size, config(), 64 * MIB);
+        for at in [10 * MIB, 13 * MIB, 17 * MIB, 20 * MIB, 25 * MIB] {
+            read(&uneven, at);
+        }
+        assert_eq!(planned(&uneven), vec![25 * MIB..25 * MIB + 64 * KIB], "no stride");
     }
 
     #[test]
