@@ -8,6 +8,7 @@
 
 pub mod cache;
 pub mod cli;
+pub mod datacache;
 pub mod fs;
 pub mod fuse;
 pub mod memory;

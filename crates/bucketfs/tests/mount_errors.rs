@@ -121,3 +121,12 @@ fn invalid_option_values_are_rejected() {
         MountBuilder::new().bucket(&b).args(args).expect_failure().assert_failed_cleanly();
     }
 }
+
+/// A data cache directory that cannot be made fails the mount, with the directory named,
+/// before the daemon starts (the message reaches the terminal).
+#[test]
+fn unusable_data_cache_directory() {
+    let b = create_bucket("bad-cache");
+    let r = MountBuilder::new().bucket(&b).background().args(["--cache", "/proc/no-such-cache"]).expect_failure();
+    r.assert_error("data cache directory /proc/no-such-cache is not usable");
+}

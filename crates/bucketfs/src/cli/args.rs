@@ -27,6 +27,25 @@ pub enum Command {
         /// The mount point.
         mountpoint: PathBuf,
     },
+    /// Show or empty a data cache directory (what mounts with `--cache DIR` share).
+    Cache {
+        #[command(subcommand)]
+        action: CacheAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CacheAction {
+    /// Print the objects cached, the bytes they take on disk, and the cap.
+    Status {
+        /// The directory given to `--cache`.
+        dir: PathBuf,
+    },
+    /// Delete everything cached (mounts using it go on, and fill it again).
+    Clear {
+        /// The directory given to `--cache`.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Args, Debug, Clone)]
@@ -131,6 +150,14 @@ pub struct MountArgs {
     /// listing indexes (`bucketfs-index/`, with --index).
     #[arg(long, default_value = "/var/tmp", value_name = "DIR")]
     pub cache_dir: PathBuf,
+    /// Keep the blocks of objects read in DIR, on local disk, for later reads and later
+    /// mounts: every mount using DIR shares it (see docs/SEMANTICS.md, "Data cache").
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// Most bytes the data cache (--cache) may take on disk, all mounts using it
+    /// together. Default: 10% of the disk holding it; it never leaves less than 5% free.
+    #[arg(long, value_parser = parse_size, value_name = "BYTES", requires = "cache")]
+    pub cache_size: Option<u64>,
     /// Most bytes all staging files may hold together; a write past it fails with ENOSPC.
     #[arg(long, default_value = "16GiB", value_parser = parse_size, value_name = "BYTES")]
     pub staging_limit: u64,

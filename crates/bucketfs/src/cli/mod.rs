@@ -16,6 +16,7 @@ pub fn main() -> i32 {
         Command::Mount(args) => mount::run(*args),
         Command::Unmount { mountpoint } => mount::unmount(&mountpoint),
         Command::Refresh { mountpoint } => mount::refresh(&mountpoint),
+        Command::Cache { action } => cache_command(action),
     };
     match result {
         Ok(()) => 0,
@@ -26,4 +27,21 @@ pub fn main() -> i32 {
             1
         }
     }
+}
+
+/// `bucketfs cache status|clear DIR`.
+fn cache_command(action: args::CacheAction) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    match action {
+        args::CacheAction::Status { dir } => {
+            let status = crate::datacache::status(&dir).with_context(|| format!("reading {}", dir.display()))?;
+            let cap = status.cap.map_or("not set".to_owned(), |cap| format!("{cap} bytes"));
+            println!("{}: {} objects, {} bytes on disk, cap {cap}", dir.display(), status.objects, status.bytes);
+        }
+        args::CacheAction::Clear { dir } => {
+            crate::datacache::clear(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+            println!("{}: cleared", dir.display());
+        }
+    }
+    Ok(())
 }

@@ -19,6 +19,7 @@ use fuser::{Config, MountOption, SessionACL};
 
 use super::args::MountArgs;
 use super::source::{check_layout, SourceSpec};
+use crate::datacache::DataCache;
 use crate::fs::INDEX_REFRESH;
 use crate::fs::{Fs, Presentation, WriteConfig};
 use crate::fuse::FuseAdapter;
@@ -42,6 +43,10 @@ pub fn run(args: MountArgs) -> Result<()> {
         // A staging directory we cannot write to would only show up at the first append.
         tempfile::tempfile_in(&args.cache_dir)
             .with_context(|| format!("cache directory {} is not writable", args.cache_dir.display()))?;
+    }
+    if let Some(dir) = &args.cache {
+        // Checked before the daemon starts, so that the error reaches the terminal.
+        open_data_cache(dir, args.cache_size)?;
     }
     let daemon = std::env::var_os(READY_ENV).is_some();
     let logs = LogDestination::for_args(&args, &mountpoint, daemon);
@@ -86,7 +91,12 @@ pub fn run(args: MountArgs) -> Result<()> {
     };
     let namespace = namespace(&args, namespace_sources);
     let indexes = namespace.indexes().cloned();
-    let fs = Fs::new(namespace, presentation, read_config, write_config, MemoryLimiter::new(memory_limit));
+    let mut fs = Fs::new(namespace, presentation, read_config, write_config, MemoryLimiter::new(memory_limit));
+    if let Some(dir) = &args.cache {
+        let cache = open_data_cache(dir, args.cache_size)?;
+        tracing::info!(dir = %dir.display(), cap = cache.cap(), "data cache");
+        fs = fs.with_data_cache(cache);
+    }
     let fs = Arc::new(fs);
     let sweeper = fs.clone();
     runtime.spawn(async move {
@@ -148,6 +158,10 @@ pub fn run(args: MountArgs) -> Result<()> {
         indexes.save_all(); // with what this mount changed and fetched since the last refresh
     }
     Ok(())
+}
+
+fn open_data_cache(dir: &Path, cap: Option<u64>) -> Result<Arc<DataCache>> {
+    DataCache::open(dir, cap).with_context(|| format!("data cache directory {} is not usable", dir.display()))
 }
 
 fn namespace(args: &MountArgs, sources: Vec<Source>) -> Namespace {

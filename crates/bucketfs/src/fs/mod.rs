@@ -26,9 +26,10 @@ use fuser::{FileAttr, FileType, INodeNo};
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
+use crate::datacache::{DataCache, ObjectId};
 use crate::memory::MemoryLimiter;
 use crate::namespace::{DirStream, Ino, Listed, Location, Namespace, Node};
-use crate::read::{ReadConfig, ReadHandle};
+use crate::read::{CacheLink, ReadConfig, ReadHandle};
 use crate::store::Metadata;
 use crate::write::journal::Journal;
 use crate::write::staging::{Base, Staged, StagingConfig};
@@ -119,6 +120,8 @@ pub struct Fs {
     next_handle: AtomicU64,
     /// With `--write-back`: room for uploads running after `close()`.
     write_back: Option<Arc<Semaphore>>,
+    /// With `--cache`: blocks of objects read, on local disk.
+    data_cache: Option<Arc<DataCache>>,
 }
 
 /// An entry returned by `readdir`, with the offset that resumes after it.
@@ -163,7 +166,14 @@ impl Fs {
             unlinked: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             write_back,
+            data_cache: None,
         }
+    }
+
+    /// Reads of objects go through `cache` (`--cache`).
+    pub fn with_data_cache(mut self, cache: Arc<DataCache>) -> Self {
+        self.data_cache = Some(cache);
+        self
     }
 
     pub fn read_only(&self) -> bool {
@@ -276,7 +286,13 @@ impl Fs {
         };
         let store = self.namespace.store(*source).clone();
         let config = self.read_config.clone();
-        let reader = ReadHandle::new(store, key, node.etag.as_deref(), node.size, config, self.memory.clone());
+        let mut reader =
+            ReadHandle::new(store.clone(), key, node.etag.as_deref(), node.size, config, self.memory.clone());
+        // Blocks are named by the object's version: without an ETag there is no name.
+        if let (Some(cache), Some(etag)) = (&self.data_cache, &node.etag) {
+            let id = ObjectId { location: store.location(), key: key.clone(), etag: etag.clone(), size: node.size };
+            reader = reader.with_cache(CacheLink::new(cache.clone(), id));
+        }
         Ok((Arc::new(reader), node.etag))
     }
 

@@ -38,8 +38,13 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
+use crate::datacache::BLOCK_SIZE;
 use crate::memory::{MemoryLimiter, Reservation};
 use crate::store::{ObjectStore, RangeBody, StoreError};
+
+mod fetch;
+
+pub use fetch::CacheLink;
 
 /// Tuning of the read path; see the module doc.
 #[derive(Clone, Debug)]
@@ -103,6 +108,8 @@ pub struct ReadHandle {
     size: u64,
     config: ReadConfig,
     memory: Arc<MemoryLimiter>,
+    /// The data cache, where the mount has one: fetches are then whole blocks.
+    cache: Option<Arc<CacheLink>>,
     state: Mutex<State>,
 }
 
@@ -122,6 +129,7 @@ impl ReadHandle {
             size,
             config,
             memory,
+            cache: None,
             state: Mutex::new(State {
                 segments: BTreeMap::new(),
                 frontier: 0,
@@ -133,6 +141,12 @@ impl ReadHandle {
                 generation: 0,
             }),
         }
+    }
+
+    /// Reads go through the data cache (`link` names this object's version).
+    pub fn with_cache(mut self, link: CacheLink) -> Self {
+        self.cache = Some(Arc::new(link));
+        self
     }
 
     /// The key read and the ETag the reads are pinned to.
@@ -218,7 +232,9 @@ impl ReadHandle {
         } else {
             u64::MAX // a random read is fetched as one exact range
         };
+        let piece = if self.cache.is_some() { piece.max(BLOCK_SIZE) / BLOCK_SIZE * BLOCK_SIZE } else { piece };
         for gap in gaps(&state.segments, wanted.clone()) {
+            let gap = self.whole_blocks(&state, gap);
             for range in split(gap, piece) {
                 let memory = self.memory.reserve(range.end - range.start);
                 self.start_fetch(&mut state, range, memory);
@@ -311,13 +327,26 @@ impl ReadHandle {
         let body = Arc::new(RangeBody::new(range.end - range.start, etag.as_deref()));
         let fetching = Finishing(body.clone());
         let offset = range.start;
+        let cache = self.cache.clone();
         let task = tokio::spawn(async move {
-            let result = store.get_range_into(&key, offset, &fetching.0).await;
-            fetching.0.finish(result);
+            fetch::fill(store, &key, offset, &fetching.0, cache.as_ref()).await;
         });
         let abort = task.abort_handle();
         let generation = state.generation;
         state.segments.insert(range.start, Segment { range, generation, body, abort, _memory: memory });
+    }
+
+    /// With a data cache, `gap` widened to whole blocks, as far as the segments around it
+    /// and the object's end allow: blocks are what the cache stores.
+    fn whole_blocks(&self, state: &State, gap: Range<u64>) -> Range<u64> {
+        if self.cache.is_none() {
+            return gap;
+        }
+        let before = state.segments.range(..gap.start).next_back().map_or(0, |(_, s)| s.range.end);
+        let after = state.segments.range(gap.end..).next().map_or(self.size, |(&start, _)| start);
+        let start = (gap.start / BLOCK_SIZE * BLOCK_SIZE).max(before);
+        let end = gap.end.div_ceil(BLOCK_SIZE).saturating_mul(BLOCK_SIZE).min(after).min(self.size);
+        start..end
     }
 
     /// Drops what is well behind the reader (anything behind it once the memory budget is

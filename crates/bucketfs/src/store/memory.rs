@@ -196,10 +196,10 @@ impl ObjectStore for MemoryStore {
         Ok((Self::info(key, &stored), body))
     }
 
-    async fn get_range_into(&self, key: &str, offset: u64, body: &RangeBody) -> Result<(), StoreError> {
+    async fn get_range_into(&self, key: &str, origin: u64, body: &RangeBody, until: u64) -> Result<(), StoreError> {
         let stored = self.current(key, body.etag().as_deref())?;
         body.pin_etag(Self::info(key, &stored).etag.as_deref());
-        let range = offset..offset + body.len();
+        let range = origin + body.received()..origin + until;
         self.gets.lock().push(range.clone());
         // In pieces, as a network delivers a body, so readers of a part see it first.
         for at in (range.start..range.end).step_by(BODY_CHUNK) {

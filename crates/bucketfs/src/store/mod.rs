@@ -168,15 +168,16 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// returning bytes of another version of the object.
     async fn get_range(&self, key: &str, range: Range<u64>, if_match: Option<&str>) -> Result<Bytes, StoreError> {
         let body = RangeBody::new(range.end - range.start, if_match);
-        body.finish(self.get_range_into(key, range.start, &body).await);
+        body.finish(self.get_range_into(key, range.start, &body, body.len()).await);
         body.slice(0..body.len()).await
     }
 
-    /// Fetches `body.len()` bytes of `key` from `offset` into `body`, appending them as
-    /// they arrive, from the version `body.etag()` (`Changed` if the object is no longer
-    /// that version; with no ETag, the first answer's version is pinned). The caller
-    /// calls [`RangeBody::finish`] with the result.
-    async fn get_range_into(&self, key: &str, offset: u64, body: &RangeBody) -> Result<(), StoreError>;
+    /// Fetches the bytes of `body`, which holds `key` from `origin` on, from what it has
+    /// received up to `until` (an offset in the body), appending them as they arrive,
+    /// from the version `body.etag()` (`Changed` if the object is no longer that version;
+    /// with no ETag, the first answer's version is pinned). The caller calls
+    /// [`RangeBody::finish`] once the body is whole.
+    async fn get_range_into(&self, key: &str, origin: u64, body: &RangeBody, until: u64) -> Result<(), StoreError>;
 
     /// `PutObject`; with `create_only`, fails with `AlreadyExists` if the key exists.
     /// Returns the new ETag.

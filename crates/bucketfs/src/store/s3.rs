@@ -339,9 +339,9 @@ impl S3Store {
     /// that a link which drops connections after some megabytes still brings the range
     /// closer with every attempt. Later attempts ask for the version the first answer
     /// came from (`If-Match`), so a range is never spliced from two versions.
-    async fn get_range_once(&self, key: &str, offset: u64, body: &RangeBody) -> Result<(), StoreError> {
+    async fn get_range_once(&self, key: &str, origin: u64, body: &RangeBody, until: u64) -> Result<(), StoreError> {
         let received = body.received();
-        if received == body.len() {
+        if received >= until {
             return Ok(());
         }
         let if_match = body.etag();
@@ -353,7 +353,7 @@ impl S3Store {
                 request_id: None,
             });
         }
-        let (start, end) = (offset + received, offset + body.len());
+        let (start, end) = (origin + received, origin + until);
         tracing::debug!(bucket = %self.bucket, key, start, len = end - start, "s3 GET");
         let response = self
             .client
@@ -372,16 +372,22 @@ impl S3Store {
             .await
             .map_err(|e| StoreError::Interrupted(format!("reading {key}: {}", innermost_message(&e))))?
         {
-            if !body.append(&chunk) {
+            let room = (until - body.received()) as usize;
+            if chunk.len() > room {
+                body.append(&chunk[..room]);
                 return Err(StoreError::Other {
-                    message: format!("reading {key} bytes {offset}..{end}: the server sent more than the range"),
+                    message: format!("reading {key} bytes {start}..{end}: the server sent more than the range"),
                     request_id: None,
                 });
             }
+            body.append(&chunk);
         }
         let got = body.received();
-        if got != body.len() {
-            return Err(StoreError::Interrupted(format!("short read of {key} bytes {offset}..{end}: got {got} bytes")));
+        if got != until {
+            return Err(StoreError::Interrupted(format!(
+                "short read of {key} bytes {start}..{end}: got {} bytes",
+                got - received
+            )));
         }
         Ok(())
     }
@@ -668,8 +674,8 @@ impl ObjectStore for S3Store {
         self.retrying("GET", key, || self.head_with_body_once(key, limit)).await
     }
 
-    async fn get_range_into(&self, key: &str, offset: u64, body: &RangeBody) -> Result<(), StoreError> {
-        self.retrying("GET", key, || self.get_range_once(key, offset, body)).await
+    async fn get_range_into(&self, key: &str, origin: u64, body: &RangeBody, until: u64) -> Result<(), StoreError> {
+        self.retrying("GET", key, || self.get_range_once(key, origin, body, until)).await
     }
 
     async fn put(

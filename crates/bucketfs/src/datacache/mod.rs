@@ -1,0 +1,337 @@
+//! The data cache on local disk (`--cache DIR`): blocks of objects read through any mount
+//! that uses the same directory, kept across mounts, capped in bytes.
+//!
+//! - **Layout** (`DIR/bucketfs-cache-v1/`): `objects/AB/CDEF….data` and `….map`, one pair
+//!   per object version (see [`object`]), named by a hash of the store, key, ETag and
+//!   size: a changed object is another name, so old bytes are never served for it.
+//!   `usage` holds the bytes the directory takes and the last cap a mount used.
+//! - **Blocks** are [`BLOCK_SIZE`] (1 MiB): a block is the unit fetched, checked and
+//!   written, so a random read through a cached mount fetches whole blocks.
+//! - **The cap is hard**: a block is written only after its bytes were added to `usage`
+//!   under an exclusive `flock` of that file, which every mount using the directory
+//!   takes; when the total would pass the cap (or leave less than 5% of the disk free),
+//!   whole objects are deleted, least recently used first (a map's mtime: set by every
+//!   block written and every open of the object), until the total is 10% under it. The
+//!   count is made again from the files at each eviction and at every mount, so a
+//!   daemon killed between reserving and writing does not leak.
+//! - **Shared safely**: files are created whole or moved in place, blocks are trusted
+//!   only by checksum, and eviction only deletes files (a reader with an open file keeps
+//!   reading the bytes it checked; see [`object`]).
+//! - **Never in the way**: a failing or full cache disk turns into uncached reads, with
+//!   one warning; nothing here fails a read.
+//! - **Memory**: none per cached block; the map files are the index.
+
+mod object;
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+pub use object::{CachedFiles, ObjectId};
+
+/// Size of a cached block.
+pub const BLOCK_SIZE: u64 = 1024 * 1024;
+/// The directory inside `--cache DIR` that holds this format.
+const ROOT: &str = "bucketfs-cache-v1";
+/// Eviction frees down to this share of the cap, so that it runs rarely.
+const EVICT_TO: f64 = 0.9;
+/// Share of the disk left free whatever the cap.
+const KEEP_FREE: f64 = 0.05;
+/// Default cap: this share of the disk holding the cache.
+const DEFAULT_SHARE: f64 = 0.10;
+
+pub struct DataCache {
+    objects: PathBuf,
+    usage: PathBuf,
+    cap: u64,
+    /// A write failed: said once in the log, and reads go on uncached.
+    warned: AtomicBool,
+}
+
+/// What `bucketfs cache status` prints.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Status {
+    pub objects: u64,
+    pub bytes: u64,
+    /// The cap the last mount that wrote used.
+    pub cap: Option<u64>,
+}
+
+impl DataCache {
+    /// The cache in `dir` (created if needed), capped at `cap` bytes (default: 10% of the
+    /// disk holding it). Counts what the directory holds now.
+    pub fn open(dir: &Path, cap: Option<u64>) -> io::Result<Arc<Self>> {
+        let root = dir.join(ROOT);
+        let objects = root.join("objects");
+        std::fs::create_dir_all(&objects)?;
+        let usage = root.join("usage");
+        OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&usage)?;
+        let disk = nix::sys::statvfs::statvfs(&root)?;
+        let disk_size = disk.blocks() as u64 * disk.fragment_size() as u64;
+        let cap = cap.unwrap_or((disk_size as f64 * DEFAULT_SHARE) as u64);
+        let cache = Arc::new(Self { objects, usage, cap, warned: AtomicBool::new(false) });
+        cache.with_usage(|_, _| {
+            let (_, bytes) = scan(&cache.objects)?;
+            Ok(bytes)
+        })?;
+        Ok(cache)
+    }
+
+    pub fn cap(&self) -> u64 {
+        self.cap
+    }
+
+    /// The files of `id` if some of it is cached; marks it recently used.
+    pub fn files(&self, id: &ObjectId) -> Option<CachedFiles> {
+        let stem = id.stem(&self.objects);
+        match CachedFiles::open(id, &stem) {
+            Ok(Some(files)) => {
+                let _ = File::options()
+                    .write(true)
+                    .open(object_map(&stem))
+                    .and_then(|map| map.set_modified(SystemTime::now()));
+                Some(files)
+            }
+            Ok(None) => None,
+            Err(error) => {
+                self.warn_once("reading", &error);
+                None
+            }
+        }
+    }
+
+    /// Stores block `index` of `id`, unless the cap cannot make room for it (a block
+    /// larger than the cap) or the disk fails (said once in the log).
+    pub fn store_block(&self, id: &ObjectId, index: u64, bytes: &[u8]) {
+        let stem = id.stem(&self.objects);
+        let needed = bytes.len() as u64 + id.map_len();
+        let reserved = self.with_usage(|cache_dir_bytes, cap_room| {
+            if cache_dir_bytes + needed <= cap_room {
+                return Ok(cache_dir_bytes + needed);
+            }
+            let target = ((cap_room as f64 * EVICT_TO) as u64).saturating_sub(needed);
+            let left = evict(&self.objects, target, &stem)?;
+            if left + needed > cap_room {
+                return Err(io::Error::new(io::ErrorKind::StorageFull, "no room under the cap"));
+            }
+            Ok(left + needed)
+        });
+        match reserved {
+            Ok(_) => {}
+            Err(error) if error.kind() == io::ErrorKind::StorageFull => return,
+            Err(error) => return self.warn_once("counting", &error),
+        }
+        if let Err(error) = object::write_block(id, &stem, index, bytes) {
+            self.warn_once("writing", &error);
+        }
+    }
+
+    /// Runs `change` on the directory's byte count under the exclusive lock and saves
+    /// what it returns. `change` gets the count and the room the cap and the disk leave.
+    fn with_usage(&self, change: impl FnOnce(u64, u64) -> io::Result<u64>) -> io::Result<u64> {
+        let file = OpenOptions::new().read(true).write(true).open(&self.usage)?;
+        let locked = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, errno)| io::Error::from(errno))?;
+        let (bytes, _) = read_usage(&locked);
+        let disk = nix::sys::statvfs::statvfs(&self.objects)?;
+        let unit = disk.fragment_size() as u64;
+        let free = disk.blocks_available() as u64 * unit;
+        let keep_free = (disk.blocks() as u64 * unit) as f64 * KEEP_FREE;
+        let disk_room = (bytes + free).saturating_sub(keep_free as u64);
+        let updated = change(bytes, self.cap.min(disk_room))?;
+        let mut record = [0u8; 16];
+        record[..8].copy_from_slice(&updated.to_le_bytes());
+        record[8..].copy_from_slice(&self.cap.to_le_bytes());
+        locked.write_all_at(&record, 0)?;
+        Ok(updated)
+    }
+
+    fn warn_once(&self, what: &str, error: &io::Error) {
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!("data cache: {what} failed ({error}); reads go on without the cache where it fails");
+        }
+    }
+}
+
+/// Objects and bytes in the cache at `dir` (for `bucketfs cache status`).
+pub fn status(dir: &Path) -> io::Result<Status> {
+    let root = dir.join(ROOT);
+    if !root.exists() {
+        return Ok(Status { objects: 0, bytes: 0, cap: None });
+    }
+    let (objects, bytes) = scan(&root.join("objects"))?;
+    let cap = File::open(root.join("usage")).ok().map(|file| read_usage(&file).1).filter(|&cap| cap > 0);
+    Ok(Status { objects, bytes, cap })
+}
+
+/// Empties the cache at `dir`, under its lock: mounts using it go on reading (files
+/// they have open stay readable until closed) and start filling it again.
+pub fn clear(dir: &Path) -> io::Result<()> {
+    let root = dir.join(ROOT);
+    if !root.exists() {
+        return Ok(());
+    }
+    let usage = OpenOptions::new().read(true).write(true).open(root.join("usage"))?;
+    let locked = nix::fcntl::Flock::lock(usage, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, errno)| io::Error::from(errno))?;
+    let objects = root.join("objects");
+    let cleared = root.join(format!("objects.clearing-{}", std::process::id()));
+    if objects.exists() {
+        std::fs::rename(&objects, &cleared)?;
+    }
+    std::fs::create_dir_all(&objects)?;
+    let (_, cap) = read_usage(&locked);
+    let mut record = [0u8; 16];
+    record[8..].copy_from_slice(&cap.to_le_bytes());
+    locked.write_all_at(&record, 0)?;
+    drop(locked);
+    match std::fs::remove_dir_all(&cleared) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    }
+}
+
+fn read_usage(file: &File) -> (u64, u64) {
+    let mut record = [0u8; 16];
+    let read = file.read_at(&mut record, 0).unwrap_or(0);
+    if read < 16 {
+        return (0, 0);
+    }
+    let bytes = u64::from_le_bytes(record[..8].try_into().unwrap_or_default());
+    let cap = u64::from_le_bytes(record[8..].try_into().unwrap_or_default());
+    (bytes, cap)
+}
+
+fn object_map(stem: &Path) -> PathBuf {
+    object::map_path(stem)
+}
+
+/// One cached object found on disk: its file stem, last use and bytes taken.
+struct Found {
+    stem: PathBuf,
+    used: SystemTime,
+    bytes: u64,
+}
+
+/// Every cached object (by its map file), with its last use and the bytes its files take.
+fn objects_on_disk(objects: &Path) -> io::Result<Vec<Found>> {
+    use std::os::unix::fs::MetadataExt;
+    let mut found = Vec::new();
+    for shard in std::fs::read_dir(objects)? {
+        let Ok(shard) = shard else { continue };
+        let Ok(entries) = std::fs::read_dir(shard.path()) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|ext| ext != "map") {
+                continue;
+            }
+            let Ok(map) = entry.metadata() else { continue };
+            let stem = path.with_extension("");
+            let data = std::fs::metadata(object::data_path(&stem)).map(|m| m.blocks() * 512).unwrap_or(0);
+            let used = map.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            found.push(Found { stem, used, bytes: map.blocks() * 512 + data });
+        }
+    }
+    Ok(found)
+}
+
+/// (objects, bytes on disk) under `objects`.
+fn scan(objects: &Path) -> io::Result<(u64, u64)> {
+    let found = objects_on_disk(objects)?;
+    Ok((found.len() as u64, found.iter().map(|f| f.bytes).sum()))
+}
+
+/// Deletes the least recently used objects until the rest take at most `target` bytes;
+/// `writing` (the object a block is about to be written to) goes last. Returns the
+/// bytes left.
+fn evict(objects: &Path, target: u64, writing: &Path) -> io::Result<u64> {
+    let mut found = objects_on_disk(objects)?;
+    let mut total: u64 = found.iter().map(|f| f.bytes).sum();
+    found.sort_by_key(|f| (f.stem == writing, f.used));
+    for object in found {
+        if total <= target {
+            break;
+        }
+        // The map first: from then on the object reads as absent, whatever happens next.
+        let _ = std::fs::remove_file(object::map_path(&object.stem));
+        let _ = std::fs::remove_file(object::data_path(&object.stem));
+        total = total.saturating_sub(object.bytes);
+        tracing::debug!(object = %object.stem.display(), bytes = object.bytes, "data cache: evicted");
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(key: &str, size: u64) -> ObjectId {
+        ObjectId { location: "http://s3/b".into(), key: key.into(), etag: "\"e1\"".into(), size }
+    }
+
+    fn bytes(len: u64, seed: u8) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    }
+
+    #[test]
+    fn blocks_written_are_read_back_and_survive_a_new_instance() {
+        let dir = tempfile::tempdir().expect("dir");
+        let cache = DataCache::open(dir.path(), Some(64 * BLOCK_SIZE)).expect("open");
+        let object = id("a", BLOCK_SIZE + 10);
+        assert!(cache.files(&object).is_none());
+        cache.store_block(&object, 1, &bytes(10, 1));
+        let files = cache.files(&object).expect("cached");
+        assert_eq!(files.read_block(&object, 1).expect("read"), Some(bytes(10, 1)));
+        assert_eq!(files.read_block(&object, 0).expect("read"), None);
+        assert!(!files.is_whole(&object).expect("whole"));
+        cache.store_block(&object, 0, &bytes(BLOCK_SIZE, 2));
+        let again = DataCache::open(dir.path(), Some(64 * BLOCK_SIZE)).expect("reopen");
+        let files = again.files(&object).expect("cached");
+        assert!(files.is_whole(&object).expect("whole"));
+        let other_version = ObjectId { etag: "\"e2\"".into(), ..object.clone() };
+        assert!(again.files(&other_version).is_none(), "another ETag is another object");
+        let status = status(dir.path()).expect("status");
+        assert_eq!((status.objects, status.cap), (1, Some(64 * BLOCK_SIZE)));
+        assert!(status.bytes >= BLOCK_SIZE, "{status:?}");
+    }
+
+    #[test]
+    fn a_flipped_byte_reads_as_absent() {
+        let dir = tempfile::tempdir().expect("dir");
+        let cache = DataCache::open(dir.path(), Some(64 * BLOCK_SIZE)).expect("open");
+        let object = id("a", 1000);
+        cache.store_block(&object, 0, &bytes(1000, 3));
+        let data = object::data_path(&object.stem(&cache.objects));
+        let file = OpenOptions::new().write(true).open(data).expect("data");
+        file.write_all_at(b"X", 500).expect("flip");
+        let files = cache.files(&object).expect("cached");
+        assert_eq!(files.read_block(&object, 0).expect("read"), None);
+    }
+
+    #[test]
+    fn the_cap_holds_and_the_least_recently_used_go_first() {
+        let dir = tempfile::tempdir().expect("dir");
+        let cap = 4 * BLOCK_SIZE + 64 * 1024;
+        let cache = DataCache::open(dir.path(), Some(cap)).expect("open");
+        let keys = ["a", "b", "c", "d", "e", "f"];
+        for (n, key) in keys.iter().enumerate() {
+            cache.store_block(&id(key, BLOCK_SIZE), 0, &bytes(BLOCK_SIZE, n as u8));
+            // Distinct last uses, and "a" used again after "d" was written.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            if *key == "d" {
+                assert!(cache.files(&id("a", BLOCK_SIZE)).is_some());
+            }
+            assert!(status(dir.path()).expect("status").bytes <= cap, "over the cap after {key}");
+        }
+        let present: Vec<_> = keys.iter().filter(|key| cache.files(&id(key, BLOCK_SIZE)).is_some()).collect();
+        assert!(present.contains(&&"f") && present.contains(&&"a"), "kept: {present:?}");
+        assert!(!present.contains(&&"b") && !present.contains(&&"c"), "b, c least recently used: {present:?}");
+        clear(dir.path()).expect("clear");
+        assert_eq!(status(dir.path()).expect("status").objects, 0);
+        assert!(cache.files(&id("f", BLOCK_SIZE)).is_none());
+    }
+}

@@ -1,0 +1,137 @@
+//! What a segment's fetch does: the bytes of a range from the data cache where its
+//! blocks are there, from the store otherwise, and the blocks fetched from the store into
+//! the cache once the readers have them.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::datacache::{CachedFiles, DataCache, ObjectId, BLOCK_SIZE};
+use crate::store::{ObjectStore, RangeBody, StoreError};
+
+/// One open file's view of the data cache: the object it reads, and its cache files once
+/// they exist.
+pub struct CacheLink {
+    cache: Arc<DataCache>,
+    id: ObjectId,
+    files: Mutex<Option<Arc<CachedFiles>>>,
+}
+
+impl CacheLink {
+    pub fn new(cache: Arc<DataCache>, id: ObjectId) -> Self {
+        Self { cache, id, files: Mutex::new(None) }
+    }
+
+    /// The object's cache files, opened at the first call that finds them.
+    fn files(&self) -> Option<Arc<CachedFiles>> {
+        let mut files = self.files.lock();
+        if files.is_none() {
+            *files = self.cache.files(&self.id).map(Arc::new);
+        }
+        files.clone()
+    }
+}
+
+/// Fills `body` (bytes of `key` from `origin`) and finishes it. With a cache, whole
+/// blocks present on disk are read from it and the others fetched from the store (one
+/// GET per run of missing blocks); the blocks fetched are then stored in the cache,
+/// after the body is finished, so no reader waits on the cache disk.
+pub async fn fill(
+    store: Arc<dyn ObjectStore>,
+    key: &str,
+    origin: u64,
+    body: &RangeBody,
+    cache: Option<&Arc<CacheLink>>,
+) {
+    let Some(link) = cache else {
+        body.finish(store.get_range_into(key, origin, body, body.len()).await);
+        return;
+    };
+    let mut fetched = Vec::new();
+    let result = fill_from_cache_and_store(&*store, key, origin, body, link, &mut fetched).await;
+    let complete = result.is_ok();
+    body.finish(result);
+    if complete {
+        store_fetched_blocks(link, origin, body, &fetched).await;
+    }
+}
+
+async fn fill_from_cache_and_store(
+    store: &dyn ObjectStore,
+    key: &str,
+    origin: u64,
+    body: &RangeBody,
+    link: &Arc<CacheLink>,
+    fetched: &mut Vec<Range<u64>>,
+) -> Result<(), StoreError> {
+    let end = origin + body.len();
+    while body.received() < body.len() {
+        let at = origin + body.received();
+        let index = at / BLOCK_SIZE;
+        let (cached, missing_until) = {
+            let link = link.clone();
+            tokio::task::spawn_blocking(move || look_up(&link, index, end)).await.unwrap_or((None, None))
+        };
+        if let Some(block) = cached {
+            let block_start = index * BLOCK_SIZE;
+            let to = (end - block_start).min(block.len() as u64) as usize;
+            body.append(&block[(at - block_start) as usize..to]);
+            continue;
+        }
+        let until = missing_until.unwrap_or(end).min(end);
+        store.get_range_into(key, origin, body, until - origin).await?;
+        fetched.push(at..until);
+    }
+    Ok(())
+}
+
+/// Block `index` if cached and sound; otherwise where the run of missing blocks from
+/// it ends (the next block present, below `end`).
+fn look_up(link: &CacheLink, index: u64, end: u64) -> (Option<Vec<u8>>, Option<u64>) {
+    let Some(files) = link.files() else {
+        return (None, None);
+    };
+    if let Ok(Some(block)) = files.read_block(&link.id, index) {
+        return (Some(block), None);
+    }
+    let mut next = index + 1;
+    while next * BLOCK_SIZE < end && !files.has_block(next).unwrap_or(false) {
+        next += 1;
+    }
+    (None, Some(next * BLOCK_SIZE))
+}
+
+/// Stores the whole blocks inside `fetched` (object offsets) from the finished `body`.
+async fn store_fetched_blocks(link: &Arc<CacheLink>, origin: u64, body: &RangeBody, fetched: &[Range<u64>]) {
+    let mut blocks = Vec::new();
+    for range in fetched {
+        let mut index = range.start.div_ceil(BLOCK_SIZE);
+        while index * BLOCK_SIZE < range.end {
+            let block = index * BLOCK_SIZE..index * BLOCK_SIZE + link.id.block_len(index);
+            if block.end > range.end {
+                break; // the range stops inside this block
+            }
+            if let Ok(bytes) = body.slice(block.start - origin..block.end - origin).await {
+                blocks.push((index, bytes));
+            }
+            index += 1;
+        }
+    }
+    if blocks.is_empty() {
+        return;
+    }
+    let link = link.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        for (index, bytes) in blocks {
+            link.cache.store_block(&link.id, index, &bytes);
+        }
+        // Blocks written since the files were opened (or the files themselves) are
+        // found by a fresh open; keep the old handle only if it existed.
+        let mut files = link.files.lock();
+        if files.is_none() {
+            *files = link.cache.files(&link.id).map(Arc::new);
+        }
+    })
+    .await;
+}

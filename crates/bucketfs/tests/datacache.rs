@@ -1,0 +1,221 @@
+//! The data cache on local disk (`--cache DIR`) against MinIO and real mounts: bytes read
+//! through it are the object's, a remount or a second mount reads cached objects without
+//! a GET, a changed object is never served from old blocks, the cap holds while reading
+//! more than it, and a corrupted block is fetched again. See docs/SEMANTICS.md, "Data
+//! cache".
+
+mod common;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+
+const BLOCK: usize = MIB;
+
+fn cached_mount(bucket: &str, cache: &Path, extra: &[&str]) -> Mount {
+    MountBuilder::new()
+        .bucket(bucket)
+        .args(["--cache", cache.to_str().expect("utf-8 path")])
+        .args(extra.iter().copied())
+        .request_log()
+        .mount()
+}
+
+/// A bucket holding `f` (`size` bytes of `seed`), and an empty cache directory.
+fn one_object(hint: &str, seed: u64, size: usize) -> (String, tempfile::TempDir, Vec<u8>) {
+    let bucket = create_bucket(hint);
+    let data = gen_data(seed, size);
+    put(&bucket, "f", data.clone());
+    (bucket, tempfile::tempdir_in("/var/tmp").expect("cache dir"), data)
+}
+
+fn gets(m: &Mount) -> Vec<(u64, u64)> {
+    m.s3_requests().into_iter().filter(|r| r.op == "GET").filter_map(|r| r.range).collect()
+}
+
+/// Bytes the cache directory takes on disk (allocated blocks, as `du`).
+fn disk_usage(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    walk_files(dir).iter().filter_map(|file| std::fs::metadata(file).ok()).map(|meta| meta.blocks() * 512).sum()
+}
+
+/// Every size around a block boundary, and a large object: read cold through one mount,
+/// then through a new mount from the cache alone (no GET), the bytes are the object's.
+#[test]
+fn cached_bytes_are_the_objects_and_a_remount_reads_them_without_a_get() {
+    let b = create_bucket("dc-sizes");
+    let cache = tempfile::tempdir_in("/var/tmp").expect("cache dir");
+    let sizes = [0, 1, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 17, 100 * MIB];
+    for (i, size) in sizes.iter().enumerate() {
+        put(&b, &format!("f{i}"), gen_data(i as u64, *size));
+    }
+    for round in ["cold", "from the cache"] {
+        let m = cached_mount(&b, cache.path(), &[]);
+        for (i, size) in sizes.iter().enumerate() {
+            let (sha, len) = sha256_file(&m.join(format!("f{i}")), 128 * KIB).expect("read");
+            assert_eq!(len, *size as u64, "{round}: size of f{i}");
+            assert_eq!(sha, sha256_hex(&gen_data(i as u64, *size)), "{round}: bytes of f{i} ({size} bytes)");
+        }
+        if round == "from the cache" {
+            assert_eq!(gets(&m), vec![], "a remount read every cached object without a GET");
+        } else {
+            assert!(!gets(&m).is_empty());
+        }
+    }
+    let status = run_bucketfs(&["cache", "status", cache.path().to_str().expect("utf-8")], Duration::from_secs(30));
+    assert!(status.0.success(), "{status:?}");
+    assert!(status.1.contains(&format!("{} objects", sizes.len() - 1)), "the empty object is not cached: {status:?}");
+}
+
+/// Two mounts on one cache directory at once: what one cached, the other reads without
+/// a GET; both reading many objects together, with evictions under a small cap, only
+/// ever get the right bytes.
+#[test]
+fn two_mounts_share_one_cache_and_read_only_right_bytes() {
+    let b = create_bucket("dc-shared");
+    let cache = tempfile::tempdir_in("/var/tmp").expect("cache dir");
+    let objects: Vec<(String, Vec<u8>)> =
+        (0..24).map(|i| (format!("o{i:02}"), gen_data(100 + i, 2 * MIB + 1000))).collect();
+    put_many(&b, objects.clone(), 8);
+    let first = cached_mount(&b, cache.path(), &["--cache-size", "24MiB"]);
+    let second = cached_mount(&b, cache.path(), &["--cache-size", "24MiB"]);
+    assert_file_content(&first.join("o00"), 256 * KIB, &objects[0].1);
+    assert_file_content(&second.join("o00"), 256 * KIB, &objects[0].1);
+    assert_eq!(gets(&second), vec![], "the second mount read what the first cached");
+
+    let failed = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for (n, mount) in [&first, &second, &first, &second].into_iter().enumerate() {
+            let (objects, failed) = (&objects, &failed);
+            scope.spawn(move || {
+                for round in 0..3 {
+                    for (i, (key, data)) in objects.iter().enumerate() {
+                        if (i + n + round) % 2 == 0 {
+                            continue;
+                        }
+                        let (sha, _) = sha256_file(&mount.join(key), 128 * KIB).expect("read");
+                        if sha != sha256_hex(data) {
+                            failed.store(true, Ordering::Relaxed);
+                            eprintln!("reader {n}: wrong bytes in {key}");
+                        }
+                    }
+                }
+            });
+        }
+    });
+    assert!(!failed.load(Ordering::Relaxed), "a reader got wrong bytes");
+    assert!(disk_usage(cache.path()) <= 24 * MIB as u64 + 4 * BLOCK as u64, "over the cap");
+}
+
+/// An object replaced in the store is read anew after the metadata TTL: its old blocks
+/// stay on disk under the old ETag but are never served for the new version.
+#[test]
+fn a_replaced_object_is_never_served_from_old_blocks() {
+    let b = create_bucket("dc-replaced");
+    let cache = tempfile::tempdir_in("/var/tmp").expect("cache dir");
+    let old = gen_data(1, 3 * MIB);
+    let new = gen_data(2, 3 * MIB);
+    put(&b, "f", old.clone());
+    let m = cached_mount(&b, cache.path(), &["--metadata-ttl", "1"]);
+    assert_file_content(&m.join("f"), MIB, &old);
+    put(&b, "f", new.clone());
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_file_content(&m.join("f"), MIB, &new);
+    drop(m);
+    let again = cached_mount(&b, cache.path(), &[]);
+    assert_file_content(&again.join("f"), 100 * KIB, &new);
+    assert_eq!(gets(&again), vec![], "the new version was cached too");
+}
+
+/// Reading three times the cap, the cache directory never holds more than the cap plus
+/// a block per reader, and what is left is still read right.
+#[test]
+fn the_cap_holds_while_reading_more_than_it() {
+    let b = create_bucket("dc-cap");
+    let cache = tempfile::tempdir_in("/var/tmp").expect("cache dir");
+    let cap = 16 * MIB as u64;
+    let objects: Vec<(String, Vec<u8>)> = (0..6).map(|i| (format!("o{i}"), gen_data(200 + i, 8 * MIB))).collect();
+    put_many(&b, objects.clone(), 6);
+    let m = cached_mount(&b, cache.path(), &["--cache-size", "16MiB"]);
+    let peak = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (peak, done, dir) = (peak.clone(), done.clone(), cache.path().to_path_buf());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                peak.fetch_max(disk_usage(&dir), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    for (key, data) in &objects {
+        assert_file_content(&m.join(key), 512 * KIB, data);
+    }
+    done.store(true, Ordering::Relaxed);
+    watcher.join().expect("watcher");
+    let peak = peak.load(Ordering::Relaxed);
+    eprintln!("peak cache directory size {peak} bytes, cap {cap}");
+    assert!(peak <= cap + BLOCK as u64 + 64 * KIB as u64, "the cache took {peak} bytes, cap {cap}");
+    assert!(peak >= cap / 2, "the cache was used: {peak} bytes");
+    let (key, data) = objects.last().expect("objects");
+    assert_file_content(&m.join(key), 512 * KIB, data);
+}
+
+/// A flipped byte in a cached block is noticed by its checksum: the block is fetched
+/// again (one GET of it), and the program gets the right bytes.
+#[test]
+fn a_corrupted_block_is_fetched_again() {
+    use std::os::unix::fs::FileExt;
+    let (b, cache, data) = one_object("dc-corrupt", 7, 4 * MIB);
+    drop({
+        let m = cached_mount(&b, cache.path(), &[]);
+        assert_file_content(&m.join("f"), MIB, &data);
+        m
+    });
+    let data_files: Vec<_> =
+        walk_files(cache.path()).into_iter().filter(|p| p.extension().is_some_and(|e| e == "data")).collect();
+    assert_eq!(data_files.len(), 1, "{data_files:?}");
+    let file = std::fs::OpenOptions::new().write(true).open(&data_files[0]).expect("open");
+    let offset = 2 * MIB as u64 + 12_345;
+    file.write_all_at(&[data[offset as usize] ^ 0xff], offset).expect("flip");
+    drop(file);
+    let m = cached_mount(&b, cache.path(), &[]);
+    assert_file_content(&m.join("f"), MIB, &data);
+    assert_eq!(gets(&m), vec![(2 * MIB as u64, MIB as u64)], "only the corrupted block is fetched");
+}
+
+/// `bucketfs cache clear` empties the directory; a mount reads through it again.
+#[test]
+fn cache_clear_empties_it() {
+    let (b, cache, data) = one_object("dc-clear", 9, 2 * MIB);
+    let m = cached_mount(&b, cache.path(), &[]);
+    assert_file_content(&m.join("f"), MIB, &data);
+    let dir = cache.path().to_str().expect("utf-8");
+    let (status, out, err) = run_bucketfs(&["cache", "clear", dir], Duration::from_secs(30));
+    assert!(status.success(), "{out}{err}");
+    let (_, out, _) = run_bucketfs(&["cache", "status", dir], Duration::from_secs(30));
+    assert!(out.contains(" 0 objects, 0 bytes"), "{out}");
+    let before = gets(&m).len();
+    drop(m);
+    let m = cached_mount(&b, cache.path(), &[]);
+    assert_file_content(&m.join("f"), MIB, &data);
+    assert!(!gets(&m).is_empty(), "read from the store again (had {before} GETs before)");
+}
+
+fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                pending.push(entry.path());
+            } else {
+                files.push(entry.path());
+            }
+        }
+    }
+    files
+}
