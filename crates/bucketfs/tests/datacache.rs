@@ -187,6 +187,57 @@ fn a_corrupted_block_is_fetched_again() {
     assert_eq!(gets(&m), vec![(2 * MIB as u64, MIB as u64)], "only the corrupted block is fetched");
 }
 
+/// A file whole in the cache is read through FUSE passthrough, from the kernel to the
+/// cache file (the daemon says so in its log), with the right bytes, on the mount that
+/// cached it and after a remount; while it is open that way, the same file can be opened
+/// for writing and rewritten.
+#[test]
+fn whole_cached_files_are_passed_through() {
+    const PASSED: &str = "open: passthrough to the data cache";
+    let (b, cache, data) = one_object("dc-passthrough", 11, 8 * MIB);
+    {
+        let m = cached_mount(&b, cache.path(), &[]);
+        assert!(m.log_text().contains("FUSE passthrough on"), "{}", m.log_text());
+        assert_file_content(&m.join("f"), MIB, &data);
+        assert!(!m.log_text().contains(PASSED), "not whole in the cache at the first open");
+        // Checked as a whole after its last block was written, for the next open.
+        let checked = || m.log_text().contains("object whole and checked");
+        assert!(wait_until(Duration::from_secs(20), checked), "never checked whole");
+        let status = status_line(cache.path());
+        assert!(status.contains(" 1 objects, 1 whole,"), "{status}");
+        assert_file_content(&m.join("f"), MIB, &data);
+        assert_eq!(m.log_text().matches(PASSED).count(), 1, "the second open passes through");
+    }
+    let m = cached_mount(&b, cache.path(), &[]);
+    assert_file_content(&m.join("f"), 256 * KIB, &data);
+    assert_eq!(m.log_text().matches(PASSED).count(), 1, "a remount passes through at once");
+    assert_eq!(gets(&m), vec![]);
+    // The kernel lets no other kind of open in while a file is passed through.
+    let reader = std::fs::File::open(m.join("f")).expect("open for reading");
+    let new = gen_data(12, 3 * MIB);
+    assert_errno(std::fs::write(m.join("f"), &new), libc::ETXTBSY, "rewrite while a reader is passed through");
+    assert_same_bytes(&get(&b, "f"), &data, "the refused open changed nothing");
+    drop(reader);
+    std::fs::write(m.join("f"), &new).expect("rewrite once the reader closed");
+    assert_same_bytes(&get(&b, "f"), &new, "the object after the rewrite");
+    assert_file_content(&m.join("f"), MIB, &new);
+    drop(m);
+
+    // Without passthrough, both at once work.
+    let m = cached_mount(&b, cache.path(), &["--no-passthrough"]);
+    assert_file_content(&m.join("f"), MIB, &new);
+    assert!(wait_until(Duration::from_secs(20), || status_line(cache.path()).contains(" 2 objects, 2 whole,")));
+    let reader = std::fs::File::open(m.join("f")).expect("open for reading");
+    std::fs::write(m.join("f"), &data).expect("rewrite while a reader is open");
+    drop(reader);
+    assert!(!m.log_text().contains(PASSED));
+    assert_same_bytes(&get(&b, "f"), &data, "the object after the second rewrite");
+}
+
+fn status_line(cache: &Path) -> String {
+    run_bucketfs(&["cache", "status", cache.to_str().expect("utf-8")], Duration::from_secs(30)).1
+}
+
 /// `bucketfs cache clear` empties the directory; a mount reads through it again.
 #[test]
 fn cache_clear_empties_it() {
@@ -197,7 +248,7 @@ fn cache_clear_empties_it() {
     let (status, out, err) = run_bucketfs(&["cache", "clear", dir], Duration::from_secs(30));
     assert!(status.success(), "{out}{err}");
     let (_, out, _) = run_bucketfs(&["cache", "status", dir], Duration::from_secs(30));
-    assert!(out.contains(" 0 objects, 0 bytes"), "{out}");
+    assert!(out.contains(" 0 objects, 0 whole, 0 bytes"), "{out}");
     let before = gets(&m).len();
     drop(m);
     let m = cached_mount(&b, cache.path(), &[]);

@@ -158,6 +158,11 @@ pub struct MountArgs {
     /// together. Default: 10% of the disk holding it; it never leaves less than 5% free.
     #[arg(long, value_parser = parse_size, value_name = "BYTES", requires = "cache")]
     pub cache_size: Option<u64>,
+    /// Read files whole in the data cache through the daemon rather than by FUSE
+    /// passthrough (slower, but a file open for reading from the cache can then be opened
+    /// for writing at the same time: with passthrough, that open fails with ETXTBSY).
+    #[arg(long, requires = "cache")]
+    pub no_passthrough: bool,
     /// Most bytes all staging files may hold together; a write past it fails with ENOSPC.
     #[arg(long, default_value = "16GiB", value_parser = parse_size, value_name = "BYTES")]
     pub staging_limit: u64,

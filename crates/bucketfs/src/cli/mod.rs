@@ -36,7 +36,13 @@ fn cache_command(action: args::CacheAction) -> anyhow::Result<()> {
         args::CacheAction::Status { dir } => {
             let status = crate::datacache::status(&dir).with_context(|| format!("reading {}", dir.display()))?;
             let cap = status.cap.map_or("not set".to_owned(), |cap| format!("{cap} bytes"));
-            println!("{}: {} objects, {} bytes on disk, cap {cap}", dir.display(), status.objects, status.bytes);
+            println!(
+                "{}: {} objects, {} whole, {} bytes on disk, cap {cap}",
+                dir.display(),
+                status.objects,
+                status.whole,
+                status.bytes
+            );
         }
         args::CacheAction::Clear { dir } => {
             crate::datacache::clear(&dir).with_context(|| format!("clearing {}", dir.display()))?;

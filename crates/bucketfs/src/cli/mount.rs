@@ -117,7 +117,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         runtime.spawn(indexes.clone().refresh_periodically());
         runtime.spawn(indexes.clone().fetch_attributes_in_background());
     }
-    let adapter = FuseAdapter::new(fs.clone(), runtime.handle().clone());
+    let adapter = FuseAdapter::new(fs.clone(), runtime.handle().clone(), args.cache.is_some() && !args.no_passthrough);
 
     let fsname = sources.iter().map(SourceSpec::describe).collect::<Vec<_>>().join(",");
     let mut config = Config::default();

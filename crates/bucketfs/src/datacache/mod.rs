@@ -56,6 +56,8 @@ pub struct DataCache {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Status {
     pub objects: u64,
+    /// Objects whole in the cache and checked (read through FUSE passthrough).
+    pub whole: u64,
     pub bytes: u64,
     /// The cap the last mount that wrote used.
     pub cap: Option<u64>,
@@ -161,11 +163,13 @@ impl DataCache {
 pub fn status(dir: &Path) -> io::Result<Status> {
     let root = dir.join(ROOT);
     if !root.exists() {
-        return Ok(Status { objects: 0, bytes: 0, cap: None });
+        return Ok(Status { objects: 0, whole: 0, bytes: 0, cap: None });
     }
-    let (objects, bytes) = scan(&root.join("objects"))?;
+    let found = objects_on_disk(&root.join("objects"))?;
+    let (objects, bytes) = (found.len() as u64, found.iter().map(|f| f.bytes).sum());
+    let whole = found.iter().filter(|f| object::is_checked_whole(&f.stem)).count() as u64;
     let cap = File::open(root.join("usage")).ok().map(|file| read_usage(&file).1).filter(|&cap| cap > 0);
-    Ok(Status { objects, bytes, cap })
+    Ok(Status { objects, whole, bytes, cap })
 }
 
 /// Empties the cache at `dir`, under its lock: mounts using it go on reading (files

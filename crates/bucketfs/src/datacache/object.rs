@@ -27,6 +27,10 @@ const MAGIC: &[u8; 8] = b"BFSCMAP1";
 /// the object's identity.
 const RECORDS_AT: u64 = 4096;
 const RECORD_LEN: u64 = 8;
+/// Where the map says "every block was checked, and the data file has not changed
+/// since": the data file's mtime then (seconds, nanoseconds), and [`STAMP_MARK`].
+const STAMP_AT: u64 = RECORDS_AT - 16;
+const STAMP_MARK: &[u8; 4] = b"WHOL";
 
 /// What names a cached object: its bytes are those of this version of this key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,8 +80,9 @@ pub(super) fn map_path(stem: &Path) -> PathBuf {
 
 /// Open files of one cached object, for reading blocks.
 pub struct CachedFiles {
-    pub data: File,
+    data: File,
     map: File,
+    stem: PathBuf,
 }
 
 impl CachedFiles {
@@ -96,7 +101,7 @@ impl CachedFiles {
             Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(error) => return Err(error),
         };
-        Ok(Some(Self { data, map }))
+        Ok(Some(Self { data, map, stem: stem.to_owned() }))
     }
 
     /// Block `index`, if present and its bytes match its checksum.
@@ -130,6 +135,48 @@ impl CachedFiles {
         Ok(true)
     }
 
+    /// Whether the map lists every block (their bytes are not checked).
+    pub fn lists_every_block(&self, id: &ObjectId) -> io::Result<bool> {
+        let mut records = vec![0u8; (id.blocks() * RECORD_LEN) as usize];
+        if self.map.read_exact_at(&mut records, RECORDS_AT).is_err() {
+            return Ok(false);
+        }
+        Ok(records.chunks(RECORD_LEN as usize).enumerate().all(|(index, record)| {
+            u64::from(u32::from_le_bytes(record[4..].try_into().unwrap_or_default())) == id.block_len(index as u64)
+        }))
+    }
+
+    /// The data file, to be read as the whole object (FUSE passthrough), if every block
+    /// was checked since the file last changed (see [`CachedFiles::check_whole`]):
+    /// cheap, it reads the map and the file's mtime, not the data.
+    pub fn checked_whole_file(&self, id: &ObjectId) -> io::Result<Option<File>> {
+        if !self.lists_every_block(id)? {
+            return Ok(None);
+        }
+        let mut stamp = [0u8; 16];
+        self.map.read_exact_at(&mut stamp, STAMP_AT)?;
+        let changed = self.data.metadata()?.modified()?;
+        (stamp == stamp_of(changed)).then(|| self.data.try_clone()).transpose()
+    }
+
+    /// Checks every block of a fully listed object and, if all are sound and the data
+    /// file did not change meanwhile, stamps the map with the file's mtime, so that
+    /// later opens trust it without reading it ([`CachedFiles::checked_whole_file`]).
+    /// A write to the file (a flipped byte, another mount's block) changes its mtime and
+    /// voids the stamp. Returns whether the object is whole.
+    pub fn check_whole(&self, id: &ObjectId) -> io::Result<bool> {
+        let before = self.data.metadata()?.modified()?;
+        if !self.lists_every_block(id)? || !self.is_whole(id)? {
+            return Ok(false);
+        }
+        if self.data.metadata()?.modified()? != before {
+            return Ok(false);
+        }
+        let map = OpenOptions::new().write(true).open(map_path(&self.stem))?;
+        map.write_all_at(&stamp_of(before), STAMP_AT)?;
+        Ok(true)
+    }
+
     fn record(&self, index: u64) -> io::Result<Option<(u32, u64)>> {
         let mut record = [0u8; RECORD_LEN as usize];
         match self.map.read_exact_at(&mut record, RECORDS_AT + index * RECORD_LEN) {
@@ -141,6 +188,27 @@ impl CachedFiles {
         let len = u64::from(u32::from_le_bytes(record[4..].try_into().unwrap_or_default()));
         Ok((len > 0).then_some((checksum, len)))
     }
+}
+
+/// Whether the object at `stem` is stamped as checked whole, and its data file has not
+/// changed since (what `bucketfs cache status` counts as whole).
+pub(super) fn is_checked_whole(stem: &Path) -> bool {
+    let stamp = File::open(map_path(stem)).and_then(|map| {
+        let mut stamp = [0u8; 16];
+        map.read_exact_at(&mut stamp, STAMP_AT)?;
+        Ok(stamp)
+    });
+    let changed = std::fs::metadata(data_path(stem)).and_then(|data| data.modified());
+    matches!((stamp, changed), (Ok(stamp), Ok(changed)) if stamp == stamp_of(changed))
+}
+
+fn stamp_of(time: std::time::SystemTime) -> [u8; 16] {
+    let since = time.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let mut stamp = [0u8; 16];
+    stamp[..8].copy_from_slice(&since.as_secs().to_le_bytes());
+    stamp[8..12].copy_from_slice(&since.subsec_nanos().to_le_bytes());
+    stamp[12..].copy_from_slice(STAMP_MARK);
+    stamp
 }
 
 /// Writes block `index` of `id` (its bytes, `bytes`), creating the object's files if
@@ -184,7 +252,7 @@ fn create_map(id: &ObjectId, stem: &Path) -> io::Result<File> {
     header.extend_from_slice(&BLOCK_SIZE.to_le_bytes());
     header.extend_from_slice(&(identity.len() as u32).to_le_bytes());
     header.extend_from_slice(identity.as_bytes());
-    if header.len() as u64 > RECORDS_AT {
+    if header.len() as u64 > STAMP_AT {
         let _ = std::fs::remove_file(&temporary);
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "object identity too long to cache"));
     }

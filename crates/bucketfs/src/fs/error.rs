@@ -41,6 +41,10 @@ pub enum FsError {
     Local(String),
     #[error("busy: {0}")]
     Busy(&'static str),
+    /// The file is open with its reads passed through by the kernel to the data cache's
+    /// copy, and the kernel lets no other kind of open of it in meanwhile.
+    #[error("the file is open for reading from the data cache (FUSE passthrough)")]
+    PassedThrough,
     #[error("crosses sources: {0}")]
     CrossDevice(&'static str),
     #[error("invalid argument: {0}")]
@@ -97,6 +101,7 @@ impl FsError {
             FsError::NotPermitted => Errno::EPERM,
             FsError::NotEmpty => Errno::ENOTEMPTY,
             FsError::Busy(_) => Errno::EBUSY,
+            FsError::PassedThrough => Errno::ETXTBSY,
             FsError::NoSpace => Errno::ENOSPC,
             FsError::NoAttribute => Errno::ENODATA,
             FsError::XattrUnsupported(_) => Errno::EOPNOTSUPP,
@@ -164,6 +169,7 @@ mod tests {
             FsError::NoSpace,
             FsError::Local("l".into()),
             FsError::Busy("b"),
+            FsError::PassedThrough,
             FsError::CrossDevice("c"),
             FsError::Invalid("i"),
             FsError::Unsupported("u"),
@@ -205,6 +211,7 @@ mod tests {
             FsError::NoSpace => "NoSpace".into(),
             FsError::Local(_) => "Local".into(),
             FsError::Busy(_) => "Busy".into(),
+            FsError::PassedThrough => "PassedThrough".into(),
             FsError::CrossDevice(_) => "CrossDevice".into(),
             FsError::Invalid(_) => "Invalid".into(),
             FsError::Unsupported(_) => "Unsupported".into(),
@@ -229,6 +236,7 @@ mod tests {
             "ENOSPC" => libc::ENOSPC,
             "EIO" => libc::EIO,
             "EBUSY" => libc::EBUSY,
+            "ETXTBSY" => libc::ETXTBSY,
             "EXDEV" => libc::EXDEV,
             "EINVAL" => libc::EINVAL,
             "EACCES" => libc::EACCES,

@@ -64,6 +64,15 @@ pub struct Opened {
     pub handle: u64,
     /// The kernel's cached pages of this file are still valid.
     pub keep_cache: bool,
+    /// A local file the kernel may read in place of the object (FUSE passthrough).
+    pub backing: Option<Backing>,
+}
+
+/// The data cache's whole, checked copy of version `etag` of an object opened for
+/// reading: reads can go from the kernel to it without the daemon.
+pub struct Backing {
+    pub file: std::fs::File,
+    pub etag: String,
 }
 
 /// The process (thread group) of thread `thread`, as FUSE names callers by thread id.

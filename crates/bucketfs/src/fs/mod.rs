@@ -36,8 +36,8 @@ use crate::write::staging::{Base, Staged, StagingConfig};
 use crate::write::{Output, Upload, WriteError};
 use attrs::StoredAttrs;
 use error::FsError;
-pub use handles::Opened;
 use handles::{process_of, Reader, Writer};
+pub use handles::{Backing, Opened};
 pub use xattrs::INDEX_REFRESH;
 
 const S_IFMT: u32 = libc::S_IFMT;
@@ -252,10 +252,14 @@ impl Fs {
         if let Some(writer) = writer {
             let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
             self.files.lock().insert(handle, (ino, Reader::Writer(writer)));
-            return Ok(Opened { handle, keep_cache: false });
+            return Ok(Opened { handle, keep_cache: false, backing: None });
         }
         self.namespace.note_read(ino);
         let (reader, etag) = self.object_reader(ino).await?;
+        let backing = match &etag {
+            Some(etag) => reader.cached_whole_file().map(|file| Backing { file, etag: etag.clone() }),
+            None => None,
+        };
         let reader = match etag.as_deref().and_then(|etag| self.namespace.take_small_object(ino, etag)) {
             Some(content) => Reader::Loaded(content),
             None => Reader::Object(reader),
@@ -266,7 +270,7 @@ impl Fs {
         };
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
         self.files.lock().insert(handle, (ino, reader));
-        Ok(Opened { handle, keep_cache })
+        Ok(Opened { handle, keep_cache, backing })
     }
 
     /// `ino` now has ETag `new` with the same content as at `old` (rewritten onto itself):
@@ -740,7 +744,7 @@ impl Fs {
     fn add_writer(&self, writer: Writer) -> Opened {
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
         self.writers.lock().insert(handle, Arc::new(writer));
-        Opened { handle, keep_cache: false }
+        Opened { handle, keep_cache: false, backing: None }
     }
 
     pub fn opendir(&self, ino: Ino) -> Result<u64, FsError> {

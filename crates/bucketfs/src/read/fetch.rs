@@ -31,6 +31,29 @@ impl CacheLink {
         }
         files.clone()
     }
+
+    /// The cache's data file as a whole, checked copy of the object, if it is one (for
+    /// FUSE passthrough). An object whose every block is cached but not yet checked as a
+    /// whole is checked in the background, for the next open.
+    pub fn whole_file(self: &Arc<Self>) -> Option<std::fs::File> {
+        let files = self.files()?;
+        if let Ok(Some(file)) = files.checked_whole_file(&self.id) {
+            return Some(file);
+        }
+        if files.lists_every_block(&self.id).unwrap_or(false) {
+            let link = self.clone();
+            tokio::task::spawn_blocking(move || link.check_whole(&files));
+        }
+        None
+    }
+
+    fn check_whole(&self, files: &CachedFiles) {
+        match files.check_whole(&self.id) {
+            Ok(true) => tracing::debug!(key = %self.id.key, "data cache: object whole and checked"),
+            Ok(false) => {}
+            Err(error) => tracing::debug!(key = %self.id.key, "data cache: checking the object failed: {error}"),
+        }
+    }
 }
 
 /// Fills `body` (bytes of `key` from `origin`) and finishes it. With a cache, whole
@@ -126,11 +149,14 @@ async fn store_fetched_blocks(link: &Arc<CacheLink>, origin: u64, body: &RangeBo
         for (index, bytes) in blocks {
             link.cache.store_block(&link.id, index, &bytes);
         }
-        // Blocks written since the files were opened (or the files themselves) are
-        // found by a fresh open; keep the old handle only if it existed.
-        let mut files = link.files.lock();
-        if files.is_none() {
-            *files = link.cache.files(&link.id).map(Arc::new);
+        // The object may be whole now: check it once, so that the next open reads it
+        // straight from the cache file.
+        if let Some(files) = link.files() {
+            if files.lists_every_block(&link.id).unwrap_or(false)
+                && !matches!(files.checked_whole_file(&link.id), Ok(Some(_)))
+            {
+                link.check_whole(&files);
+            }
         }
     })
     .await;

@@ -149,6 +149,12 @@ impl ReadHandle {
         self
     }
 
+    /// The data cache's file holding this whole object, checked (see
+    /// [`CacheLink::whole_file`]), for reads that bypass the handle (FUSE passthrough).
+    pub fn cached_whole_file(&self) -> Option<std::fs::File> {
+        self.cache.as_ref()?.whole_file()
+    }
+
     /// The key read and the ETag the reads are pinned to.
     pub fn object(&self) -> (Arc<str>, Option<Arc<str>>) {
         self.object.read().clone()

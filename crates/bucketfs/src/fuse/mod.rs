@@ -3,7 +3,10 @@
 //! Each request is decoded and run on the FUSE worker thread until it first has to wait;
 //! what is left is handed to the tokio runtime and answered from there. So a request
 //! answered from memory costs no thread switch, and a FUSE worker thread never waits on
-//! the network. No state lives here.
+//! the network. The only state kept here is the kernel's: which I/O mode each open file
+//! is in (page cache, passthrough to the data cache's copy, direct; see [`io_modes`]).
+
+mod io_modes;
 
 use std::ffi::OsStr;
 use std::future::Future;
@@ -22,6 +25,7 @@ use tokio::runtime::Handle;
 use crate::fs::error::FsError;
 use crate::fs::{AttrChange, Caller, Fs};
 use crate::store::StoreError;
+use io_modes::{IoModes, Mode};
 
 /// Largest read or write request the kernel may send us (reads: see `cli::mount`'s
 /// `raise_read_ahead`, without which the kernel sends at most 128 KiB).
@@ -30,11 +34,14 @@ pub const MAX_REQUEST: u32 = 1024 * 1024;
 pub struct FuseAdapter {
     fs: Arc<Fs>,
     runtime: Handle,
+    /// Ask the kernel for FUSE passthrough (the mount has a data cache).
+    passthrough_wanted: bool,
+    io_modes: Arc<IoModes>,
 }
 
 impl FuseAdapter {
-    pub fn new(fs: Arc<Fs>, runtime: Handle) -> Self {
-        Self { fs, runtime }
+    pub fn new(fs: Arc<Fs>, runtime: Handle, passthrough_wanted: bool) -> Self {
+        Self { fs, runtime, passthrough_wanted, io_modes: Arc::new(IoModes::new(false)) }
     }
 
     /// Runs `work` with its own handle on the filesystem: polled once here (inside the
@@ -115,6 +122,17 @@ impl Filesystem for FuseAdapter {
                 tracing::debug!("kernel does not offer {wanted:?}");
             }
         }
+        if self.passthrough_wanted {
+            // Reads of files whole in the data cache go from the kernel to the cache file.
+            let granted =
+                config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() && config.set_max_stack_depth(1).is_ok();
+            self.io_modes = Arc::new(IoModes::new(granted));
+            if granted {
+                tracing::info!("FUSE passthrough on: files whole in the data cache are read without the daemon");
+            } else {
+                tracing::info!("FUSE passthrough not offered by the kernel: cached files are read through the daemon");
+            }
+        }
         Ok(())
     }
 
@@ -149,16 +167,41 @@ impl Filesystem for FuseAdapter {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let caller = caller(req);
+        let writing = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
+        if writing {
+            if let Err(e) = self.io_modes.reserve(ino.0) {
+                return reply.error(log_error("open", &e));
+            }
+        }
+        let io_modes = self.io_modes.clone();
         self.spawn(move |fs| async move {
-            match fs.open(ino.0, flags.0, caller).await {
-                Ok(opened) => {
-                    let mut fopen = FopenFlags::empty();
-                    if opened.keep_cache {
-                        fopen |= FopenFlags::FOPEN_KEEP_CACHE;
+            let opened = match fs.open(ino.0, flags.0, caller).await {
+                Ok(opened) => opened,
+                Err(e) => {
+                    if writing {
+                        io_modes.cancel(ino.0);
                     }
-                    reply.opened(FileHandle(opened.handle), fopen)
+                    return reply.error(log_error("open", &e));
                 }
-                Err(e) => reply.error(log_error("open", &e)),
+            };
+            let handle = FileHandle(opened.handle);
+            let fopen = if opened.keep_cache { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() };
+            if writing {
+                io_modes.opened(ino.0, opened.handle, true);
+                return reply.opened(handle, fopen);
+            }
+            match io_modes.open_for_reading(ino.0, opened.handle, opened.backing, |file| reply.open_backing(file)) {
+                Ok(Mode::Cached) => reply.opened(handle, fopen),
+                Ok(Mode::Passthrough(backing)) => {
+                    tracing::debug!(ino = ino.0, "open: passthrough to the data cache");
+                    // The kernel refuses (EIO) passthrough with any flag but a few; there
+                    // is no page cache of ours to keep anyway.
+                    reply.opened_passthrough(handle, FopenFlags::empty(), &backing)
+                }
+                Err(e) => {
+                    fs.release(opened.handle).await;
+                    reply.error(log_error("open", &e))
+                }
             }
         });
     }
@@ -192,6 +235,7 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.io_modes.release(fh.0);
         self.spawn(move |fs| async move {
             fs.release(fh.0).await;
             reply.ok();
@@ -331,11 +375,13 @@ impl Filesystem for FuseAdapter {
     ) {
         let name = name.to_owned();
         let caller = caller(req);
+        let io_modes = self.io_modes.clone();
         self.spawn(move |fs| async move {
             let result = async { fs.create(parent.0, new_name(&name)?, mode, flags, caller).await }.await;
             match result {
                 Ok((attr, opened)) => {
                     fs.add_lookup(attr.ino.0);
+                    io_modes.opened(attr.ino.0, opened.handle, false);
                     reply.created(&fs.ttl(), &attr, Generation(0), FileHandle(opened.handle), FopenFlags::empty())
                 }
                 Err(e) => reply.error(log_error("create", &e)),
