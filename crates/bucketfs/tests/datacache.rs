@@ -70,6 +70,34 @@ fn cached_bytes_are_the_objects_and_a_remount_reads_them_without_a_get() {
     assert!(status.1.contains(&format!("{} objects", sizes.len() - 1)), "the empty object is not cached: {status:?}");
 }
 
+/// Small files read through a mount (`grep -r` over a directory of them) are cached too,
+/// and a remount reads them all with no request per file: their metadata comes with the
+/// listings, their content from the cache.
+#[test]
+fn small_files_read_after_a_remount_cost_no_request_each() {
+    let b = create_bucket("dc-small");
+    let cache = tempfile::tempdir_in("/var/tmp").expect("cache dir");
+    let files: Vec<(String, Vec<u8>)> =
+        (0..60).map(|i| (format!("src/f{i:02}.c"), gen_data(300 + i, 1000 + 37 * i as usize))).collect();
+    put_many(&b, files.clone(), 8);
+    for round in ["cold", "after a remount"] {
+        let m = cached_mount(&b, cache.path(), &[]);
+        let status = std::process::Command::new("grep").args(["-r", "-c", "zzz"]).arg(m.join("src")).status();
+        assert!(status.is_ok(), "grep -r ran");
+        for (key, data) in &files {
+            assert_same_bytes(&std::fs::read(m.join(key)).expect("read"), data, &format!("{round}: {key}"));
+        }
+        if round == "after a remount" {
+            let sent = m.s3_requests();
+            let gets: Vec<_> = sent.iter().filter(|r| r.op.starts_with("GET")).collect();
+            assert!(gets.is_empty(), "GETs after a remount: {gets:?}");
+            // The lookups before the first listing (the directory, the first file).
+            let heads = sent.iter().filter(|r| r.op == "HEAD").count();
+            assert!(heads <= 2, "{heads} HEADs for {} files: {sent:?}", files.len());
+        }
+    }
+}
+
 /// Two mounts on one cache directory at once: what one cached, the other reads without
 /// a GET; both reading many objects together, with evictions under a small cap, only
 /// ever get the right bytes.

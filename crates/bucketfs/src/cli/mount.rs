@@ -165,7 +165,9 @@ fn open_data_cache(dir: &Path, cap: Option<u64>) -> Result<Arc<DataCache>> {
 }
 
 fn namespace(args: &MountArgs, sources: Vec<Source>) -> Namespace {
-    let namespace = Namespace::new(sources, args.metadata_ttl).with_flat_listing(!args.no_flat_listing);
+    let namespace = Namespace::new(sources, args.metadata_ttl)
+        .with_flat_listing(!args.no_flat_listing)
+        .with_contents_on_disk(args.cache.is_some());
     if !args.index {
         return namespace;
     }

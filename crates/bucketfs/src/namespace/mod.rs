@@ -72,6 +72,9 @@ pub struct Namespace {
     mounted_at: SystemTime,
     /// Whether walks list subtrees flat (see `subtree`).
     flat_listing: bool,
+    /// Whether small files being read are fetched whole with their metadata (not when
+    /// their content is on local disk: see [`Namespace::with_contents_on_disk`]).
+    small_contents_with_metadata: bool,
     /// The listing index of each source (`--index`).
     indexes: Option<Arc<Indexes>>,
 }
@@ -98,6 +101,7 @@ impl Namespace {
             ttl,
             mounted_at,
             flat_listing: true,
+            small_contents_with_metadata: true,
             indexes: None,
         }
     }
@@ -157,6 +161,14 @@ impl Namespace {
     /// Turns flat listings of walked subtrees on (the default) or off.
     pub fn with_flat_listing(mut self, on: bool) -> Self {
         self.flat_listing = on;
+        self
+    }
+
+    /// Files' content is kept on local disk (`--cache`): a small file being read is not
+    /// fetched along with its metadata (its open finds it on disk), and the metadata of
+    /// files being read comes in batches by listing, as for `ls -l`.
+    pub fn with_contents_on_disk(mut self, on: bool) -> Self {
+        self.small_contents_with_metadata = !on;
         self
     }
 
