@@ -105,6 +105,17 @@ def test_smoke_run_writes_a_table_per_workload(tmp_path):
     tree = next(t for t in data["tables"] if t["workload"] == "tree")
     assert {c["id"] for c in tree["cases"] if c.get("ref2") == "local"} == \
         {"find_cold", "find_warm", "ls_lr", "du"}
+    # The cached group's measured rows say what the cache took on disk (bucketfs's within its
+    # cap) and what MinIO sent during the timed read.
+    cached = next(t for t in data["tables"] if t["workload"] == "cached")
+    for case in cached["cases"]:
+        for r in case["rows"]:
+            if r["status"] != "ok":
+                continue
+            assert r["cache_disk_bytes"] > 0 and r["store_bytes"] >= 0, (case["id"], r)
+            if r["tool"] == "bucketfs":
+                assert r["cache_disk_bytes"] <= r["cache_cap"], (case["id"], r)
+    assert "cache on disk" in summary
     assert re.search(r"\| cores \| \d+", summary) and "| kernel |" in summary
 
     # The report can be rebuilt from results.json alone.

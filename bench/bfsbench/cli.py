@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             fuse_tools.append(t)
         tools = fuse_tools + [Direct(dirs, minio.url), Local(dirs, minio.url)]
         ctx = Context(profile=profile, work=work, ramdisk=ramdisk, s3=s3, mounts=mounts,
-                      tools=tools, can_drop_caches=is_root and os.access("/proc/sys/vm/drop_caches", os.W_OK))
+                      tools=tools, store_pid=minio.proc.pid,
+                      can_drop_caches=is_root and os.access("/proc/sys/vm/drop_caches", os.W_OK))
         records = ctx.records
         meta = {
             "command": "bench/run " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 from .profiles import Profile
 from .s3 import BASE_PATH, S3Direct
 from .tools import WRITE_BUCKET, Mount, MountError, MountManager, Tool  # noqa: F401
-from .util import fmt_secs, log, read_status_kb, run_timed
+from .util import fmt_secs, io_bytes, log, read_status_kb, run_timed
 
 
 @dataclasses.dataclass
@@ -32,7 +32,8 @@ class Case:
 
 class Context:
     def __init__(self, *, profile: Profile, work: Path, ramdisk: Path, s3: S3Direct,
-                 mounts: MountManager, tools: list[Tool], can_drop_caches: bool):
+                 mounts: MountManager, tools: list[Tool], can_drop_caches: bool,
+                 store_pid: Optional[int] = None):
         self.profile = profile
         self.work = work
         self.ramdisk = ramdisk
@@ -40,6 +41,7 @@ class Context:
         self.mounts = mounts
         self.tools = tools
         self.can_drop_caches = can_drop_caches
+        self.store_pid = store_pid   # the MinIO process
         self.records: list[dict] = []
         self._write_support: dict[str, Optional[str]] = {}
         self.local_env = {"PATH": BASE_PATH, "HOME": str(work / "home" / "local"), "LANG": "C",
@@ -74,6 +76,11 @@ class Context:
             found = [shutil.which(n, path=BASE_PATH) for n in names]
             self._programs = [p for p in found if p] + [sys.executable, self.s3.binary]
         return self._programs
+
+    def store_bytes_sent(self) -> Optional[int]:
+        """Bytes the MinIO process has written so far, its responses to every client included:
+        the difference over a command is what the store sent during it."""
+        return io_bytes(self.store_pid, "wchar") if self.store_pid else None
 
     # -- recording ------------------------------------------------------------------------------
 

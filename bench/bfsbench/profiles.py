@@ -32,6 +32,8 @@ class Profile:
                                     # scale the peers take hours; `--set tree_writes=no`)
     fio_size: int = 2 * GiB         # W7: each of the 4 objects fio reads (mountpoint-s3: 2 GiB)
     fio_reads: int = 400            # W7: random reads per random case
+    cached_size: int = GiB          # W8: the object read again from each tool's disk cache
+    cached_files: int = 1000        # W8: small files grepped again from the disk cache
 
     def runs_for(self, workload: str) -> int:
         return self.runs_per_workload.get(workload, self.runs)
@@ -46,12 +48,14 @@ PROFILES = {
         name="smoke", runs=1, runs_per_workload={},
         large_size=8 * MiB, large_count=2, multi_size=4 * MiB, tree_scale=0.001,
         rand_size=32 * MiB, rand_reads=30, rand_len=100, small_count=40, flat_count=200,
-        flat_size=64, overhead_size=32 * MiB, timeout=60, fio_size=8 * MiB, fio_reads=20),
+        flat_size=64, overhead_size=32 * MiB, timeout=60, fio_size=8 * MiB, fio_reads=20,
+        cached_size=4 * MiB, cached_files=20),
     "quick": Profile(
         name="quick", runs=2, runs_per_workload={"randread": 3},
         large_size=GiB, large_count=2, multi_size=256 * MiB, tree_scale=0.01, rand_size=GiB,
         rand_reads=100, rand_len=100, small_count=1000, flat_count=5_000, flat_size=64,
-        overhead_size=512 * MiB, timeout=300, fio_size=512 * MiB, fio_reads=100),
+        overhead_size=512 * MiB, timeout=300, fio_size=512 * MiB, fio_reads=100,
+        cached_size=512 * MiB, cached_files=1000),
     "full": Profile(
         name="full", runs=5, runs_per_workload={"large": 3, "tree": 3},
         large_size=GiB, large_count=24, multi_size=GiB, tree_scale=1.0, rand_size=8 * GiB,

@@ -36,6 +36,16 @@ def aggregate(records: list[dict], wl: str, case: str, tool: str) -> dict:
         outputs = sorted({r["extra"]["output"] for r in ok if r["extra"].get("output")})
         if outputs:
             agg["outputs"] = outputs
+        # The `cached` workload: the cache directory on disk, what the store sent and the
+        # daemon's CPU time during the command, how long the cache took to be complete.
+        for key in ("cache_disk_bytes", "cache_cap", "store_bytes", "daemon_cpu_seconds",
+                    "whole_after_seconds"):
+            values = [r["extra"][key] for r in ok if r["extra"].get(key) is not None]
+            if values:
+                agg[key] = max(values)
+        not_whole = [r["extra"]["not_whole"] for r in ok if r["extra"].get("not_whole")]
+        if not_whole:
+            agg["not_whole"] = f"{len(not_whole)}/{len(ok)} runs: {not_whole[0]}"
         bad = [r for r in recs if r["status"] != "ok"]
         if bad:
             agg["note"] = f"{len(bad)}/{len(recs)} runs failed: {bad[0]['error']}"
@@ -152,6 +162,17 @@ def _notes(r: dict) -> str:
                      f"max {fmt_secs(r['lat_max'])}")
     if r.get("outputs"):
         parts.append("output " + ", ".join(f"`{o}`" for o in r["outputs"]))
+    if "cache_disk_bytes" in r:
+        cap = f"cap {fmt_size(r['cache_cap'])}" if r.get("cache_cap") else "no cap"
+        parts.append(f"cache on disk {fmt_size(r['cache_disk_bytes'])} ({cap})")
+    if "store_bytes" in r:
+        parts.append(f"from S3 {fmt_size(r['store_bytes'])}")
+    if "daemon_cpu_seconds" in r:
+        parts.append(f"daemon CPU {r['daemon_cpu_seconds']:.2f} s")
+    if "whole_after_seconds" in r:
+        parts.append(f"whole {fmt_secs(r['whole_after_seconds'])} after the fill")
+    if r.get("not_whole"):
+        parts.append(f"**not whole**: {r['not_whole']}".replace("|", "/")[:200])
     if r.get("note"):
         parts.append(r["note"].replace("|", "/")[:160])
     return "; ".join(parts)

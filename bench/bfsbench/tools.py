@@ -8,6 +8,7 @@ environment holding only the variables it needs.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from typing import Optional
 
 from .minio import ACCESS_KEY, SECRET_KEY
 from .s3 import BASE_PATH
-from .util import first_line, log, pid_alive, read_status_kb
+from .util import first_line, log, pid_alive, read_status_kb, run_quiet
 
 REGION = "us-east-1"
 # The bucket every workload writes to (the bench empties it with the direct client after each
@@ -33,6 +34,8 @@ class Tool:
     # True for a tool whose cold state is "a fresh mount that loads a saved listing index":
     # Context.fresh_cold then builds and saves the index with a preparatory mount first.
     loads_saved_index = False
+    # True for a tool whose data cache on local disk takes a cap on its bytes (`cached` workload).
+    caps_data_cache = True
 
     def __init__(self, ctx_dirs: "Dirs", endpoint: str):
         self.dirs = ctx_dirs
@@ -63,6 +66,17 @@ class Tool:
 
     def after_unmount(self, bucket: str) -> None:
         """Called once the daemon of a mount of `bucket` has exited."""
+
+    # The data cache on local disk (the `cached` workload, through `DataCached`)
+    def data_cache_argv(self, bucket: str, mnt: Path, cache_dir: Path, cap: int) -> list[str]:
+        """The mount command with the tool's data cache on local disk in `cache_dir`."""
+        raise NotImplementedError
+
+    def wait_until_cached(self, cache_dir: Path, objects: int, timeout: float) -> dict:
+        """After a read through a mount with the data cache: waits until the cache can serve
+        what was read to a later open; returns what it saw, for the record. By default there
+        is nothing to wait for (s3fs and rclone write their cache file as the program reads)."""
+        return {}
 
 
 class Dirs:
@@ -119,10 +133,36 @@ class BucketFS(Tool):
     def variant_args(self, bucket: str) -> list[str]:
         return list(self.mode_args)
 
-    def mount_argv(self, bucket: str, mnt: Path) -> list[str]:
+    def mount_argv(self, bucket: str, mnt: Path, more_args: tuple[str, ...] = ()) -> list[str]:
         return [self.binary, "mount", "--foreground", "--endpoint-url", self.endpoint,
                 "--force-path-style", "--region", REGION, *self.variant_args(bucket),
-                *self.extra_args, f"s3://{bucket}", str(mnt)]
+                *self.extra_args, *more_args, f"s3://{bucket}", str(mnt)]
+
+    def data_cache_argv(self, bucket: str, mnt: Path, cache_dir: Path, cap: int) -> list[str]:
+        return self.mount_argv(bucket, mnt, ("--cache", str(cache_dir), "--cache-size", str(cap)))
+
+    def wait_until_cached(self, cache_dir: Path, objects: int, timeout: float) -> dict:
+        """Polls `bucketfs cache status` until `objects` objects are whole and checked: only
+        then does a later open read the cache file by FUSE passthrough. An object becomes so
+        shortly after its last block was read (up to ~1 s per GiB), so the wait also ends
+        when the status has not changed for a tenth of `timeout`."""
+        t0 = last_change = time.monotonic()
+        last = None
+        while True:
+            status = run_quiet([self.binary, "cache", "status", str(cache_dir)]).stdout.strip()
+            status = status.removeprefix(f"{cache_dir}: ")
+            now = time.monotonic()
+            if status != last:
+                last, last_change = status, now
+            whole = re.search(r"(\d+) whole", status)
+            if whole is None:
+                return {"not_whole": f"no whole count in `bucketfs cache status`: {status}"}
+            if int(whole.group(1)) >= objects:
+                return {"whole_after_seconds": now - t0}
+            if now - t0 > timeout or now - last_change > timeout / 10:
+                return {"not_whole": f"{whole.group(1)} of {objects} objects whole after "
+                                     f"{now - t0:.0f} s (`{status}`)"}
+            time.sleep(0.1)
 
     def redacted_cmd(self) -> str:
         return super().redacted_cmd().replace(self.binary, self.shown_as, 1)
@@ -212,6 +252,7 @@ class BucketFSIndex(BucketFS):
 class S3FS(Tool):
     name = "s3fs"
     label = "s3fs"
+    caps_data_cache = False   # `use_cache` has no size limit (only a free-space floor)
 
     def __init__(self, dirs: Dirs, endpoint: str, extra_opts: str):
         super().__init__(dirs, endpoint)
@@ -237,6 +278,9 @@ class S3FS(Tool):
         if self.extra_opts:
             opts += "," + self.extra_opts
         return [self.binary, bucket, str(mnt), "-f", "-o", opts]
+
+    def data_cache_argv(self, bucket: str, mnt: Path, cache_dir: Path, cap: int) -> list[str]:
+        return self.mount_argv(bucket, mnt) + ["-o", f"use_cache={cache_dir}"]
 
     def redacted_cmd(self) -> str:
         return " ".join(self.mount_argv("BUCKET", Path("MOUNTPOINT"))).replace(
@@ -275,9 +319,17 @@ class Rclone(Tool):
         return first_line([self.binary, "version"])
 
     def mount_argv(self, bucket: str, mnt: Path) -> list[str]:
+        return self._argv(bucket, mnt, self.cache_mode, self.dirs.home(self.name) / "cache")
+
+    def data_cache_argv(self, bucket: str, mnt: Path, cache_dir: Path, cap: int) -> list[str]:
+        # A plain number would be KiB to rclone: say bytes.
+        return self._argv(bucket, mnt, "full", cache_dir, ("--vfs-cache-max-size", f"{cap}B"))
+
+    def _argv(self, bucket: str, mnt: Path, cache_mode: str, cache_dir: Path,
+              more_args: tuple[str, ...] = ()) -> list[str]:
         return [self.binary, "mount", "--config", str(self.conf), f"bench:{bucket}", str(mnt),
-                "--vfs-cache-mode", self.cache_mode, "--vfs-write-back", "0s",
-                "--cache-dir", str(self.dirs.home(self.name) / "cache"),
+                "--vfs-cache-mode", cache_mode, "--vfs-write-back", "0s",
+                "--cache-dir", str(cache_dir), *more_args,
                 "--log-level", "NOTICE", *self.extra_args]
 
     def after_unmount(self, bucket: str) -> None:
@@ -289,6 +341,29 @@ class Rclone(Tool):
     def redacted_cmd(self) -> str:
         return " ".join(self.mount_argv("BUCKET", Path("MOUNTPOINT"))).replace(
             str(self.conf), "RCLONE_CONF").replace(str(self.dirs.home(self.name) / "cache"), "CACHE_DIR")
+
+
+class DataCached(Tool):
+    """A FUSE tool mounted with its data cache on local disk in `cache_dir` (the `cached`
+    workload): the same row in the tables, its own mount command. The cache outlives the
+    mount; the workload deletes it."""
+
+    def __init__(self, tool: Tool, cache_dir: Path, cap: int):   # no home of its own
+        self.tool = tool
+        self.name, self.label, self.kind = tool.name, tool.label, tool.kind
+        self.dirs, self.endpoint, self.missing = tool.dirs, tool.endpoint, tool.missing
+        self.setup_note = tool.setup_note
+        self.cache_dir = cache_dir
+        self.cap = cap
+
+    def mount_argv(self, bucket: str, mnt: Path) -> list[str]:
+        return self.tool.data_cache_argv(bucket, mnt, self.cache_dir, self.cap)
+
+    def mount_env(self) -> dict:
+        return self.tool.mount_env()
+
+    def before_mount(self, bucket: str) -> None:
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
 
 
 class Direct(Tool):

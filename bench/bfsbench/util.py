@@ -64,15 +64,48 @@ def fmt_secs(s: Optional[float]) -> str:
     return f"{s:.0f} s"
 
 
-def read_status_kb(pid: int, field: str) -> Optional[int]:
+def _proc_counter(pid: int, file: str, field: str) -> Optional[int]:
+    """The number after `field:` in /proc/PID/FILE (`status`, `io`)."""
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(f"/proc/{pid}/{file}") as f:
             for line in f:
                 if line.startswith(field + ":"):
                     return int(line.split()[1])
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def read_status_kb(pid: int, field: str) -> Optional[int]:
+    return _proc_counter(pid, "status", field)
+
+
+def cpu_seconds(pid: int) -> Optional[float]:
+    """User + system CPU time of a process, all its threads, in seconds."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()   # from the state, field 3
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def io_bytes(pid: int, field: str) -> Optional[int]:
+    """A counter of /proc/PID/io, e.g. `wchar`: bytes the process wrote, sockets included."""
+    return _proc_counter(pid, "io", field)
+
+
+def disk_bytes(root) -> int:
+    """Bytes a directory tree takes on disk, as `du -s` counts them (allocated blocks: a sparse
+    file counts what it holds)."""
+    total = os.lstat(root).st_blocks * 512
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
 
 
 def reset_peak_rss(pid: int) -> bool:
