@@ -82,8 +82,8 @@ fn small_files_read_after_a_remount_cost_no_request_each() {
     put_many(&b, files.clone(), 8);
     for round in ["cold", "after a remount"] {
         let m = cached_mount(&b, cache.path(), &[]);
-        let status = std::process::Command::new("grep").args(["-r", "-c", "zzz"]).arg(m.join("src")).status();
-        assert!(status.is_ok(), "grep -r ran");
+        let grep = std::process::Command::new("grep").args(["-r", "-c", "zzz"]).arg(m.join("src")).output();
+        assert!(grep.is_ok_and(|out| out.status.code() == Some(1)), "grep -r read every file, matched none");
         for (key, data) in &files {
             assert_same_bytes(&std::fs::read(m.join(key)).expect("read"), data, &format!("{round}: {key}"));
         }
@@ -264,6 +264,79 @@ fn whole_cached_files_are_passed_through() {
 
 fn status_line(cache: &Path) -> String {
     run_bucketfs(&["cache", "status", cache.to_str().expect("utf-8")], Duration::from_secs(30)).1
+}
+
+/// A cache with no room for a block (a cap below a block), and a cache disk that fills
+/// up, then turns read-only, never fail a read: the program gets the right bytes from the
+/// store, and each mount says so once in its log.
+#[test]
+fn a_full_or_failing_cache_disk_degrades_to_uncached_reads() {
+    let b = create_bucket("dc-full");
+    let objects: Vec<(String, Vec<u8>)> = (0..3).map(|i| (format!("o{i}"), gen_data(400 + i, 6 * MIB))).collect();
+    put_many(&b, objects.clone(), 3);
+    let warnings = |m: &Mount| -> Vec<String> {
+        m.log_text().lines().filter(|l| l.contains("WARN") && l.contains("data cache")).map(str::to_owned).collect()
+    };
+
+    let tiny = tempfile::tempdir_in("/var/tmp").expect("cache dir");
+    let m = cached_mount(&b, tiny.path(), &["--cache-size", "100KiB"]);
+    assert_file_content(&m.join("o0"), MIB, &objects[0].1);
+    assert_file_content(&m.join("o1"), MIB, &objects[1].1);
+    let said = warnings(&m);
+    assert!(said.len() == 1 && said[0].contains("no room"), "one warning: {said:?}");
+    drop(m);
+
+    // A file system of its own, of 4 MiB, under a cap that would allow 64 MiB.
+    let full = SmallDisk::new(4 * MIB);
+    let m = cached_mount(&b, full.path(), &["--cache-size", "64MiB"]);
+    for (key, data) in &objects {
+        assert_file_content(&m.join(key), MIB, data);
+    }
+    let said = warnings(&m);
+    assert_eq!(said.len(), 1, "one warning: {said:?}");
+    drop(m);
+
+    // A cache disk that fails (turns read-only) under a running mount.
+    let failing = SmallDisk::new(64 * MIB);
+    let m = cached_mount(&b, failing.path(), &[]);
+    assert_file_content(&m.join("o0"), MIB, &objects[0].1);
+    failing.make_read_only();
+    assert_file_content(&m.join("o1"), MIB, &objects[1].1);
+    assert_file_content(&m.join("o2"), MIB, &objects[2].1);
+    let said = warnings(&m);
+    assert_eq!(said.len(), 1, "one warning: {said:?}");
+}
+
+/// A tmpfs of `size` bytes mounted on a temporary directory (the tests run as root),
+/// unmounted on drop.
+struct SmallDisk(tempfile::TempDir);
+
+impl SmallDisk {
+    fn new(size: usize) -> Self {
+        let dir = tempfile::tempdir_in("/var/tmp").expect("dir");
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "bucketfs-test"])
+            .arg(dir.path())
+            .status()
+            .expect("mount");
+        assert!(status.success(), "mount -t tmpfs (the tests need root)");
+        Self(dir)
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    fn make_read_only(&self) {
+        let status = std::process::Command::new("mount").args(["-o", "remount,ro"]).arg(self.path()).status();
+        assert!(status.is_ok_and(|s| s.success()), "remount read-only");
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(self.path()).status();
+    }
 }
 
 /// `bucketfs cache clear` empties the directory; a mount reads through it again.

@@ -106,26 +106,28 @@ impl DataCache {
         }
     }
 
-    /// Stores block `index` of `id`, unless the cap cannot make room for it (a block
-    /// larger than the cap) or the disk fails (said once in the log).
+    /// Stores block `index` of `id`, unless neither the cap nor the disk leaves room for
+    /// it even once the rest is evicted (a full disk, a cap smaller than a block), or the
+    /// disk fails: both said once in the log, and the block is not cached.
     pub fn store_block(&self, id: &ObjectId, index: u64, bytes: &[u8]) {
         let stem = id.stem(&self.objects);
         let needed = bytes.len() as u64 + id.map_len();
+        let mut room = true;
         let reserved = self.with_usage(|cache_dir_bytes, cap_room| {
             if cache_dir_bytes + needed <= cap_room {
                 return Ok(cache_dir_bytes + needed);
             }
             let target = ((cap_room as f64 * EVICT_TO) as u64).saturating_sub(needed);
             let left = evict(&self.objects, target, &stem)?;
-            if left + needed > cap_room {
-                return Err(io::Error::new(io::ErrorKind::StorageFull, "no room under the cap"));
-            }
-            Ok(left + needed)
+            room = left + needed <= cap_room;
+            Ok(if room { left + needed } else { left })
         });
-        match reserved {
-            Ok(_) => {}
-            Err(error) if error.kind() == io::ErrorKind::StorageFull => return,
-            Err(error) => return self.warn_once("counting", &error),
+        if let Err(error) = reserved {
+            return self.warn_once("counting", &error);
+        }
+        if !room {
+            let full = io::Error::new(io::ErrorKind::StorageFull, "no room for a block under the cap or on the disk");
+            return self.warn_once("making room", &full);
         }
         if let Err(error) = object::write_block(id, &stem, index, bytes) {
             self.warn_once("writing", &error);
