@@ -92,10 +92,7 @@ impl DataCache {
         let stem = id.stem(&self.objects);
         match CachedFiles::open(id, &stem) {
             Ok(Some(files)) => {
-                let _ = File::options()
-                    .write(true)
-                    .open(object_map(&stem))
-                    .and_then(|map| map.set_modified(SystemTime::now()));
+                files.mark_used();
                 Some(files)
             }
             Ok(None) => None,
@@ -210,10 +207,6 @@ fn read_usage(file: &File) -> (u64, u64) {
     let bytes = u64::from_le_bytes(record[..8].try_into().unwrap_or_default());
     let cap = u64::from_le_bytes(record[8..].try_into().unwrap_or_default());
     (bytes, cap)
-}
-
-fn object_map(stem: &Path) -> PathBuf {
-    object::map_path(stem)
 }
 
 /// One cached object found on disk: its file stem, last use and bytes taken.

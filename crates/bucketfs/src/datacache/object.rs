@@ -83,6 +83,8 @@ pub struct CachedFiles {
     data: File,
     map: File,
     stem: PathBuf,
+    /// The map's stamp as read at open (see [`CachedFiles::checked_whole_file`]).
+    stamp: [u8; 16],
 }
 
 impl CachedFiles {
@@ -93,15 +95,21 @@ impl CachedFiles {
             Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(error) => return Err(error),
         };
-        if !header_names(&map, id)? {
+        let Some(stamp) = header_names(&map, id)? else {
             return Ok(None);
-        }
+        };
         let data = match File::open(data_path(stem)) {
             Ok(data) => data,
             Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(error) => return Err(error),
         };
-        Ok(Some(Self { data, map, stem: stem.to_owned() }))
+        Ok(Some(Self { data, map, stem: stem.to_owned(), stamp }))
+    }
+
+    /// Marks the object as just used (the map's mtime orders eviction). The daemon owns
+    /// the files it made, so the read-only handle may set the time.
+    pub(super) fn mark_used(&self) {
+        let _ = self.map.set_modified(std::time::SystemTime::now());
     }
 
     /// Block `index`, if present and its bytes match its checksum.
@@ -153,10 +161,14 @@ impl CachedFiles {
         if !self.lists_every_block(id)? {
             return Ok(None);
         }
-        let mut stamp = [0u8; 16];
-        self.map.read_exact_at(&mut stamp, STAMP_AT)?;
-        let changed = self.data.metadata()?.modified()?;
-        (stamp == stamp_of(changed)).then(|| self.data.try_clone()).transpose()
+        let changed = stamp_of(self.data.metadata()?.modified()?);
+        let stamped = self.stamp == changed || {
+            // Stamped since this handle read the header (the check after the last block).
+            let mut stamp = [0u8; 16];
+            self.map.read_exact_at(&mut stamp, STAMP_AT)?;
+            stamp == changed
+        };
+        stamped.then(|| self.data.try_clone()).transpose()
     }
 
     /// Checks every block of a fully listed object and, if all are sound and the data
@@ -278,17 +290,19 @@ fn create_map(id: &ObjectId, stem: &Path) -> io::Result<File> {
     }
 }
 
-/// Whether the map's header names exactly `id` (a file of another format, block size or
-/// object is not ours to read).
-fn header_names(map: &File, id: &ObjectId) -> io::Result<bool> {
+/// The map's stamp, if its header names exactly `id` (a file of another format, block
+/// size or object is not ours to read). One read of the header block.
+fn header_names(map: &File, id: &ObjectId) -> io::Result<Option<[u8; 16]>> {
     let mut header = vec![0u8; RECORDS_AT as usize];
     let read = map.read_at(&mut header, 0)?;
     let identity = id.describe();
     let expected_len = 8 + 8 + 4 + identity.len();
-    if read < expected_len || &header[..8] != MAGIC {
-        return Ok(false);
+    if read < RECORDS_AT as usize || &header[..8] != MAGIC {
+        return Ok(None);
     }
     let block_size = u64::from_le_bytes(header[8..16].try_into().unwrap_or_default());
     let identity_len = u32::from_le_bytes(header[16..20].try_into().unwrap_or_default()) as usize;
-    Ok(block_size == BLOCK_SIZE && identity_len == identity.len() && &header[20..expected_len] == identity.as_bytes())
+    let named =
+        block_size == BLOCK_SIZE && identity_len == identity.len() && &header[20..expected_len] == identity.as_bytes();
+    Ok(named.then(|| header[STAMP_AT as usize..RECORDS_AT as usize].try_into().unwrap_or_default()))
 }
