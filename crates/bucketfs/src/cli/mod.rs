@@ -32,11 +32,14 @@ pub fn main() -> i32 {
 /// `bucketfs cache status|clear DIR`.
 fn cache_command(action: args::CacheAction) -> anyhow::Result<()> {
     use anyhow::Context as _;
+    use std::io::Write as _;
     match action {
         args::CacheAction::Status { dir } => {
             let status = crate::datacache::status(&dir).with_context(|| format!("reading {}", dir.display()))?;
             let cap = status.cap.map_or("not set".to_owned(), |cap| format!("{cap} bytes"));
-            println!(
+            // A closed pipe (`| head`) is no error of ours.
+            let _ = writeln!(
+                std::io::stdout(),
                 "{}: {} objects, {} whole, {} bytes on disk, cap {cap}",
                 dir.display(),
                 status.objects,
@@ -46,7 +49,7 @@ fn cache_command(action: args::CacheAction) -> anyhow::Result<()> {
         }
         args::CacheAction::Clear { dir } => {
             crate::datacache::clear(&dir).with_context(|| format!("clearing {}", dir.display()))?;
-            println!("{}: cleared", dir.display());
+            let _ = writeln!(std::io::stdout(), "{}: cleared", dir.display());
         }
     }
     Ok(())

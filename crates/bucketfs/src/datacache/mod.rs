@@ -19,9 +19,12 @@
 //!   reading the bytes it checked; see [`object`]).
 //! - **Never in the way**: a failing or full cache disk turns into uncached reads, with
 //!   one warning; nothing here fails a read.
+//! - **Small objects** (up to 64 KiB) are one file each, header and content ([`small`]):
+//!   one inode and one block to read for a file of a few KiB.
 //! - **Memory**: none per cached block; the map files are the index.
 
 mod object;
+mod small;
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -32,6 +35,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 pub use object::{CachedFiles, ObjectId};
+pub use small::SMALL_OBJECT;
 
 /// Size of a cached block.
 pub const BLOCK_SIZE: u64 = 1024 * 1024;
@@ -103,32 +107,64 @@ impl DataCache {
         }
     }
 
+    /// The content of the small object `id` (at most [`SMALL_OBJECT`] bytes), if cached
+    /// and sound; marks it used.
+    pub fn load_small(&self, id: &ObjectId) -> Option<Vec<u8>> {
+        match small::load(id, &id.stem(&self.objects)) {
+            Ok(content) => content,
+            Err(error) => {
+                self.warn_once("reading", &error);
+                None
+            }
+        }
+    }
+
+    /// Stores the whole content of the small object `id`, as [`DataCache::store_block`]
+    /// stores a block.
+    pub fn store_small(&self, id: &ObjectId, content: &[u8]) {
+        let stem = id.stem(&self.objects);
+        if self.reserve(&stem, small::file_len(id)) {
+            if let Err(error) = small::store(id, &stem, content) {
+                self.warn_once("writing", &error);
+            }
+        }
+    }
+
     /// Stores block `index` of `id`, unless neither the cap nor the disk leaves room for
     /// it even once the rest is evicted (a full disk, a cap smaller than a block), or the
     /// disk fails: both said once in the log, and the block is not cached.
     pub fn store_block(&self, id: &ObjectId, index: u64, bytes: &[u8]) {
         let stem = id.stem(&self.objects);
-        let needed = bytes.len() as u64 + id.map_len();
+        if !self.reserve(&stem, bytes.len() as u64 + id.map_len()) {
+            return;
+        }
+        if let Err(error) = object::write_block(id, &stem, index, bytes) {
+            self.warn_once("writing", &error);
+        }
+    }
+
+    /// Counts `needed` more bytes for the object at `stem`, evicting others to make
+    /// room; false (said once in the log) if there is none or counting failed.
+    fn reserve(&self, stem: &Path, needed: u64) -> bool {
         let mut room = true;
         let reserved = self.with_usage(|cache_dir_bytes, cap_room| {
             if cache_dir_bytes + needed <= cap_room {
                 return Ok(cache_dir_bytes + needed);
             }
             let target = ((cap_room as f64 * EVICT_TO) as u64).saturating_sub(needed);
-            let left = evict(&self.objects, target, &stem)?;
+            let left = evict(&self.objects, target, stem)?;
             room = left + needed <= cap_room;
             Ok(if room { left + needed } else { left })
         });
         if let Err(error) = reserved {
-            return self.warn_once("counting", &error);
+            self.warn_once("counting", &error);
+            return false;
         }
         if !room {
             let full = io::Error::new(io::ErrorKind::StorageFull, "no room for a block under the cap or on the disk");
-            return self.warn_once("making room", &full);
+            self.warn_once("making room", &full);
         }
-        if let Err(error) = object::write_block(id, &stem, index, bytes) {
-            self.warn_once("writing", &error);
-        }
+        room
     }
 
     /// Runs `change` on the directory's byte count under the exclusive lock and saves
@@ -166,7 +202,7 @@ pub fn status(dir: &Path) -> io::Result<Status> {
     }
     let found = objects_on_disk(&root.join("objects"))?;
     let (objects, bytes) = (found.len() as u64, found.iter().map(|f| f.bytes).sum());
-    let whole = found.iter().filter(|f| object::is_checked_whole(&f.stem)).count() as u64;
+    let whole = found.iter().filter(|f| f.small || object::is_checked_whole(&f.stem)).count() as u64;
     let cap = File::open(root.join("usage")).ok().map(|file| read_usage(&file).1).filter(|&cap| cap > 0);
     Ok(Status { objects, whole, bytes, cap })
 }
@@ -209,14 +245,17 @@ fn read_usage(file: &File) -> (u64, u64) {
     (bytes, cap)
 }
 
-/// One cached object found on disk: its file stem, last use and bytes taken.
+/// One cached object found on disk: its file stem, last use and bytes taken, and
+/// whether it is a small object's one file.
 struct Found {
     stem: PathBuf,
     used: SystemTime,
     bytes: u64,
+    small: bool,
 }
 
-/// Every cached object (by its map file), with its last use and the bytes its files take.
+/// Every cached object (by its map file, or its one file if small), with its last use
+/// and the bytes its files take.
 fn objects_on_disk(objects: &Path) -> io::Result<Vec<Found>> {
     use std::os::unix::fs::MetadataExt;
     let mut found = Vec::new();
@@ -225,14 +264,19 @@ fn objects_on_disk(objects: &Path) -> io::Result<Vec<Found>> {
         let Ok(entries) = std::fs::read_dir(shard.path()) else { continue };
         for entry in entries.flatten() {
             let path = entry.path();
-            if path.extension().is_none_or(|ext| ext != "map") {
-                continue;
-            }
-            let Ok(map) = entry.metadata() else { continue };
+            let small = match path.extension().and_then(|ext| ext.to_str()) {
+                Some("map") => false,
+                Some("one") => true,
+                _ => continue,
+            };
+            let Ok(first) = entry.metadata() else { continue };
             let stem = path.with_extension("");
-            let data = std::fs::metadata(object::data_path(&stem)).map(|m| m.blocks() * 512).unwrap_or(0);
-            let used = map.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-            found.push(Found { stem, used, bytes: map.blocks() * 512 + data });
+            let data = match small {
+                true => 0,
+                false => std::fs::metadata(object::data_path(&stem)).map(|m| m.blocks() * 512).unwrap_or(0),
+            };
+            let used = first.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            found.push(Found { stem, used, bytes: first.blocks() * 512 + data, small });
         }
     }
     Ok(found)
@@ -258,6 +302,7 @@ fn evict(objects: &Path, target: u64, writing: &Path) -> io::Result<u64> {
         // The map first: from then on the object reads as absent, whatever happens next.
         let _ = std::fs::remove_file(object::map_path(&object.stem));
         let _ = std::fs::remove_file(object::data_path(&object.stem));
+        let _ = std::fs::remove_file(small::path(&object.stem));
         total = total.saturating_sub(object.bytes);
         tracing::debug!(object = %object.stem.display(), bytes = object.bytes, "data cache: evicted");
     }

@@ -44,7 +44,7 @@ pub struct ObjectId {
 
 impl ObjectId {
     /// The identity as stored in the map header (and hashed into the file names).
-    fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         format!("{}\n{}\n{}\n{}", self.location, self.key, self.etag, self.size)
     }
 

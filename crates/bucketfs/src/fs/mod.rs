@@ -260,7 +260,8 @@ impl Fs {
             Some(etag) => reader.cached_whole_file().map(|file| Backing { file, etag: etag.clone() }),
             None => None,
         };
-        let reader = match etag.as_deref().and_then(|etag| self.namespace.take_small_object(ino, etag)) {
+        let small = etag.as_deref().and_then(|etag| self.namespace.take_small_object(ino, etag));
+        let reader = match small.or_else(|| reader.cached_small_content()) {
             Some(content) => Reader::Loaded(content),
             None => Reader::Object(reader),
         };

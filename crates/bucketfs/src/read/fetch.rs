@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::datacache::{CachedFiles, DataCache, ObjectId, BLOCK_SIZE};
+use crate::datacache::{CachedFiles, DataCache, ObjectId, BLOCK_SIZE, SMALL_OBJECT};
 use crate::store::{ObjectStore, RangeBody, StoreError};
 
 /// One open file's view of the data cache: the object it reads, and its cache files once
@@ -30,6 +30,14 @@ impl CacheLink {
             *files = self.cache.files(&self.id).map(Arc::new);
         }
         files.clone()
+    }
+
+    /// The whole content of a small object (see `datacache::small`), if cached.
+    pub fn small_content(&self) -> Option<bytes::Bytes> {
+        if self.id.size == 0 || self.id.size > SMALL_OBJECT {
+            return None;
+        }
+        self.cache.load_small(&self.id).map(bytes::Bytes::from)
     }
 
     /// The cache's data file as a whole, checked copy of the object, if it is one (for
@@ -125,8 +133,20 @@ fn look_up(link: &CacheLink, index: u64, end: u64) -> (Option<Vec<u8>>, Option<u
     (None, Some(next * BLOCK_SIZE))
 }
 
-/// Stores the whole blocks inside `fetched` (object offsets) from the finished `body`.
+/// Stores the whole blocks inside `fetched` (object offsets) from the finished `body`; a
+/// small object fetched whole, in its one file.
 async fn store_fetched_blocks(link: &Arc<CacheLink>, origin: u64, body: &RangeBody, fetched: &[Range<u64>]) {
+    if link.id.size <= SMALL_OBJECT {
+        if let ([range], 0) = (fetched, origin) {
+            if *range == (0..link.id.size) {
+                if let Ok(content) = body.slice(0..link.id.size).await {
+                    let link = link.clone();
+                    let _ = tokio::task::spawn_blocking(move || link.cache.store_small(&link.id, &content)).await;
+                }
+            }
+        }
+        return;
+    }
     let mut blocks = Vec::new();
     for range in fetched {
         let mut index = range.start.div_ceil(BLOCK_SIZE);

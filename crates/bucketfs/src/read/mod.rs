@@ -155,6 +155,12 @@ impl ReadHandle {
         self.cache.as_ref()?.whole_file()
     }
 
+    /// The whole content of this object from the data cache, if it is a small object
+    /// cached there (read at open and served from memory).
+    pub fn cached_small_content(&self) -> Option<Bytes> {
+        self.cache.as_ref()?.small_content()
+    }
+
     /// The key read and the ETag the reads are pinned to.
     pub fn object(&self) -> (Arc<str>, Option<Arc<str>>) {
         self.object.read().clone()
