@@ -363,7 +363,11 @@ class DataCached(Tool):
         return self.tool.mount_env()
 
     def before_mount(self, bucket: str) -> None:
+        self.tool.before_mount(bucket)   # e.g. bucketfs --index: its own --cache-dir
         self.cache_dir.mkdir(parents=True, exist_ok=True)
+
+    def after_unmount(self, bucket: str) -> None:
+        self.tool.after_unmount(bucket)
 
 
 class Direct(Tool):
