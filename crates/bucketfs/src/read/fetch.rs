@@ -44,6 +44,9 @@ impl CacheLink {
     /// FUSE passthrough). An object whose every block is cached but not yet checked as a
     /// whole is checked in the background, for the next open.
     pub fn whole_file(self: &Arc<Self>) -> Option<std::fs::File> {
+        if self.id.size <= SMALL_OBJECT {
+            return None; // kept in one file, read at open (see `small_content`)
+        }
         let files = self.files()?;
         if let Ok(Some(file)) = files.checked_whole_file(&self.id) {
             return Some(file);
