@@ -54,6 +54,8 @@ pub struct DataCache {
     cap: u64,
     /// A write failed: said once in the log, and reads go on uncached.
     warned: AtomicBool,
+    /// Objects being checked whole (see [`DataCache::check_whole`]).
+    checking: parking_lot::Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 /// What `bucketfs cache status` prints.
@@ -79,7 +81,8 @@ impl DataCache {
         let disk = nix::sys::statvfs::statvfs(&root)?;
         let disk_size = disk.blocks() as u64 * disk.fragment_size() as u64;
         let cap = cap.unwrap_or((disk_size as f64 * DEFAULT_SHARE) as u64);
-        let cache = Arc::new(Self { objects, usage, cap, warned: AtomicBool::new(false) });
+        let cache =
+            Arc::new(Self { objects, usage, cap, warned: AtomicBool::new(false), checking: Default::default() });
         cache.with_usage(|_, _| {
             let (_, bytes) = scan(&cache.objects)?;
             Ok(bytes)
@@ -105,6 +108,22 @@ impl DataCache {
                 None
             }
         }
+    }
+
+    /// Checks every block of `id` (its `files`) and stamps it whole if all are sound (see
+    /// [`CachedFiles::check_whole`]); one check of an object at a time, however many
+    /// opens ask: each reads the whole object.
+    pub fn check_whole(&self, id: &ObjectId, files: &CachedFiles) {
+        let stem = id.stem(&self.objects);
+        if !self.checking.lock().insert(stem.clone()) {
+            return;
+        }
+        match files.check_whole(id) {
+            Ok(true) => tracing::debug!(key = %id.key, "data cache: object whole and checked"),
+            Ok(false) => {}
+            Err(error) => tracing::debug!(key = %id.key, "data cache: checking the object failed: {error}"),
+        }
+        self.checking.lock().remove(&stem);
     }
 
     /// The content of the small object `id` (at most [`SMALL_OBJECT`] bytes), if cached
@@ -135,7 +154,8 @@ impl DataCache {
     /// disk fails: both said once in the log, and the block is not cached.
     pub fn store_block(&self, id: &ObjectId, index: u64, bytes: &[u8]) {
         let stem = id.stem(&self.objects);
-        if !self.reserve(&stem, bytes.len() as u64 + id.map_len()) {
+        let new_map = if object::map_path(&stem).exists() { 0 } else { id.map_len() };
+        if !self.reserve(&stem, bytes.len() as u64 + new_map) {
             return;
         }
         if let Err(error) = object::write_block(id, &stem, index, bytes) {
@@ -170,9 +190,7 @@ impl DataCache {
     /// Runs `change` on the directory's byte count under the exclusive lock and saves
     /// what it returns. `change` gets the count and the room the cap and the disk leave.
     fn with_usage(&self, change: impl FnOnce(u64, u64) -> io::Result<u64>) -> io::Result<u64> {
-        let file = OpenOptions::new().read(true).write(true).open(&self.usage)?;
-        let locked = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, errno)| io::Error::from(errno))?;
+        let locked = lock_usage(&self.usage)?;
         let (bytes, _) = read_usage(&locked);
         let disk = nix::sys::statvfs::statvfs(&self.objects)?;
         let unit = disk.fragment_size() as u64;
@@ -180,10 +198,7 @@ impl DataCache {
         let keep_free = (disk.blocks() as u64 * unit) as f64 * KEEP_FREE;
         let disk_room = (bytes + free).saturating_sub(keep_free as u64);
         let updated = change(bytes, self.cap.min(disk_room))?;
-        let mut record = [0u8; 16];
-        record[..8].copy_from_slice(&updated.to_le_bytes());
-        record[8..].copy_from_slice(&self.cap.to_le_bytes());
-        locked.write_all_at(&record, 0)?;
+        write_usage(&locked, updated, self.cap)?;
         Ok(updated)
     }
 
@@ -214,9 +229,7 @@ pub fn clear(dir: &Path) -> io::Result<()> {
     if !root.exists() {
         return Ok(());
     }
-    let usage = OpenOptions::new().read(true).write(true).open(root.join("usage"))?;
-    let locked = nix::fcntl::Flock::lock(usage, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, errno)| io::Error::from(errno))?;
+    let locked = lock_usage(&root.join("usage"))?;
     let objects = root.join("objects");
     let cleared = root.join(format!("objects.clearing-{}", std::process::id()));
     if objects.exists() {
@@ -224,14 +237,28 @@ pub fn clear(dir: &Path) -> io::Result<()> {
     }
     std::fs::create_dir_all(&objects)?;
     let (_, cap) = read_usage(&locked);
-    let mut record = [0u8; 16];
-    record[8..].copy_from_slice(&cap.to_le_bytes());
-    locked.write_all_at(&record, 0)?;
+    write_usage(&locked, 0, cap)?;
     drop(locked);
     match std::fs::remove_dir_all(&cleared) {
         Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
         _ => Ok(()),
     }
+}
+
+/// The `usage` file, locked exclusively: every change of the count, eviction and clear
+/// happens under this lock, whichever mount makes it.
+fn lock_usage(path: &Path) -> io::Result<nix::fcntl::Flock<File>> {
+    let file = OpenOptions::new().read(true).write(true).open(path)?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, errno)| io::Error::from(errno))
+}
+
+/// The `usage` record: the bytes the directory takes, and the cap of the last mount
+/// that counted (for `bucketfs cache status`).
+fn write_usage(file: &File, bytes: u64, cap: u64) -> io::Result<()> {
+    let mut record = [0u8; 16];
+    record[..8].copy_from_slice(&bytes.to_le_bytes());
+    record[8..].copy_from_slice(&cap.to_le_bytes());
+    file.write_all_at(&record, 0)
 }
 
 fn read_usage(file: &File) -> (u64, u64) {

@@ -158,17 +158,16 @@ impl CachedFiles {
     /// was checked since the file last changed (see [`CachedFiles::check_whole`]):
     /// cheap, it reads the map and the file's mtime, not the data.
     pub fn checked_whole_file(&self, id: &ObjectId) -> io::Result<Option<File>> {
-        if !self.lists_every_block(id)? {
-            return Ok(None);
-        }
+        let whole = self.lists_every_block(id)? && self.is_stamped()?;
+        whole.then(|| self.data.try_clone()).transpose()
+    }
+
+    /// Whether the map's stamp says every block was checked since the data file last
+    /// changed.
+    pub fn is_stamped(&self) -> io::Result<bool> {
         let changed = stamp_of(self.data.metadata()?.modified()?);
-        let stamped = self.stamp == changed || {
-            // Stamped since this handle read the header (the check after the last block).
-            let mut stamp = [0u8; 16];
-            self.map.read_exact_at(&mut stamp, STAMP_AT)?;
-            stamp == changed
-        };
-        stamped.then(|| self.data.try_clone()).transpose()
+        // Read at open; read again if it does not match, for a check made since.
+        Ok(self.stamp == changed || read_stamp(&self.map)? == changed)
     }
 
     /// Checks every block of a fully listed object and, if all are sound and the data
@@ -205,13 +204,15 @@ impl CachedFiles {
 /// Whether the object at `stem` is stamped as checked whole, and its data file has not
 /// changed since (what `bucketfs cache status` counts as whole).
 pub(super) fn is_checked_whole(stem: &Path) -> bool {
-    let stamp = File::open(map_path(stem)).and_then(|map| {
-        let mut stamp = [0u8; 16];
-        map.read_exact_at(&mut stamp, STAMP_AT)?;
-        Ok(stamp)
-    });
+    let stamp = File::open(map_path(stem)).and_then(|map| read_stamp(&map));
     let changed = std::fs::metadata(data_path(stem)).and_then(|data| data.modified());
     matches!((stamp, changed), (Ok(stamp), Ok(changed)) if stamp == stamp_of(changed))
+}
+
+fn read_stamp(map: &File) -> io::Result<[u8; 16]> {
+    let mut stamp = [0u8; 16];
+    map.read_exact_at(&mut stamp, STAMP_AT)?;
+    Ok(stamp)
 }
 
 fn stamp_of(time: std::time::SystemTime) -> [u8; 16] {
@@ -224,17 +225,12 @@ fn stamp_of(time: std::time::SystemTime) -> [u8; 16] {
 }
 
 /// Writes block `index` of `id` (its bytes, `bytes`), creating the object's files if
-/// needed: the bytes first, then the record that vouches for them. Returns the bytes the
-/// files grew by on disk (the map when new, and the block).
-pub(super) fn write_block(id: &ObjectId, stem: &Path, index: u64, bytes: &[u8]) -> io::Result<u64> {
+/// needed: the bytes first, then the record that vouches for them.
+pub(super) fn write_block(id: &ObjectId, stem: &Path, index: u64, bytes: &[u8]) -> io::Result<()> {
     debug_assert_eq!(bytes.len() as u64, id.block_len(index));
-    let mut grew = 0;
     let map = match OpenOptions::new().write(true).open(map_path(stem)) {
         Ok(map) => map,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => {
-            grew += id.map_len();
-            create_map(id, stem)?
-        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => create_map(id, stem)?,
         Err(error) => return Err(error),
     };
     let data = OpenOptions::new().write(true).create(true).truncate(false).open(data_path(stem))?;
@@ -245,8 +241,7 @@ pub(super) fn write_block(id: &ObjectId, stem: &Path, index: u64, bytes: &[u8]) 
     let mut record = [0u8; RECORD_LEN as usize];
     record[..4].copy_from_slice(&crc32fast::hash(bytes).to_le_bytes());
     record[4..].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
-    map.write_all_at(&record, RECORDS_AT + index * RECORD_LEN)?;
-    Ok(grew + bytes.len() as u64)
+    map.write_all_at(&record, RECORDS_AT + index * RECORD_LEN)
 }
 
 /// Creates the map file whole (header, no block present) under a temporary name and

@@ -23,8 +23,12 @@ impl CacheLink {
         Self { cache, id, files: Mutex::new(None) }
     }
 
-    /// The object's cache files, opened at the first call that finds them.
+    /// The object's cache files, opened at the first call that finds them; none for a
+    /// small object, kept in one file (see `small_content`).
     fn files(&self) -> Option<Arc<CachedFiles>> {
+        if self.id.size <= SMALL_OBJECT {
+            return None;
+        }
         let mut files = self.files.lock();
         if files.is_none() {
             *files = self.cache.files(&self.id).map(Arc::new);
@@ -44,9 +48,6 @@ impl CacheLink {
     /// FUSE passthrough). An object whose every block is cached but not yet checked as a
     /// whole is checked in the background, for the next open.
     pub fn whole_file(self: &Arc<Self>) -> Option<std::fs::File> {
-        if self.id.size <= SMALL_OBJECT {
-            return None; // kept in one file, read at open (see `small_content`)
-        }
         let files = self.files()?;
         if let Ok(Some(file)) = files.checked_whole_file(&self.id) {
             return Some(file);
@@ -59,11 +60,7 @@ impl CacheLink {
     }
 
     fn check_whole(&self, files: &CachedFiles) {
-        match files.check_whole(&self.id) {
-            Ok(true) => tracing::debug!(key = %self.id.key, "data cache: object whole and checked"),
-            Ok(false) => {}
-            Err(error) => tracing::debug!(key = %self.id.key, "data cache: checking the object failed: {error}"),
-        }
+        self.cache.check_whole(&self.id, files);
     }
 }
 
@@ -175,9 +172,7 @@ async fn store_fetched_blocks(link: &Arc<CacheLink>, origin: u64, body: &RangeBo
         // The object may be whole now: check it once, so that the next open reads it
         // straight from the cache file.
         if let Some(files) = link.files() {
-            if files.lists_every_block(&link.id).unwrap_or(false)
-                && !matches!(files.checked_whole_file(&link.id), Ok(Some(_)))
-            {
+            if files.lists_every_block(&link.id).unwrap_or(false) && !files.is_stamped().unwrap_or(false) {
                 link.check_whole(&files);
             }
         }

@@ -315,6 +315,7 @@ impl ReadHandle {
                 break;
             };
             for gap in gaps(&state.segments, from..(from + len).min(self.size)) {
+                let gap = self.whole_blocks(state, gap);
                 let Some(memory) = self.memory.try_reserve(gap.end - gap.start) else {
                     return;
                 };
@@ -478,6 +479,11 @@ mod tests {
         (0..len).map(|i| (i * 31 % 251) as u8).collect()
     }
 
+    /// A store holding object `k` of `size` bytes of [`data`].
+    fn store_of(size: u64) -> Arc<MemoryStore> {
+        Arc::new(MemoryStore::with_keys([("k".to_owned(), data(size as usize))]))
+    }
+
     fn handle(store: &Arc<MemoryStore>, size: u64, config: ReadConfig, memory: u64) -> ReadHandle {
         let etag = futures::executor::block_on(store.head("k")).ok().and_then(|i| i.etag);
         ReadHandle::new(store.clone(), "k", etag.as_deref(), size, config, MemoryLimiter::new(memory))
@@ -506,7 +512,7 @@ mod tests {
     fn small_random_read_in_big_object_is_one_small_get() {
         let rt = runtime();
         let size = 64 * MIB;
-        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), data(size as usize))]));
+        let store = store_of(size);
         let reader = handle(&store, size, config(), 64 * MIB);
         let got = rt.block_on(reader.read(40 * MIB + 7, 4096)).expect("read");
         assert_eq!(&got[..], &data(size as usize)[(40 * MIB + 7) as usize..][..4096]);
@@ -542,7 +548,7 @@ mod tests {
     fn only_a_large_first_read_at_offset_zero_reads_ahead() {
         let rt = runtime();
         let size = 64 * MIB;
-        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), data(size as usize))]));
+        let store = store_of(size);
         let probe = handle(&store, size, config(), 64 * MIB);
         rt.block_on(probe.read(0, 1)).expect("read");
         assert_eq!(planned(&probe), vec![0..1], "a 1-byte probe fetches one byte");
@@ -557,7 +563,7 @@ mod tests {
     fn pieces_of_one_random_read_start_no_read_ahead() {
         let rt = runtime();
         let size = 64 * MIB;
-        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), data(size as usize))]));
+        let store = store_of(size);
         let reader = handle(&store, size, config(), 64 * MIB);
         let start = 40 * MIB;
         for piece in 0..2 {
@@ -577,7 +583,7 @@ mod tests {
     fn strided_reads_prefetch_the_next_strides() {
         let rt = runtime();
         let size = 64 * MIB;
-        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), data(size as usize))]));
+        let store = store_of(size);
         let read = |reader: &ReadHandle, at: u64| {
             let got = rt.block_on(reader.read(at, 64 * KIB)).expect("read");
             assert_eq!(&got[..], &data(size as usize)[at as usize..][..64 * KIB as usize]);
@@ -612,10 +618,42 @@ mod tests {
         assert_eq!(planned(&uneven), vec![25 * MIB..25 * MIB + 64 * KIB], "no stride");
     }
 
+    /// With a data cache, fetches are whole blocks (what the cache stores): a 4 KiB read
+    /// fetches its 1 MiB block, and a strided scan prefetches the blocks of its next runs.
+    #[test]
+    fn with_a_data_cache_reads_fetch_whole_blocks() {
+        let rt = runtime();
+        let size = 64 * MIB;
+        let store = store_of(size);
+        let dir = tempfile::tempdir().expect("cache dir");
+        let cache = crate::datacache::DataCache::open(dir.path(), Some(256 * MIB)).expect("cache");
+        let cached = || {
+            let reader = handle(&store, size, config(), 64 * MIB);
+            let (_, etag) = reader.object();
+            let id = crate::datacache::ObjectId {
+                location: "memory".into(),
+                key: "k".into(),
+                etag: etag.as_deref().unwrap_or_default().to_owned(),
+                size,
+            };
+            reader.with_cache(CacheLink::new(cache.clone(), id))
+        };
+        let random = cached();
+        let got = rt.block_on(random.read(40 * MIB + 7, 4096)).expect("read");
+        assert_eq!(&got[..], &data(size as usize)[(40 * MIB + 7) as usize..][..4096]);
+        assert_eq!(planned(&random), vec![40 * MIB..41 * MIB]);
+
+        let strided = cached();
+        for at in [10 * MIB + 100, 13 * MIB + 100, 16 * MIB + 100] {
+            rt.block_on(strided.read(at, 64 * KIB)).expect("read");
+        }
+        assert!(planned(&strided).contains(&(19 * MIB..20 * MIB)), "{:?}", planned(&strided));
+    }
+
     #[test]
     fn changed_object_fails_instead_of_mixing_versions() {
         let rt = runtime();
-        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), data(4 * MIB as usize))]));
+        let store = store_of(4 * MIB);
         let reader = handle(&store, 4 * MIB, config(), 64 * MIB);
         rt.block_on(reader.read(3 * MIB, 10)).expect("first read");
         store.put("k", vec![7; 4 * MIB as usize]);
@@ -627,7 +665,7 @@ mod tests {
     fn prefetch_stops_at_the_memory_limit() {
         let rt = runtime();
         let size = 64 * MIB;
-        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), data(size as usize))]));
+        let store = store_of(size);
         let reader = handle(&store, size, config(), MIB);
         for i in 0..8 {
             rt.block_on(reader.read(i * 128 * KIB, 128 * KIB)).expect("read");
@@ -642,7 +680,7 @@ mod tests {
     fn consumed_bytes_are_dropped_when_the_budget_is_spent() {
         let rt = runtime();
         let size = 16 * MIB;
-        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), data(size as usize))]));
+        let store = store_of(size);
         let reader = handle(&store, size, config(), MIB);
         let mut offset = 0;
         while offset < size {

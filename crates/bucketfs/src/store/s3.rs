@@ -331,10 +331,6 @@ impl S3Store {
         Ok((info, body.into_bytes()))
     }
 
-    /// One attempt at the bytes of `range` that `partial` does not hold yet. The bytes
-    /// of the body go into `partial` as they arrive, so when the body is cut short the
-    /// next attempt asks only for the rest, of the same version of the object (the ETag
-    /// of the first answer, unless the caller pinned one).
     /// One attempt at the rest of `body`: from what earlier attempts received on, so
     /// that a link which drops connections after some megabytes still brings the range
     /// closer with every attempt. Later attempts ask for the version the first answer
