@@ -350,6 +350,17 @@ fn cache_clear_empties_it() {
     assert!(status.success(), "{out}{err}");
     let (_, out, _) = run_bucketfs(&["cache", "status", dir], Duration::from_secs(30));
     assert!(out.contains(" 0 objects, 0 whole, 0 bytes"), "{out}");
+    // Into a pipe whose reader is gone (`| head -0`), it still ends well.
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let piped = std::process::Command::new(bucketfs_bin())
+        .args(["cache", "status", dir])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(piped.status.success() && !stderr.contains("panicked"), "{stderr}");
     let before = gets(&m).len();
     drop(m);
     let m = cached_mount(&b, cache.path(), &[]);

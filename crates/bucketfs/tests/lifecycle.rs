@@ -106,20 +106,7 @@ fn external_fusermount_ends_the_process() {
 #[test]
 fn log_file_receives_the_logs() {
     let b = create_bucket("logfile");
-    put(&b, "f", b"x".to_vec());
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("bucketfs.log");
-    let mut m = MountBuilder::new()
-        .bucket(&b)
-        .no_log_passthrough()
-        .args(["--log-level", "debug", "--log-file", log.to_str().unwrap()])
-        .mount();
-    assert_eq!(std::fs::read(m.join("f")).unwrap(), b"x");
-    assert_eq!(ls(m.path()), ["f"]);
-    m.signal(libc::SIGTERM);
-    let st = m.wait_exit(Duration::from_secs(10)).expect("exit after SIGTERM");
-    assert_eq!(st.code(), Some(0), "{}", m.diagnostics());
-    let text = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("log file {}: {e}", log.display()));
+    let (m, text) = logged_session(&b, MountBuilder::new(), "debug", |_| {});
     assert!(!text.trim().is_empty(), "the log file is empty at --log-level debug");
     if std::env::var_os("RUST_LOG").is_none() {
         assert_eq!(m.stderr().trim(), "", "logs must go to --log-file, not stderr");
@@ -167,31 +154,40 @@ fn background_mount_logs_warnings_by_default() {
 #[test]
 fn credentials_never_appear_in_the_logs() {
     let b = create_bucket("logsecret");
-    put(&b, "f", b"x".to_vec());
     let creds = read_only_credentials(&b);
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("bucketfs.log");
-    let mut m = MountBuilder::new()
-        .bucket(&b)
-        .credentials(&creds)
-        .no_log_passthrough()
-        .args(["--log-level", "trace", "--log-file", log.to_str().unwrap()])
-        .mount();
-    assert_eq!(std::fs::read(m.join("f")).unwrap(), b"x");
-    assert_eq!(ls(m.path()), ["f"]);
-    let refused = std::fs::File::create(m.join("refused")).and_then(|mut f| {
-        std::io::Write::write_all(&mut f, b"y")?;
-        close(f) // std::fs::write would not see the error close() returns
+    let (_, text) = logged_session(&b, MountBuilder::new().credentials(&creds), "trace", |m| {
+        let refused = std::fs::File::create(m.join("refused")).and_then(|mut f| {
+            std::io::Write::write_all(&mut f, b"y")?;
+            close(f) // std::fs::write would not see the error close() returns
+        });
+        assert!(refused.is_err(), "a read-only identity cannot write");
     });
-    assert!(refused.is_err(), "a read-only identity cannot write");
-    m.signal(libc::SIGTERM);
-    let st = m.wait_exit(Duration::from_secs(10)).expect("exit after SIGTERM");
-    assert_eq!(st.code(), Some(0), "{}", m.diagnostics());
-    let text = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("log file {}: {e}", log.display()));
     assert!(text.lines().count() > 100, "a trace log of a few operations: {} lines", text.lines().count());
     assert!(text.contains(&creds.access_key), "the access key id (not a secret) shows that requests were logged");
     for (what, secret) in [("secret key", &creds.secret_key), ("session token", &creds.session_token)] {
         let at = text.find(secret.as_str());
-        assert!(at.is_none(), "the {what} is in the log at byte {at:?} of {}", log.display());
+        assert!(at.is_none(), "the {what} is in the log at byte {at:?} of the log file");
     }
+}
+
+/// A mount of `bucket` holding `f` (put here), logging at `level` to a file: reads `f`,
+/// lists the root, runs `more`, then stops the daemon with SIGTERM (which must exit 0).
+/// Returns the mount, exited, and the log file's text.
+fn logged_session(bucket: &str, builder: MountBuilder, level: &str, more: impl FnOnce(&Mount)) -> (Mount, String) {
+    put(bucket, "f", b"x".to_vec());
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("bucketfs.log");
+    let mut m = builder
+        .bucket(bucket)
+        .no_log_passthrough()
+        .args(["--log-level", level, "--log-file", log.to_str().unwrap()])
+        .mount();
+    assert_eq!(std::fs::read(m.join("f")).unwrap(), b"x");
+    assert_eq!(ls(m.path()), ["f"]);
+    more(&m);
+    m.signal(libc::SIGTERM);
+    let st = m.wait_exit(Duration::from_secs(10)).expect("exit after SIGTERM");
+    assert_eq!(st.code(), Some(0), "{}", m.diagnostics());
+    let text = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("log file {}: {e}", log.display()));
+    (m, text)
 }
