@@ -55,6 +55,11 @@ impl SmallObjects {
         }
     }
 
+    /// Whether something is kept for `ino` (at any version; it may have expired).
+    pub fn contains(&self, ino: Ino) -> bool {
+        self.entries.lock().lru.contains(&ino)
+    }
+
     /// The content of `ino` if it was kept at version `etag` and is still fresh; handed
     /// over (the kernel's page cache keeps it from then on).
     pub fn take(&self, ino: Ino, etag: &str) -> Option<Bytes> {

@@ -14,6 +14,7 @@ mod change;
 pub mod error;
 mod handles;
 mod rename;
+mod small_ahead;
 mod xattrs;
 
 use std::collections::HashMap;
@@ -38,6 +39,7 @@ use attrs::StoredAttrs;
 use error::FsError;
 use handles::{process_of, Reader, Writer};
 pub use handles::{Backing, Opened};
+use small_ahead::SmallFilesAhead;
 pub use xattrs::INDEX_REFRESH;
 
 const S_IFMT: u32 = libc::S_IFMT;
@@ -122,6 +124,8 @@ pub struct Fs {
     write_back: Option<Arc<Semaphore>>,
     /// With `--cache`: blocks of objects read, on local disk.
     data_cache: Option<Arc<DataCache>>,
+    /// With `--cache`: small files of a walked directory, read from it ahead of their open.
+    small_files_ahead: Option<Arc<SmallFilesAhead>>,
 }
 
 /// An entry returned by `readdir`, with the offset that resumes after it.
@@ -167,11 +171,13 @@ impl Fs {
             next_handle: AtomicU64::new(1),
             write_back,
             data_cache: None,
+            small_files_ahead: None,
         }
     }
 
     /// Reads of objects go through `cache` (`--cache`).
     pub fn with_data_cache(mut self, cache: Arc<DataCache>) -> Self {
+        self.small_files_ahead = Some(SmallFilesAhead::new(cache.clone(), self.namespace.ttl()));
         self.data_cache = Some(cache);
         self
     }
@@ -254,13 +260,19 @@ impl Fs {
             self.files.lock().insert(handle, (ino, Reader::Writer(writer)));
             return Ok(Opened { handle, keep_cache: false, backing: None });
         }
-        self.namespace.note_read(ino);
+        let walking = self.namespace.note_read(ino);
         let (reader, etag) = self.object_reader(ino).await?;
         let backing = match &etag {
             Some(etag) => reader.cached_whole_file().map(|file| Backing { file, etag: etag.clone() }),
             None => None,
         };
-        let small = etag.as_deref().and_then(|etag| self.namespace.take_small_object(ino, etag));
+        if walking {
+            self.read_small_files_ahead(ino);
+        }
+        let small = etag.as_deref().and_then(|etag| {
+            let ahead = self.small_files_ahead.as_ref().and_then(|ahead| ahead.take(ino, etag));
+            ahead.or_else(|| self.namespace.take_small_object(ino, etag))
+        });
         let reader = match small.or_else(|| reader.cached_small_content()) {
             Some(content) => Reader::Loaded(content),
             None => Reader::Object(reader),
@@ -284,6 +296,17 @@ impl Fs {
     }
 
     /// A reader of the object behind `ino`, pinned to its current ETag (also returned).
+    /// Reads the cache files of the small files listed after `ino` (see `small_ahead`).
+    fn read_small_files_ahead(&self, ino: Ino) {
+        let Some(ahead) = &self.small_files_ahead else { return };
+        let next = self.namespace.files_listed_after(ino, small_ahead::AHEAD).into_iter().filter_map(|node| {
+            let (Location::File { source, key }, Some(etag)) = (node.location, node.etag) else { return None };
+            let location = self.namespace.store(source).location();
+            Some((node.ino, ObjectId { location, key, etag, size: node.size }))
+        });
+        ahead.read_ahead(next);
+    }
+
     async fn object_reader(&self, ino: Ino) -> Result<(Arc<ReadHandle>, Option<String>), FsError> {
         let node = self.namespace.getattr(ino).await?;
         let Location::File { source, key } = &node.location else {

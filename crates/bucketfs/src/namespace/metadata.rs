@@ -227,11 +227,40 @@ impl Namespace {
     }
 
     /// `ino` is being opened for reading: small files next to it will be read too.
-    pub fn note_read(&self, ino: Ino) {
+    /// Whether files of its directory were already read within the TTL (a walk).
+    pub fn note_read(&self, ino: Ino) -> bool {
         let mut state = self.state.lock();
-        if let Some(parent) = state.inodes.get(ino).map(|node| node.parent) {
-            state.note_read(parent, Instant::now());
-        }
+        let Some(parent) = state.inodes.get(ino).map(|node| node.parent) else { return false };
+        let now = Instant::now();
+        let walking = state.files_read_in(parent, now, self.ttl);
+        state.note_read(parent, now);
+        walking
+    }
+
+    /// Up to `count` files listed after `ino` in its directory that the table knows now
+    /// (a walk's next files; no request): from the directory's fresh listing, or its
+    /// index. Entries the kernel was never given have no inode yet and are left out.
+    pub fn files_listed_after(&self, ino: Ino, count: usize) -> Vec<Node> {
+        let Ok(node) = self.node(ino) else { return Vec::new() };
+        let indexed_names = || {
+            let Ok(Location::Dir { source, prefix }) = self.node(node.parent).map(|dir| dir.location) else {
+                return Vec::new();
+            };
+            let listing = self.indexes().and_then(|indexes| indexes.dir(source, &prefix));
+            listing.map(|listing| listing.names_after(&node.name, count)).unwrap_or_default()
+        };
+        let listed_names = self.state.lock().fresh_names(node.parent, Instant::now()).map(|names| {
+            let start = names.partition_point(|n| n.as_str() <= node.name.as_str());
+            names[start..].iter().take(count).cloned().collect::<Vec<_>>()
+        });
+        let names = listed_names.unwrap_or_else(indexed_names);
+        let state = self.state.lock();
+        names
+            .iter()
+            .filter_map(|name| state.inodes.child(node.parent, name))
+            .filter(|child| !child.location.is_dir())
+            .cloned()
+            .collect()
     }
 
     /// The content of `ino` at version `etag` if it was read along with its metadata and

@@ -647,6 +647,23 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_walk_is_told_from_a_single_read_and_sees_the_files_listed_next() {
+        let ns = namespace(&["d/a", "d/b", "d/c", "d/sub/x", "d/e", "other"]);
+        let d = ns.lookup(ROOT_INO, "d").await.expect("d");
+        ns.list(d.ino).expect("d").next_batch(&ns).await.expect("listed");
+        let a = ns.lookup(d.ino, "a").await.expect("a");
+        let names = |nodes: Vec<Node>| nodes.into_iter().map(|n| n.name).collect::<Vec<_>>();
+        assert_eq!(names(ns.files_listed_after(a.ino, 10)), ["b", "c", "e"], "files only, in order");
+        assert_eq!(names(ns.files_listed_after(a.ino, 1)), ["b"]);
+        let e = ns.lookup(d.ino, "e").await.expect("e");
+        assert!(ns.files_listed_after(e.ino, 10).is_empty());
+        assert!(!ns.note_read(a.ino), "the first file read in d");
+        assert!(ns.note_read(e.ino), "the second: a walk");
+        let other = ns.lookup(ROOT_INO, "other").await.expect("other");
+        assert!(!ns.note_read(other.ino), "another directory");
+    }
+
+    #[tokio::test]
     async fn lookup_agrees_with_listing_on_file_versus_directory() {
         let ns = namespace(&["both", "both/inner", "plain", "marker/"]);
         assert!(ns.lookup(ROOT_INO, "both").await.expect("both").location.is_dir());

@@ -122,6 +122,15 @@ impl DirListing {
         Err(low)
     }
 
+    /// Up to `count` names after `name` (which need not be here), in order.
+    pub fn names_after(&self, name: &str, count: usize) -> Vec<String> {
+        let start = match self.find(name) {
+            Ok(at) => at + 1,
+            Err(at) => at,
+        };
+        (start..self.entries.len()).take(count).map(|at| self.name(at).to_owned()).collect()
+    }
+
     pub fn get(&self, name: &str, prefix: &str) -> Option<Indexed> {
         self.find(name).ok().map(|at| self.decode(at, prefix, name))
     }
@@ -592,6 +601,15 @@ mod tests {
         (0..listing.len())
             .map(|at| (listing.name(at).to_owned(), matches!(listing.entry(at, prefix).1, Indexed::Dir { .. })))
             .collect()
+    }
+
+    #[test]
+    fn names_after_a_name_here_or_not() {
+        let keys: BTreeSet<String> = ["d/a", "d/c", "d/e", "d/sub/x"].iter().map(|k| k.to_string()).collect();
+        let listing = built(&keys).dir("d/").expect("d");
+        assert_eq!(listing.names_after("a", 10), ["c", "e", "sub"]);
+        assert_eq!(listing.names_after("b", 1), ["c"], "b is not there: from where it would be");
+        assert!(listing.names_after("sub", 10).is_empty());
     }
 
     /// Every directory of the index against the model, from the root down; returns
