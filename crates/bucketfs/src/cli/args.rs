@@ -121,6 +121,9 @@ pub struct MountArgs {
     /// Mount read-only: every change is refused with EROFS.
     #[arg(long)]
     pub read_only: bool,
+    /// Programs on the mount cannot be executed (the kernel's `noexec`).
+    #[arg(long)]
+    pub noexec: bool,
 
     /// How long metadata (listings, sizes, ETags, missing names) is trusted before asking
     /// S3 again, in seconds (fractions allowed).

@@ -3,15 +3,32 @@
 
 pub mod args;
 pub mod mount;
+mod mount_options;
 pub mod source;
 
 use clap::Parser;
 
 use args::{Cli, Command};
 
+/// The command line as parsed: `bucketfs mount ...` also when it came in the mount(8)
+/// form (see `mount_options`). A mount going to the background runs it again.
+static COMMAND_LINE: std::sync::OnceLock<Vec<std::ffi::OsString>> = std::sync::OnceLock::new();
+
+fn command_line() -> Vec<std::ffi::OsString> {
+    COMMAND_LINE.get().cloned().unwrap_or_else(|| std::env::args_os().collect())
+}
+
 /// Runs the command line; returns the process exit code.
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    let args = match mount_options::rewrite(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(error) => {
+            eprintln!("bucketfs: error: {error}");
+            return 2; // clap's code for a bad command line
+        }
+    };
+    let _ = COMMAND_LINE.set(args.clone());
+    let cli = Cli::parse_from(args);
     let result = match cli.command {
         Command::Mount(args) => mount::run(*args),
         Command::Unmount { mountpoint } => mount::unmount(&mountpoint),

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use fuser::{Config, MountOption, SessionACL};
+use sd_notify::NotifyState;
 
 use super::args::MountArgs;
 use super::source::{check_layout, SourceSpec};
@@ -123,13 +124,19 @@ pub fn run(args: MountArgs) -> Result<()> {
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName(fsname),
-        MountOption::Subtype("bucketfs".into()),
+        // Shown as type `fuse.bucketfs` (mountinfo, `findmnt -t`, `umount -t`). fuser's
+        // own `Subtype` reaches only fusermount3, not the mount(2) it makes as root; the
+        // kernel takes the option itself, and so does fusermount3.
+        MountOption::CUSTOM("subtype=bucketfs".into()),
         if args.read_only { MountOption::RO } else { MountOption::RW },
         MountOption::NoAtime,
         MountOption::NoDev,
         MountOption::NoSuid,
         MountOption::DefaultPermissions,
     ];
+    if args.noexec {
+        config.mount_options.push(MountOption::NoExec);
+    }
     config.acl = if args.allow_other { SessionACL::All } else { SessionACL::Owner };
     config.n_threads = Some(FUSE_THREADS);
     config.clone_fd = true;
@@ -148,9 +155,12 @@ pub fn run(args: MountArgs) -> Result<()> {
         }
     });
     notify_ready(&logs)?;
+    let serving = format!("serving {}", mountpoint.display());
+    notify_service_manager(&[NotifyState::Ready, NotifyState::Status(&serving)]);
     tracing::info!(mountpoint = %mountpoint.display(), "mounted");
     session.run().context("serving the mount")?;
     tracing::info!("unmounted");
+    notify_service_manager(&[NotifyState::Stopping, NotifyState::Status("storing files still uploading")]);
     // Uploads still running (release, --write-back) would be lost with the runtime.
     runtime.block_on(fs.finish_uploads());
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
@@ -561,7 +571,7 @@ async fn wait_for_termination() {
 /// Re-runs this command as a detached daemon and waits for it to be mounted.
 fn spawn_daemon(mountpoint: &Path) -> Result<()> {
     let exe = std::env::current_exe().context("finding the bucketfs executable")?;
-    let mut arguments: Vec<_> = std::env::args_os().skip(1).collect();
+    let mut arguments: Vec<_> = super::command_line().into_iter().skip(1).collect();
     let position = arguments.iter().position(|a| a == "mount").map_or(0, |p| p + 1);
     arguments.insert(position, "--foreground".into());
     let mut child = Command::new(exe);
@@ -585,6 +595,14 @@ fn spawn_daemon(mountpoint: &Path) -> Result<()> {
     // The daemon already wrote a complete "bucketfs: error: ..." line.
     eprint!("{message}");
     std::process::exit(status.code().unwrap_or(1).max(1));
+}
+
+/// Under systemd with `Type=notify` (`NOTIFY_SOCKET` set), tells it the mount's state;
+/// elsewhere does nothing.
+fn notify_service_manager(states: &[NotifyState]) {
+    if let Err(error) = sd_notify::notify(states) {
+        tracing::warn!("cannot notify the service manager: {error}");
+    }
 }
 
 /// In a daemon started by [`spawn_daemon`]: detach standard output and error (logs go
