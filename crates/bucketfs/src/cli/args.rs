@@ -27,11 +27,47 @@ pub enum Command {
         /// The mount point.
         mountpoint: PathBuf,
     },
+    /// Mount sources, run one command in the mount, store what it wrote, unmount, and
+    /// exit with the command's exit code: `bucketfs run [MOUNT OPTIONS] SOURCE... --
+    /// COMMAND [ARGS]...`.
+    Run(Box<RunArgs>),
     /// Show or empty a data cache directory (what mounts with `--cache DIR` share).
     Cache {
         #[command(subcommand)]
         action: CacheAction,
     },
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Mount here (an existing empty directory) instead of in a private temporary one;
+    /// must come before the mount options.
+    #[arg(long, value_name = "DIR")]
+    pub mountpoint: Option<PathBuf>,
+    /// Options of `bucketfs mount` (without `--foreground`) and the sources, as for
+    /// `bucketfs mount` but without the mount point; then `--` and the command to run
+    /// (its working directory is the mount point, also given to it as BUCKETFS_MOUNT).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "MOUNT OPTIONS... SOURCE... -- COMMAND"
+    )]
+    pub line: Vec<String>,
+}
+
+impl RunArgs {
+    /// The mount options and sources, and the command (after the first `--`).
+    pub fn split(&self) -> Result<(&[String], &[String]), String> {
+        let Some(at) = self.line.iter().position(|a| a == "--") else {
+            return Err("no command: bucketfs run [OPTIONS] SOURCE... -- COMMAND [ARGS]...".into());
+        };
+        let (mount, command) = (&self.line[..at], &self.line[at + 1..]);
+        if command.is_empty() {
+            return Err("no command after --".into());
+        }
+        Ok((mount, command))
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -210,6 +246,28 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run_args(line: &str) -> Result<RunArgs, String> {
+        match Cli::try_parse_from(line.split(' ')) {
+            Ok(Cli { command: Command::Run(args) }) => Ok(*args),
+            Ok(other) => Err(format!("not run: {other:?}")),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+
+    #[test]
+    fn run_takes_mount_options_sources_and_a_command() {
+        let args = run_args("bucketfs run --mountpoint /m --index --cache-size 1GiB s3://b/in=in -- sh -c true")
+            .expect("parsed");
+        assert_eq!(args.mountpoint, Some(PathBuf::from("/m")));
+        let (mount, command) = args.split().expect("split");
+        assert_eq!(mount, ["--index", "--cache-size", "1GiB", "s3://b/in=in"]);
+        assert_eq!(command, ["sh", "-c", "true"]);
+        let args = run_args("bucketfs run s3://b -- ls -- -l").expect("parsed");
+        assert_eq!(args.split(), Ok((&["s3://b".to_owned()][..], &["ls".to_owned(), "--".into(), "-l".into()][..])));
+        assert!(run_args("bucketfs run s3://b").expect("parsed").split().is_err(), "no command");
+        assert!(run_args("bucketfs run s3://b --").expect("parsed").split().is_err(), "no command");
+    }
 
     #[test]
     fn sizes_and_modes_parse() {

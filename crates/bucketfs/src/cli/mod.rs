@@ -4,6 +4,7 @@
 pub mod args;
 pub mod mount;
 mod mount_options;
+mod run;
 pub mod source;
 
 use clap::Parser;
@@ -34,6 +35,7 @@ pub fn main() -> i32 {
         Command::Unmount { mountpoint } => mount::unmount(&mountpoint),
         Command::Refresh { mountpoint } => mount::refresh(&mountpoint),
         Command::Cache { action } => cache_command(action),
+        Command::Run(args) => return run::run(*args),
     };
     match result {
         Ok(()) => 0,

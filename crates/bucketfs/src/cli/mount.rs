@@ -167,7 +167,24 @@ pub fn run(args: MountArgs) -> Result<()> {
     if let Some(indexes) = indexes {
         indexes.save_all(); // with what this mount changed and fetched since the last refresh
     }
-    Ok(())
+    report_unstored(&fs)
+}
+
+/// Fails (so the daemon exits non-zero: `bucketfs run` tells its caller) if files were
+/// closed whose upload then failed, naming them.
+fn report_unstored(fs: &Fs) -> Result<()> {
+    let (failed, more) = fs.unstored();
+    if failed.is_empty() && more == 0 {
+        return Ok(());
+    }
+    let count = failed.len() + more;
+    let mut list: Vec<String> = failed.iter().map(|(key, error)| format!("{key} ({error})")).collect();
+    if more > 0 {
+        list.push(format!("and {more} more"));
+    }
+    let message = format!("{count} closed file(s) could not be stored: {}", list.join(", "));
+    tracing::error!("{message}");
+    bail!(message)
 }
 
 fn open_data_cache(dir: &Path, cap: Option<u64>) -> Result<Arc<DataCache>> {
@@ -352,7 +369,7 @@ fn check_mountpoint(path: &Path) -> Result<PathBuf> {
     Ok(canonical)
 }
 
-fn is_mount_point(path: &Path) -> Result<bool> {
+pub(super) fn is_mount_point(path: &Path) -> Result<bool> {
     Ok(mount_device(path)?.is_some())
 }
 

@@ -34,6 +34,9 @@ pub(super) struct Writer {
     /// object's, or set by `utimens`/`chmod` while open), which that write must drop so
     /// that the commit stamps the time of the last write (see `Fs::write`).
     pub times_kept: AtomicBool,
+    /// A commit of this file failed and its caller (`close`, `fsync`) was told: a later
+    /// failure at release is no news (see `Fs::unstored`).
+    pub failure_reported: AtomicBool,
 }
 
 impl Writer {
@@ -46,6 +49,7 @@ impl Writer {
             background: Arc::default(),
             handed_off: AtomicBool::new(false),
             times_kept: AtomicBool::new(times_kept),
+            failure_reported: AtomicBool::new(false),
         }
     }
 }

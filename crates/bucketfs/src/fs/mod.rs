@@ -126,6 +126,21 @@ pub struct Fs {
     data_cache: Option<Arc<DataCache>>,
     /// With `--cache`: small files of a walked directory, read from it ahead of their open.
     small_files_ahead: Option<Arc<SmallFilesAhead>>,
+    /// Files whose upload failed where no caller could hear of it (see [`Fs::unstored`]).
+    unstored: Mutex<Unstored>,
+}
+
+/// Uploads that failed after `close()` returned (`--write-back`, a commit at the last
+/// release or at unmount), by key, until a later upload of the key succeeds. Bounded: past
+/// [`Unstored::KEPT`] keys only their number is kept.
+#[derive(Default)]
+struct Unstored {
+    failed: std::collections::BTreeMap<String, String>,
+    more: usize,
+}
+
+impl Unstored {
+    const KEPT: usize = 10_000;
 }
 
 /// An entry returned by `readdir`, with the offset that resumes after it.
@@ -172,6 +187,7 @@ impl Fs {
             write_back,
             data_cache: None,
             small_files_ahead: None,
+            unstored: Mutex::default(),
         }
     }
 
@@ -514,14 +530,14 @@ impl Fs {
             return Ok(());
         }
         let Some(uploads) = &self.write_back else {
-            return self.commit_writer(&writer).await;
+            return self.commit_heard(&writer).await;
         };
         let room = uploads.clone().acquire_owned().await;
         let busy = writer.background.clone().lock_owned().await;
         writer.handed_off.store(true, Ordering::Release);
         let fs = self.clone();
         tokio::spawn(async move {
-            let _ = fs.commit_writer(&writer).await;
+            fs.commit_unheard(&writer).await;
             drop((busy, room));
         });
         Ok(())
@@ -533,7 +549,7 @@ impl Fs {
             return Ok(()); // a read handle: nothing to do
         };
         self.settle(writer.ino).await;
-        self.commit_writer(&writer).await
+        self.commit_heard(&writer).await
     }
 
     /// Waits until the uploads that `close()` left running for `ino` (`--write-back`)
@@ -567,7 +583,39 @@ impl Fs {
         self.settle_all().await;
         let writers: Vec<_> = self.writers.lock().values().cloned().collect();
         for writer in writers {
-            let _ = self.commit_writer(&writer).await;
+            self.commit_unheard(&writer).await;
+        }
+    }
+
+    /// Files whose upload failed where no caller could hear of it, and why (key, error),
+    /// and how many more failed past the ones kept: what the daemon reports as it exits.
+    pub fn unstored(&self) -> (Vec<(String, String)>, usize) {
+        let unstored = self.unstored.lock();
+        (unstored.failed.iter().map(|(k, e)| (k.clone(), e.clone())).collect(), unstored.more)
+    }
+
+    /// Commits `writer` for a caller who gets the outcome (`close`, `fsync`).
+    async fn commit_heard(&self, writer: &Writer) -> Result<(), FsError> {
+        let result = self.commit_writer(writer).await;
+        if result.is_err() {
+            writer.failure_reported.store(true, Ordering::Release);
+        }
+        result
+    }
+
+    /// Commits `writer` where nobody waits for the outcome: a failure is kept for
+    /// [`Fs::unstored`] (and logged by `commit_writer`), unless one was reported already.
+    async fn commit_unheard(&self, writer: &Writer) {
+        if let Err(error) = self.commit_writer(writer).await {
+            if writer.failure_reported.load(Ordering::Acquire) {
+                return;
+            }
+            let mut unstored = self.unstored.lock();
+            if unstored.failed.len() < Unstored::KEPT {
+                unstored.failed.insert(writer.output.key(), error.to_string());
+            } else {
+                unstored.more += 1;
+            }
         }
     }
 
@@ -583,6 +631,7 @@ impl Fs {
         }
         match writer.output.commit().await {
             Ok(stored) => {
+                self.unstored.lock().failed.remove(&writer.output.key());
                 // Nothing stored: an unchanged staging file; the object is as it was.
                 let etag = match stored {
                     Some(etag) => etag,
@@ -627,8 +676,8 @@ impl Fs {
                 let _ = writer.background.lock().await;
             } else {
                 // Usually committed at the last flush already; if not, nobody is left to
-                // hear of an error, so it is logged.
-                let _ = self.commit_writer(&writer).await;
+                // hear of an error, so it is logged and kept.
+                self.commit_unheard(&writer).await;
             }
             self.writers.lock().remove(&handle);
         }
