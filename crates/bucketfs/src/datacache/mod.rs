@@ -30,7 +30,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -56,6 +56,10 @@ pub struct DataCache {
     warned: AtomicBool,
     /// Objects being checked whole (see [`DataCache::check_whole`]).
     checking: parking_lot::Mutex<std::collections::HashSet<PathBuf>>,
+    /// Bytes this process counted in `usage` and is still writing: not on disk yet, so
+    /// an eviction's recount from the files adds them (else each eviction forgot the
+    /// blocks being written at that moment, and the cap drifted by as much).
+    writing: AtomicU64,
 }
 
 /// What `bucketfs cache status` prints.
@@ -81,8 +85,14 @@ impl DataCache {
         let disk = nix::sys::statvfs::statvfs(&root)?;
         let disk_size = disk.blocks() as u64 * disk.fragment_size() as u64;
         let cap = cap.unwrap_or((disk_size as f64 * DEFAULT_SHARE) as u64);
-        let cache =
-            Arc::new(Self { objects, usage, cap, warned: AtomicBool::new(false), checking: Default::default() });
+        let cache = Arc::new(Self {
+            objects,
+            usage,
+            cap,
+            warned: AtomicBool::new(false),
+            checking: Default::default(),
+            writing: AtomicU64::new(0),
+        });
         cache.with_usage(|_, _| {
             let (_, bytes) = scan(&cache.objects)?;
             Ok(bytes)
@@ -92,6 +102,11 @@ impl DataCache {
 
     pub fn cap(&self) -> u64 {
         self.cap
+    }
+
+    /// The bytes the directory takes, as last recorded by any mount using it.
+    pub fn bytes(&self) -> u64 {
+        File::open(&self.usage).map_or(0, |file| read_usage(&file).0)
     }
 
     /// The files of `id` if some of it is cached; marks it recently used.
@@ -142,10 +157,9 @@ impl DataCache {
     /// stores a block.
     pub fn store_small(&self, id: &ObjectId, content: &[u8]) {
         let stem = id.stem(&self.objects);
-        if self.reserve(&stem, small::file_len(id)) {
-            if let Err(error) = small::store(id, &stem, content) {
-                self.warn_once("writing", &error);
-            }
+        let Some(_writing) = self.reserve(&stem, small::file_len(id)) else { return };
+        if let Err(error) = small::store(id, &stem, content) {
+            self.warn_once("writing", &error);
         }
     }
 
@@ -155,9 +169,7 @@ impl DataCache {
     pub fn store_block(&self, id: &ObjectId, index: u64, bytes: &[u8]) {
         let stem = id.stem(&self.objects);
         let new_map = if object::map_path(&stem).exists() { 0 } else { id.map_len() };
-        if !self.reserve(&stem, bytes.len() as u64 + new_map) {
-            return;
-        }
+        let Some(_writing) = self.reserve(&stem, bytes.len() as u64 + new_map) else { return };
         if let Err(error) = object::write_block(id, &stem, index, bytes) {
             self.warn_once("writing", &error);
         }
@@ -165,26 +177,28 @@ impl DataCache {
 
     /// Counts `needed` more bytes for the object at `stem`, evicting others to make
     /// room; false (said once in the log) if there is none or counting failed.
-    fn reserve(&self, stem: &Path, needed: u64) -> bool {
+    fn reserve(&self, stem: &Path, needed: u64) -> Option<Writing<'_>> {
         let mut room = true;
         let reserved = self.with_usage(|cache_dir_bytes, cap_room| {
             if cache_dir_bytes + needed <= cap_room {
                 return Ok(cache_dir_bytes + needed);
             }
             let target = ((cap_room as f64 * EVICT_TO) as u64).saturating_sub(needed);
-            let left = evict(&self.objects, target, stem)?;
+            let left = evict(&self.objects, target, stem)? + self.writing.load(Ordering::Relaxed);
             room = left + needed <= cap_room;
             Ok(if room { left + needed } else { left })
         });
         if let Err(error) = reserved {
             self.warn_once("counting", &error);
-            return false;
+            return None;
         }
         if !room {
             let full = io::Error::new(io::ErrorKind::StorageFull, "no room for a block under the cap or on the disk");
             self.warn_once("making room", &full);
+            return None;
         }
-        room
+        self.writing.fetch_add(needed, Ordering::Relaxed);
+        Some(Writing { cache: self, bytes: needed })
     }
 
     /// Runs `change` on the directory's byte count under the exclusive lock and saves
@@ -309,6 +323,18 @@ fn objects_on_disk(objects: &Path) -> io::Result<Vec<Found>> {
     Ok(found)
 }
 
+/// Bytes counted in `usage` that are being written (see `DataCache::writing`).
+struct Writing<'a> {
+    cache: &'a DataCache,
+    bytes: u64,
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.cache.writing.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
 /// (objects, bytes on disk) under `objects`.
 fn scan(objects: &Path) -> io::Result<(u64, u64)> {
     let found = objects_on_disk(objects)?;
@@ -346,6 +372,25 @@ mod tests {
 
     fn bytes(len: u64, seed: u8) -> Vec<u8> {
         (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    }
+
+    /// Two readers store blocks at once: one has counted its block and not written it yet
+    /// when the other's needs an eviction, which recounts from the files on disk. The
+    /// block being written stays counted, so the cap holds once it is written.
+    #[test]
+    fn an_eviction_keeps_counting_blocks_being_written() {
+        let dir = tempfile::tempdir().expect("dir");
+        let cache = DataCache::open(dir.path(), Some(3 * BLOCK_SIZE + 64 * 1024)).expect("open");
+        let a = id("a", BLOCK_SIZE);
+        let being_written = cache.reserve(&a.stem(&cache.objects), BLOCK_SIZE).expect("room for a");
+        let b = id("b", 2 * BLOCK_SIZE);
+        cache.store_block(&b, 0, &bytes(BLOCK_SIZE, 1));
+        cache.store_block(&b, 1, &bytes(BLOCK_SIZE, 2));
+        cache.store_block(&id("c", BLOCK_SIZE), 0, &bytes(BLOCK_SIZE, 3)); // evicts b
+        assert!(cache.files(&b).is_none(), "b was evicted");
+        let counted = read_usage(&File::open(&cache.usage).expect("usage")).0;
+        assert!(counted >= 2 * BLOCK_SIZE, "a's block (being written) and c's are counted: {counted}");
+        drop(being_written);
     }
 
     #[test]
