@@ -3,7 +3,7 @@
 //! Requests flow one way: [`fuse`] (kernel adapter) → [`fs`] (operations, handles,
 //! errno) → [`namespace`] (inodes, listings, metadata cache) and [`read`] (prefetch) →
 //! [`store`] (S3); [`cache`] keeps small files read along with their metadata.
-//! [`memory`] is the one budget for buffered data; [`cli`] parses the
+//! [`memory`] is the one budget for buffered data; [`metrics`] what is counted; [`cli`] parses the
 //! command line and runs the mount. See docs/ARCHITECTURE.md.
 
 pub mod cache;
@@ -12,6 +12,7 @@ pub mod datacache;
 pub mod fs;
 pub mod fuse;
 pub mod memory;
+pub mod metrics;
 pub mod namespace;
 pub mod read;
 pub mod store;

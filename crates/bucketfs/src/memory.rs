@@ -45,6 +45,10 @@ impl MemoryLimiter {
         self.used.load(Ordering::Relaxed)
     }
 
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
     /// The budget is used up (or overdrawn).
     pub fn is_spent(&self) -> bool {
         self.used() >= self.limit

@@ -218,6 +218,10 @@ pub struct MountArgs {
     /// Write logs to this file instead of standard error.
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
+    /// Serve metrics in Prometheus text format on HOST:PORT (e.g. 127.0.0.1:9464), at
+    /// any path (`/metrics`).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 fn parse_mode(text: &str) -> Result<u16, String> {

@@ -92,7 +92,8 @@ pub fn run(args: MountArgs) -> Result<()> {
     };
     let namespace = namespace(&args, namespace_sources);
     let indexes = namespace.indexes().cloned();
-    let mut fs = Fs::new(namespace, presentation, read_config, write_config, MemoryLimiter::new(memory_limit));
+    let memory = MemoryLimiter::new(memory_limit);
+    let mut fs = Fs::new(namespace, presentation, read_config, write_config, memory.clone());
     if let Some(dir) = &args.cache {
         let cache = open_data_cache(dir, args.cache_size)?;
         tracing::info!(dir = %dir.display(), cap = cache.cap(), "data cache");
@@ -113,6 +114,10 @@ pub fn run(args: MountArgs) -> Result<()> {
             }
         }
     });
+    if let Some(address) = args.metrics_addr {
+        crate::metrics::serve(address).map_err(anyhow::Error::msg)?;
+        runtime.spawn(sample_metrics(fs.clone(), memory));
+    }
     runtime.spawn(refresh_on_sighup(indexes.clone()));
     if let Some(indexes) = &indexes {
         runtime.spawn(indexes.clone().refresh_periodically());
@@ -204,6 +209,33 @@ fn namespace(args: &MountArgs, sources: Vec<Source>) -> Namespace {
         attributes_rate: args.index_attributes_rate,
     };
     namespace.with_index(&options)
+}
+
+/// The gauges of `--metrics-addr`, once a second.
+async fn sample_metrics(fs: Arc<Fs>, memory: Arc<MemoryLimiter>) {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        every.tick().await;
+        let (files_open_for_writing, uploads_in_background) = fs.writing();
+        let cache = fs.data_cache().cloned();
+        let cache_bytes = match &cache {
+            Some(cache) => tokio::task::spawn_blocking({
+                let cache = cache.clone();
+                move || cache.bytes()
+            })
+            .await
+            .ok(),
+            None => None,
+        };
+        crate::metrics::sample(crate::metrics::Sample {
+            memory_used: memory.used(),
+            memory_limit: memory.limit(),
+            files_open_for_writing,
+            uploads_in_background,
+            cache_bytes,
+            cache_cap: cache.map(|cache| cache.cap()),
+        });
+    }
 }
 
 /// SIGHUP: list the indexed sources again (as `bucketfs refresh`, without a caller).

@@ -180,22 +180,6 @@ mod tests {
     }
 
     fn name(error: &FsError) -> String {
-        let store = |error: &StoreError| match error {
-            StoreError::NotFound => "NotFound",
-            StoreError::NoSuchBucket(_) => "NoSuchBucket",
-            StoreError::AccessDenied(_) => "AccessDenied",
-            StoreError::BadCredentials(_) => "BadCredentials",
-            StoreError::Changed => "Changed",
-            StoreError::AlreadyExists => "AlreadyExists",
-            StoreError::Unreachable { .. } => "Unreachable",
-            StoreError::Timeout(_) => "Timeout",
-            StoreError::Unavailable { .. } => "Unavailable",
-            StoreError::Interrupted(_) => "Interrupted",
-            StoreError::UploadGone => "UploadGone",
-            StoreError::TooLarge => "TooLarge",
-            StoreError::KeyTooLong => "KeyTooLong",
-            StoreError::Other { .. } => "Other",
-        };
         match error {
             FsError::NotFound => "NotFound".into(),
             FsError::NotDir => "NotDir".into(),
@@ -216,7 +200,7 @@ mod tests {
             FsError::Invalid(_) => "Invalid".into(),
             FsError::Unsupported(_) => "Unsupported".into(),
             FsError::Committed => "Committed".into(),
-            FsError::Store(inner) => format!("Store({})", store(inner)),
+            FsError::Store(inner) => format!("Store({})", inner.kind()),
         }
     }
 

@@ -587,6 +587,17 @@ impl Fs {
         }
     }
 
+    /// Files open for writing now, and uploads `close()` left running (`--write-back`).
+    pub fn writing(&self) -> (usize, usize) {
+        let background = self.write_back.as_ref().map_or(0, |room| WRITE_BACK_UPLOADS - room.available_permits());
+        (self.writers.lock().len(), background)
+    }
+
+    /// The mount's data cache, if it has one.
+    pub fn data_cache(&self) -> Option<&Arc<DataCache>> {
+        self.data_cache.as_ref()
+    }
+
     /// Files whose upload failed where no caller could hear of it, and why (key, error),
     /// and how many more failed past the ones kept: what the daemon reports as it exits.
     pub fn unstored(&self) -> (Vec<(String, String)>, usize) {

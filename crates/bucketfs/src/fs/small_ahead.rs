@@ -41,7 +41,11 @@ impl SmallFilesAhead {
 
     /// The content of `ino` at version `etag`, if it was read ahead.
     pub fn take(&self, ino: Ino, etag: &str) -> Option<Bytes> {
-        self.loaded.take(ino, etag)
+        let content = self.loaded.take(ino, etag);
+        if content.is_some() {
+            crate::metrics::data_cache("small", true);
+        }
+        content
     }
 
     /// Reads the cache files of `next` (files about to be opened) that are small and

@@ -93,14 +93,16 @@ fn caller(req: &Request) -> Caller {
     Caller { thread: req.pid(), uid: req.uid(), gid: req.gid() }
 }
 
-fn log_error(op: &str, error: &FsError) -> Errno {
+fn log_error(op: &'static str, error: &FsError) -> Errno {
     match error {
         // A name the store cannot hold is the program's business, like ENOENT.
         FsError::Store(StoreError::KeyTooLong) => tracing::debug!("{op}: {error}"),
         FsError::Store(store) => tracing::warn!("{op}: {store}"),
         other => tracing::debug!("{op}: {other}"),
     }
-    error.errno()
+    let errno = error.errno();
+    crate::metrics::fuse_error(op, errno.code());
+    errno
 }
 
 impl Filesystem for FuseAdapter {
@@ -137,6 +139,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        crate::metrics::fuse_request("lookup");
         let name = name.to_owned();
         self.spawn(move |fs| async move {
             let result = async { fs.lookup(parent.0, existing_name(&name)?).await }.await;
@@ -153,10 +156,12 @@ impl Filesystem for FuseAdapter {
 
     // `batch_forget` comes here too (fuser's default), one inode at a time.
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        crate::metrics::fuse_request("forget");
         self.fs.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        crate::metrics::fuse_request("getattr");
         self.spawn(move |fs| async move {
             match fs.getattr(ino.0).await {
                 Ok(attr) => reply.attr(&fs.ttl(), &attr),
@@ -166,6 +171,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        crate::metrics::fuse_request("open");
         let caller = caller(req);
         let writing = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
         if writing {
@@ -221,6 +227,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        crate::metrics::fuse_request("read");
         self.spawn(move |fs| async move {
             match fs.read(fh.0, offset, size).await {
                 Ok(bytes) => reply.data(&bytes),
@@ -239,6 +246,7 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        crate::metrics::fuse_request("release");
         self.io_modes.release(fh.0);
         self.spawn(move |fs| async move {
             fs.release(fh.0).await;
@@ -247,6 +255,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        crate::metrics::fuse_request("opendir");
         match self.fs.opendir(ino.0) {
             Ok(handle) => reply.opened(FileHandle(handle), FopenFlags::empty()),
             Err(e) => reply.error(log_error("opendir", &e)),
@@ -254,6 +263,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        crate::metrics::fuse_request("readdir");
         self.spawn(move |fs| async move {
             match fs.readdir(fh.0, offset).await {
                 Ok(entries) => {
@@ -270,6 +280,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        crate::metrics::fuse_request("readdirplus");
         self.spawn(move |fs| async move {
             match fs.readdir(fh.0, offset).await {
                 Ok(entries) => {
@@ -293,11 +304,13 @@ impl Filesystem for FuseAdapter {
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        crate::metrics::fuse_request("releasedir");
         self.fs.releasedir(fh.0);
         reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        crate::metrics::fuse_request("statfs");
         // S3 has no capacity; report a large, constant one so that tools checking free
         // space (cp, rsync, installers) proceed.
         const BLOCK: u32 = 4096;
@@ -307,6 +320,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        crate::metrics::fuse_request("getxattr");
         let Some(name) = name.to_str().map(str::to_owned) else {
             return reply.error(Errno::ENODATA);
         };
@@ -319,6 +333,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        crate::metrics::fuse_request("listxattr");
         self.spawn(move |fs| async move {
             match fs.listxattr(ino.0).await {
                 Ok(names) => reply_xattr(reply, size, &names),
@@ -337,6 +352,7 @@ impl Filesystem for FuseAdapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        crate::metrics::fuse_request("setxattr");
         let (name, value) = (name.to_owned(), value.to_vec());
         self.spawn(move |fs| async move {
             let result = async { fs.setxattr(ino.0, existing_name(&name)?, Some(&value), flags).await }.await;
@@ -348,6 +364,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        crate::metrics::fuse_request("removexattr");
         let name = name.to_owned();
         self.spawn(move |fs| async move {
             let result = async { fs.setxattr(ino.0, existing_name(&name)?, None, 0).await }.await;
@@ -359,6 +376,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        crate::metrics::fuse_request("readlink");
         self.spawn(move |fs| async move {
             match fs.readlink(ino.0).await {
                 Ok(target) => reply.data(&target),
@@ -377,6 +395,7 @@ impl Filesystem for FuseAdapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        crate::metrics::fuse_request("create");
         let name = name.to_owned();
         let caller = caller(req);
         let io_modes = self.io_modes.clone();
@@ -405,6 +424,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        crate::metrics::fuse_request("write");
         // The kernel's buffer is only lent for this call: copy before going async.
         let data = data.to_vec();
         self.spawn(move |fs| async move {
@@ -416,6 +436,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn flush(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        crate::metrics::fuse_request("flush");
         let closer = req.pid();
         self.spawn(move |fs| async move {
             match fs.flush(fh.0, closer).await {
@@ -426,6 +447,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        crate::metrics::fuse_request("fsync");
         self.spawn(move |fs| async move {
             match fs.fsync(fh.0).await {
                 Ok(()) => reply.ok(),
@@ -435,6 +457,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        crate::metrics::fuse_request("mkdir");
         let name = name.to_owned();
         let caller = caller(req);
         self.spawn(move |fs| async move {
@@ -450,6 +473,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        crate::metrics::fuse_request("unlink");
         let name = name.to_owned();
         self.spawn(move |fs| async move {
             let result = async { fs.unlink(parent.0, existing_name(&name)?).await }.await;
@@ -461,6 +485,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        crate::metrics::fuse_request("rmdir");
         let name = name.to_owned();
         self.spawn(move |fs| async move {
             let result = async { fs.rmdir(parent.0, existing_name(&name)?).await }.await;
@@ -489,6 +514,7 @@ impl Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        crate::metrics::fuse_request("setattr");
         let change = AttrChange {
             mode: mode.map(|m| (m & 0o7777) as u16),
             uid,
@@ -515,6 +541,7 @@ impl Filesystem for FuseAdapter {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        crate::metrics::fuse_request("rename");
         let (name, newname) = (name.to_owned(), newname.to_owned());
         self.spawn(move |fs| async move {
             let result = async {
@@ -542,6 +569,7 @@ impl Filesystem for FuseAdapter {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        crate::metrics::fuse_request("mknod");
         let name = name.to_owned();
         let caller = caller(req);
         self.spawn(move |fs| async move {
@@ -557,6 +585,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, name: &OsStr, target: &Path, reply: ReplyEntry) {
+        crate::metrics::fuse_request("symlink");
         let (name, target) = (name.to_owned(), target.to_owned());
         let caller = caller(req);
         self.spawn(move |fs| async move {

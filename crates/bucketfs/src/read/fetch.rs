@@ -41,7 +41,9 @@ impl CacheLink {
         if self.id.size == 0 || self.id.size > SMALL_OBJECT {
             return None;
         }
-        self.cache.load_small(&self.id).map(bytes::Bytes::from)
+        let content = self.cache.load_small(&self.id).map(bytes::Bytes::from);
+        crate::metrics::data_cache("small", content.is_some());
+        content
     }
 
     /// The cache's data file as a whole, checked copy of the object, if it is one (for
@@ -104,6 +106,7 @@ async fn fill_from_cache_and_store(
             let link = link.clone();
             tokio::task::spawn_blocking(move || look_up(&link, index, end)).await.unwrap_or((None, None))
         };
+        crate::metrics::data_cache("block", cached.is_some());
         if let Some(block) = cached {
             let block_start = index * BLOCK_SIZE;
             let to = (end - block_start).min(block.len() as u64) as usize;

@@ -245,7 +245,9 @@ impl ReadHandle {
             u64::MAX // a random read is fetched as one exact range
         };
         let piece = if self.cache.is_some() { piece.max(BLOCK_SIZE) / BLOCK_SIZE * BLOCK_SIZE } else { piece };
-        for gap in gaps(&state.segments, wanted.clone()) {
+        let missing = gaps(&state.segments, wanted.clone());
+        crate::metrics::read(missing.is_empty());
+        for gap in missing {
             let gap = self.whole_blocks(&state, gap);
             for range in split(gap, piece) {
                 let memory = self.memory.reserve(range.end - range.start);
@@ -268,6 +270,7 @@ impl ReadHandle {
                     let Some(memory) = self.memory.try_reserve(range.end - range.start) else {
                         break 'prefetch;
                     };
+                    crate::metrics::read_ahead(range.end - range.start);
                     self.start_fetch(&mut state, range, memory);
                 }
             }
@@ -319,6 +322,7 @@ impl ReadHandle {
                 let Some(memory) = self.memory.try_reserve(gap.end - gap.start) else {
                     return;
                 };
+                crate::metrics::read_ahead(gap.end - gap.start);
                 self.start_fetch(state, gap, memory);
             }
         }

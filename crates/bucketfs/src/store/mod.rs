@@ -98,6 +98,27 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The variant's name: a metrics label, and what docs/SEMANTICS.md's error table
+    /// calls it (`Store(NotFound)`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::NotFound => "NotFound",
+            StoreError::NoSuchBucket(_) => "NoSuchBucket",
+            StoreError::AccessDenied(_) => "AccessDenied",
+            StoreError::BadCredentials(_) => "BadCredentials",
+            StoreError::Changed => "Changed",
+            StoreError::AlreadyExists => "AlreadyExists",
+            StoreError::Unreachable { .. } => "Unreachable",
+            StoreError::Timeout(_) => "Timeout",
+            StoreError::Unavailable { .. } => "Unavailable",
+            StoreError::Interrupted(_) => "Interrupted",
+            StoreError::UploadGone => "UploadGone",
+            StoreError::TooLarge => "TooLarge",
+            StoreError::KeyTooLong => "KeyTooLong",
+            StoreError::Other { .. } => "Other",
+        }
+    }
+
     /// Worth another try: the store may answer after a moment (a restarting server, a
     /// dropped connection, a 5xx, a request to slow down).
     pub fn is_transient(&self) -> bool {

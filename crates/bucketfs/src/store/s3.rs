@@ -328,7 +328,9 @@ impl S3Store {
             .collect()
             .await
             .map_err(|e| StoreError::Interrupted(format!("reading {key}: {}", innermost_message(&e))))?;
-        Ok((info, body.into_bytes()))
+        let body = body.into_bytes();
+        crate::metrics::s3_bytes_received(body.len() as u64);
+        Ok((info, body))
     }
 
     /// One attempt at the rest of `body`: from what earlier attempts received on, so
@@ -377,6 +379,7 @@ impl S3Store {
                 });
             }
             body.append(&chunk);
+            crate::metrics::s3_bytes_received(chunk.len() as u64);
         }
         let got = body.received();
         if got != until {
@@ -396,6 +399,7 @@ impl S3Store {
         create_only: bool,
     ) -> Result<Option<String>, StoreError> {
         tracing::debug!(bucket = %self.bucket, key, len = data.len(), create_only, "s3 PUT");
+        crate::metrics::s3_bytes_sent(data.len() as u64);
         let small = data.len() <= SIGNED_PUT_LIMIT;
         let request = self
             .client
@@ -444,6 +448,7 @@ impl S3Store {
         data: Bytes,
     ) -> Result<String, StoreError> {
         tracing::debug!(bucket = %self.bucket, key, number, len = data.len(), "s3 UPLOAD-PART");
+        crate::metrics::s3_bytes_sent(data.len() as u64);
         let response = self
             .client
             .upload_part()
@@ -580,7 +585,11 @@ impl S3Store {
         loop {
             let result = {
                 let _permit = self.requests.acquire().await;
-                attempt().await
+                let began = Instant::now();
+                let result = attempt().await;
+                let outcome = result.as_ref().map_or_else(StoreError::kind, |_| "ok");
+                crate::metrics::s3_request(what, outcome, began.elapsed());
+                result
             };
             let error = match result {
                 Err(error) if error.is_transient() => error,
@@ -601,6 +610,7 @@ impl S3Store {
                 return Err(error);
             }
             tracing::debug!(bucket = %self.bucket, key, "s3 {what} failed ({error}); retrying in {pause:?}");
+            crate::metrics::s3_retry(what);
             tokio::time::sleep(pause).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
