@@ -21,6 +21,13 @@ pub enum Command {
         /// The mount point to unmount.
         mountpoint: PathBuf,
     },
+    /// Change the log level of a running mount (e.g. `debug`, `bucketfs=debug`, `warn`).
+    LogLevel {
+        /// The mount point.
+        mountpoint: PathBuf,
+        /// The new level, or a tracing filter.
+        level: String,
+    },
     /// List the sources of an `--index` mount again now, and wait until the new index is
     /// in use (the daemon also does this on SIGHUP, without waiting).
     Refresh {
@@ -36,6 +43,12 @@ pub enum Command {
         #[command(subcommand)]
         action: CacheAction,
     },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Args, Debug)]
@@ -215,6 +228,9 @@ pub struct MountArgs {
     /// Log level: error, warn, info, debug, trace (or a tracing filter such as bucketfs=debug).
     #[arg(long, default_value = "warn")]
     pub log_level: String,
+    /// `text` (lines) or `json` (one object per event: timestamp, level, fields).
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
     /// Write logs to this file instead of standard error.
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,

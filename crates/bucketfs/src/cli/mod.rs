@@ -2,6 +2,7 @@
 //! signals, `unmount` and `refresh`.
 
 pub mod args;
+mod logging;
 pub mod mount;
 mod mount_options;
 mod run;
@@ -34,6 +35,7 @@ pub fn main() -> i32 {
         Command::Mount(args) => mount::run(*args),
         Command::Unmount { mountpoint } => mount::unmount(&mountpoint),
         Command::Refresh { mountpoint } => mount::refresh(&mountpoint),
+        Command::LogLevel { mountpoint, level } => mount::set_log_level(&mountpoint, &level),
         Command::Cache { action } => cache_command(action),
         Command::Run(args) => return run::run(*args),
     };

@@ -19,6 +19,7 @@ use fuser::{Config, MountOption, SessionACL};
 use sd_notify::NotifyState;
 
 use super::args::MountArgs;
+use super::logging::LogDestination;
 use super::source::{check_layout, SourceSpec};
 use crate::datacache::DataCache;
 use crate::fs::INDEX_REFRESH;
@@ -54,7 +55,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     if !args.foreground {
         return spawn_daemon(&mountpoint);
     }
-    init_logging(&args, &logs)?;
+    let log_level = super::logging::init(&args, &logs)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("bucketfs-io")
@@ -123,7 +124,8 @@ pub fn run(args: MountArgs) -> Result<()> {
         runtime.spawn(indexes.clone().refresh_periodically());
         runtime.spawn(indexes.clone().fetch_attributes_in_background());
     }
-    let adapter = FuseAdapter::new(fs.clone(), runtime.handle().clone(), args.cache.is_some() && !args.no_passthrough);
+    let adapter = FuseAdapter::new(fs.clone(), runtime.handle().clone(), args.cache.is_some() && !args.no_passthrough)
+        .with_log_level(Box::new(move |level| log_level.set(level)));
 
     let fsname = sources.iter().map(SourceSpec::describe).collect::<Vec<_>>().join(",");
     let mut config = Config::default();
@@ -265,6 +267,32 @@ async fn refresh_on_sighup(indexes: Option<Arc<Indexes>>) {
             Err(error) => tracing::warn!("index refresh on SIGHUP failed: {error}"),
         }
     }
+}
+
+/// `bucketfs log-level`: sets the attribute the daemon serving `mountpoint` takes as its
+/// new log level (see `logging`).
+pub fn set_log_level(mountpoint: &Path, level: &str) -> Result<()> {
+    let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
+        .context("the mount point's path holds a NUL byte")?;
+    let name = std::ffi::CString::new(crate::fuse::LOG_LEVEL).context("attribute name")?;
+    // SAFETY: both strings are NUL-terminated and live across the call; `level` is
+    // readable for the length passed.
+    let set = unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), level.as_ptr().cast(), level.len(), 0) };
+    let result = if set == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) };
+    result.map_err(|error| match error.raw_os_error() {
+        Some(libc::EINVAL) => anyhow::anyhow!(
+            "{level:?} is not a log level (error, warn, info, debug, trace, or a filter such as bucketfs=debug)"
+        ),
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            anyhow::anyhow!("only root or the user running the mount may change its log level")
+        }
+        Some(libc::ENOTSUP) | Some(libc::ENODATA) => {
+            anyhow::anyhow!("{} is not a bucketfs mount", mountpoint.display())
+        }
+        _ => anyhow::Error::new(error).context(format!("setting the log level of {}", mountpoint.display())),
+    })?;
+    println!("bucketfs: {} logs at {level} now", mountpoint.display());
+    Ok(())
 }
 
 /// `bucketfs refresh`: asks the daemon serving `mountpoint` to list its sources again
@@ -524,85 +552,6 @@ fn default_memory_limit() -> u64 {
         .map(|kib| kib * 1024)
         .unwrap_or(8 << 30);
     (total / 8).clamp(256 << 20, 4 << 30)
-}
-
-/// Where a daemon's logs go when `--log-file` does not say: journald where it runs,
-/// else a file (rotated daily, 7 kept) under the cache directory, named after the mount
-/// point. A background mount is never silent: a failed upload after `close()` must be
-/// findable. `bucketfs mount` prints where.
-enum LogDestination {
-    Stderr,
-    File(PathBuf),
-    Journald,
-}
-
-const JOURNALD_SOCKET: &str = "/run/systemd/journal/socket";
-
-impl LogDestination {
-    fn for_args(args: &MountArgs, mountpoint: &Path, daemon: bool) -> Self {
-        if let Some(path) = &args.log_file {
-            return LogDestination::File(path.clone());
-        }
-        if !daemon {
-            return LogDestination::Stderr;
-        }
-        if Path::new(JOURNALD_SOCKET).exists() {
-            return LogDestination::Journald;
-        }
-        let name = mountpoint.to_string_lossy().trim_matches('/').replace('/', "-");
-        let name = if name.is_empty() { "root".to_owned() } else { name };
-        LogDestination::File(args.cache_dir.join("bucketfs-logs").join(format!("{name}.log")))
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            LogDestination::Stderr => "standard error".to_owned(),
-            LogDestination::File(path) => path.display().to_string(),
-            LogDestination::Journald => "journald (journalctl -t bucketfs)".to_owned(),
-        }
-    }
-}
-
-fn init_logging(args: &MountArgs, destination: &LogDestination) -> Result<()> {
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    // fuser logs every unimplemented request and a harmless unmount race at warn level.
-    let mut directives = args.log_level.clone();
-    if !directives.contains("fuser") {
-        directives.push_str(",fuser=error");
-    }
-    let filter = tracing_subscriber::EnvFilter::try_new(&directives)
-        .with_context(|| format!("--log-level {}", args.log_level))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
-    match destination {
-        LogDestination::File(path) if args.log_file.is_some() => {
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .with_context(|| format!("opening log file {}", path.display()))?;
-            builder.with_ansi(false).with_writer(std::sync::Mutex::new(file)).init();
-        }
-        LogDestination::File(path) => {
-            let (dir, name) = (path.parent().unwrap_or(Path::new(".")), path.file_name().unwrap_or_default());
-            let appender = tracing_appender::rolling::Builder::new()
-                .rotation(tracing_appender::rolling::Rotation::DAILY)
-                .filename_prefix(name.to_string_lossy())
-                .max_log_files(7)
-                .build(dir)
-                .with_context(|| format!("opening the log directory {}", dir.display()))?;
-            builder.with_ansi(false).with_writer(appender).init();
-        }
-        LogDestination::Journald => {
-            let journald =
-                tracing_journald::layer().context("connecting to journald")?.with_syslog_identifier("bucketfs".into());
-            let filter = tracing_subscriber::EnvFilter::try_new(&directives)
-                .with_context(|| format!("--log-level {}", args.log_level))?;
-            tracing_subscriber::registry().with(filter).with(journald).init();
-        }
-        LogDestination::Stderr => builder.with_writer(std::io::stderr).init(),
-    }
-    Ok(())
 }
 
 async fn wait_for_termination() {

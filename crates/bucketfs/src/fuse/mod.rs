@@ -31,17 +31,43 @@ use io_modes::{IoModes, Mode};
 /// `raise_read_ahead`, without which the kernel sends at most 128 KiB).
 pub const MAX_REQUEST: u32 = 1024 * 1024;
 
+/// On the mount's root: setting this attribute changes the daemon's log level (`bucketfs
+/// log-level`; see `cli::logging`).
+pub const LOG_LEVEL: &str = "bucketfs.log-level";
+
+/// Installs a new log level (a tracing filter), or says why it is not one.
+pub type SetLogLevel = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
 pub struct FuseAdapter {
     fs: Arc<Fs>,
     runtime: Handle,
     /// Ask the kernel for FUSE passthrough (the mount has a data cache).
     passthrough_wanted: bool,
     io_modes: Arc<IoModes>,
+    set_log_level: Option<SetLogLevel>,
 }
 
 impl FuseAdapter {
     pub fn new(fs: Arc<Fs>, runtime: Handle, passthrough_wanted: bool) -> Self {
-        Self { fs, runtime, passthrough_wanted, io_modes: Arc::new(IoModes::new(false)) }
+        Self { fs, runtime, passthrough_wanted, io_modes: Arc::new(IoModes::new(false)), set_log_level: None }
+    }
+
+    /// Lets root or the daemon's own user change the log level through [`LOG_LEVEL`].
+    pub fn with_log_level(mut self, set: SetLogLevel) -> Self {
+        self.set_log_level = Some(set);
+        self
+    }
+
+    fn set_log_level(&self, req: &Request, value: &[u8]) -> Result<(), Errno> {
+        let Some(set) = &self.set_log_level else { return Err(Errno::ENOTSUP) };
+        if req.uid() != 0 && req.uid() != nix::unistd::getuid().as_raw() {
+            return Err(Errno::EPERM);
+        }
+        let level = std::str::from_utf8(value).map_err(|_| Errno::EINVAL)?;
+        set(level.trim()).map_err(|error| {
+            tracing::warn!("log level {level:?} refused: {error}");
+            Errno::EINVAL
+        })
     }
 
     /// Runs `work` with its own handle on the filesystem: polled once here (inside the
@@ -86,6 +112,13 @@ fn time_or_now(time: TimeOrNow) -> SystemTime {
     match time {
         TimeOrNow::SpecificTime(time) => time,
         TimeOrNow::Now => SystemTime::now(),
+    }
+}
+
+fn reply_result(reply: ReplyEmpty, result: Result<(), Errno>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(errno) => reply.error(errno),
     }
 }
 
@@ -344,7 +377,7 @@ impl Filesystem for FuseAdapter {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -353,6 +386,9 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         crate::metrics::fuse_request("setxattr");
+        if ino == INodeNo::ROOT && name == LOG_LEVEL {
+            return reply_result(reply, self.set_log_level(req, value));
+        }
         let (name, value) = (name.to_owned(), value.to_vec());
         self.spawn(move |fs| async move {
             let result = async { fs.setxattr(ino.0, existing_name(&name)?, Some(&value), flags).await }.await;
