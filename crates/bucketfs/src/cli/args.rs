@@ -46,6 +46,14 @@ pub enum Command {
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UploadChecksumsArg {
+    Crc32,
+    Crc32c,
+    Crc64nvme,
+    Off,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
     Text,
     Json,
@@ -116,6 +124,35 @@ pub struct MountArgs {
     /// Address buckets as http://endpoint/bucket instead of http://bucket.endpoint (MinIO, Ceph).
     #[arg(long)]
     pub force_path_style: bool,
+    /// Server-side encryption of the objects written: `AES256` (SSE-S3) or `aws:kms`
+    /// (SSE-KMS; with `--sse-kms-key-id`, that key, else the bucket's).
+    #[arg(long, value_name = "AES256|aws:kms", value_parser = ["AES256", "aws:kms"])]
+    pub sse: Option<String>,
+    #[arg(long, value_name = "KEY_ID")]
+    pub sse_kms_key_id: Option<String>,
+    /// SSE-C: every object is written and read with the 256-bit key in FILE (32 bytes, or
+    /// their base64 text). Objects written without it cannot be read through the mount.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["sse", "sse_kms_key_id"])]
+    pub sse_c_key_file: Option<PathBuf>,
+    /// Storage class of the objects written (STANDARD, STANDARD_IA, INTELLIGENT_TIERING, ...).
+    #[arg(long, value_name = "CLASS")]
+    pub storage_class: Option<String>,
+    /// The requester pays for requests and transfer (requester-pays buckets).
+    #[arg(long)]
+    pub requester_pays: bool,
+    /// Send unsigned requests (public buckets; no credentials are looked for).
+    #[arg(long)]
+    pub no_sign_request: bool,
+    /// Also trust the PEM certificates in FILE for the endpoint's TLS (a private CA).
+    #[arg(long, value_name = "FILE")]
+    pub ca_bundle: Option<PathBuf>,
+    /// Refuse buckets owned by another account than ACCOUNT_ID (sent with every request).
+    #[arg(long, value_name = "ACCOUNT_ID")]
+    pub expected_bucket_owner: Option<String>,
+    /// Checksum protecting uploads in transit; `off` for stores that refuse aws-chunked
+    /// bodies with checksum trailers (bodies are then signed instead).
+    #[arg(long, value_enum, default_value = "crc32")]
+    pub upload_checksums: UploadChecksumsArg,
 
     /// Stay in the foreground instead of returning once the mount is ready.
     #[arg(short, long)]

@@ -29,6 +29,7 @@ use crate::memory::MemoryLimiter;
 use crate::namespace::index::{IndexOptions, Indexes};
 use crate::namespace::{Namespace, Source};
 use crate::read::ReadConfig;
+use crate::store::request_options::{CustomerKey, Encryption, RequestOptions, UploadChecksums};
 use crate::store::s3::{S3Store, StoreConfig};
 use crate::store::{ObjectStore, StoreError};
 use crate::write::journal::Journal;
@@ -504,19 +505,68 @@ fn open_journal(args: &MountArgs, runtime: &tokio::runtime::Runtime, sources: &[
 /// Builds one store client per source and checks, with one LIST each, that the bucket
 /// exists and can be read with these credentials.
 async fn connect_sources(args: &MountArgs, specs: &[SourceSpec]) -> Result<Vec<Source>> {
-    let checks = specs.iter().map(|spec| async move {
-        let store = S3Store::new(&StoreConfig {
-            bucket: spec.bucket.clone(),
-            endpoint_url: args.endpoint_url.clone(),
-            region: args.region.clone(),
-            profile: args.profile.clone(),
-            force_path_style: args.force_path_style,
-            max_concurrent_requests: args.max_concurrent_requests,
-            read_timeout: args.read_timeout,
-            retry_window: args.retry_window,
-            listing_metadata: !args.no_listing_metadata,
-        })
-        .await;
+    let template = store_config(args)?;
+    let checks = specs.iter().map(|spec| {
+        let config = StoreConfig { bucket: spec.bucket.clone(), ..template.clone() };
+        async move {
+            let store = S3Store::new(&config).await.map_err(|error| anyhow::anyhow!("--ca-bundle: {error}"))?;
+            check_source(spec, store).await
+        }
+    });
+    futures::future::join_all(checks).await.into_iter().collect()
+}
+
+/// The store settings of every source (each then names its bucket); reads the SSE-C key
+/// and CA bundle files.
+fn store_config(args: &MountArgs) -> Result<StoreConfig> {
+    use super::args::UploadChecksumsArg;
+    let encryption = if let Some(file) = &args.sse_c_key_file {
+        let content = std::fs::read(file).with_context(|| format!("reading the SSE-C key file {}", file.display()))?;
+        let key = CustomerKey::from_file_content(&content)
+            .map_err(|error| anyhow::anyhow!("SSE-C key file {}: {error}", file.display()))?;
+        Some(Encryption::Customer(key))
+    } else {
+        match (args.sse.as_deref(), &args.sse_kms_key_id) {
+            (Some("AES256"), None) => Some(Encryption::S3),
+            (Some("AES256"), Some(_)) => bail!("--sse-kms-key-id goes with --sse aws:kms"),
+            (Some(_), key_id) | (None, key_id @ Some(_)) => Some(Encryption::Kms { key_id: key_id.clone() }),
+            (None, None) => None,
+        }
+    };
+    let ca_bundle = match &args.ca_bundle {
+        Some(file) => Some(std::fs::read(file).with_context(|| format!("reading the CA bundle {}", file.display()))?),
+        None => None,
+    };
+    Ok(StoreConfig {
+        bucket: String::new(),
+        endpoint_url: args.endpoint_url.clone(),
+        region: args.region.clone(),
+        profile: args.profile.clone(),
+        force_path_style: args.force_path_style,
+        max_concurrent_requests: args.max_concurrent_requests,
+        read_timeout: args.read_timeout,
+        retry_window: args.retry_window,
+        listing_metadata: !args.no_listing_metadata,
+        options: RequestOptions {
+            encryption,
+            storage_class: args.storage_class.clone(),
+            requester_pays: args.requester_pays,
+            expected_bucket_owner: args.expected_bucket_owner.clone(),
+        },
+        upload_checksums: match args.upload_checksums {
+            UploadChecksumsArg::Crc32 => UploadChecksums::Crc32,
+            UploadChecksumsArg::Crc32c => UploadChecksums::Crc32c,
+            UploadChecksumsArg::Crc64nvme => UploadChecksums::Crc64Nvme,
+            UploadChecksumsArg::Off => UploadChecksums::Off,
+        },
+        no_sign_request: args.no_sign_request,
+        ca_bundle,
+    })
+}
+
+/// Checks with one LIST that the source's bucket exists and can be read.
+async fn check_source(spec: &SourceSpec, store: Arc<S3Store>) -> Result<Source> {
+    {
         match store.list(&spec.prefix, None, Some(1), false).await {
             Ok(_) => Ok(Source {
                 mount_name: spec.mount_name.clone(),
@@ -525,8 +575,7 @@ async fn connect_sources(args: &MountArgs, specs: &[SourceSpec]) -> Result<Vec<S
             }),
             Err(error) => Err(explain(spec, error)),
         }
-    });
-    futures::future::join_all(checks).await.into_iter().collect()
+    }
 }
 
 fn explain(spec: &SourceSpec, error: StoreError) -> anyhow::Error {

@@ -12,6 +12,7 @@ mod body;
 mod listing_metadata;
 #[cfg(test)]
 pub mod memory;
+pub mod request_options;
 pub mod s3;
 
 use std::collections::BTreeMap;

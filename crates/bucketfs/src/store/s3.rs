@@ -24,6 +24,7 @@ use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_AL
 use tokio::sync::Semaphore;
 
 use super::listing_metadata::{self, ListingInterceptor, ServerKind};
+use super::request_options::{RequestOptions, RequestOptionsInterceptor, UploadChecksums};
 use super::{ListPage, Metadata, ObjectInfo, ObjectStore, RangeBody, StoreError};
 
 /// How to reach one bucket. Each source of a mount has its own.
@@ -40,6 +41,13 @@ pub struct StoreConfig {
     pub retry_window: Duration,
     /// Ask servers that offer it (MinIO) for objects' metadata in listings.
     pub listing_metadata: bool,
+    /// Headers for encryption, storage class, requester pays, bucket owner.
+    pub options: RequestOptions,
+    pub upload_checksums: UploadChecksums,
+    /// Send unsigned requests (public buckets).
+    pub no_sign_request: bool,
+    /// PEM certificates to trust besides the system's (a private CA of the endpoint).
+    pub ca_bundle: Option<Vec<u8>>,
 }
 
 /// Timeouts are what keeps a dead server from hanging a program on the mount: bytes must
@@ -74,10 +82,11 @@ pub struct S3Store {
     retry_window: Duration,
     /// Whether listings may carry objects' metadata (learnt from the server's answers).
     server: Arc<ServerKind>,
+    checksums: UploadChecksums,
 }
 
 impl S3Store {
-    pub async fn new(config: &StoreConfig) -> Arc<Self> {
+    pub async fn new(config: &StoreConfig) -> Result<Arc<Self>, String> {
         let read_timeout = config.read_timeout.max(Duration::from_millis(100));
         let region = RegionProviderChain::first_try(config.region.clone().map(aws_config::Region::new))
             .or_default_provider()
@@ -98,17 +107,38 @@ impl S3Store {
         if let Some(endpoint) = &config.endpoint_url {
             loader = loader.endpoint_url(endpoint);
         }
+        if config.no_sign_request {
+            loader = loader.no_credentials();
+        }
+        if let Some(pem) = &config.ca_bundle {
+            use aws_smithy_http_client::tls;
+            let trust = tls::TrustStore::default().with_pem_certificate(pem.clone());
+            let context = tls::TlsContext::builder().with_trust_store(trust).build().map_err(|e| e.to_string())?;
+            let client = aws_smithy_http_client::Builder::new()
+                .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::AwsLc))
+                .tls_context(context)
+                .build_https();
+            loader = loader.http_client(client);
+        }
         let shared = loader.load().await;
         let endpoint = shared.endpoint_url().map(str::to_owned).unwrap_or_else(|| "the AWS S3 endpoint".to_owned());
-        let s3_config = aws_sdk_s3::config::Builder::from(&shared).force_path_style(config.force_path_style).build();
-        Arc::new(Self {
+        let mut s3_config = aws_sdk_s3::config::Builder::from(&shared).force_path_style(config.force_path_style);
+        if !config.options.is_empty() {
+            s3_config = s3_config.interceptor(RequestOptionsInterceptor(config.options.clone()));
+        }
+        if config.upload_checksums == UploadChecksums::Off {
+            s3_config = s3_config.request_checksum_calculation(RequestChecksumCalculation::WhenRequired);
+        }
+        let s3_config = s3_config.build();
+        Ok(Arc::new(Self {
             client: Client::from_conf(s3_config),
             bucket: config.bucket.clone(),
             endpoint,
             requests: Semaphore::new(config.max_concurrent_requests.max(1)),
             retry_window: config.retry_window,
             server: Arc::new(ServerKind::new(config.listing_metadata)),
-        })
+            checksums: config.upload_checksums,
+        }))
     }
 
     /// Turns any SDK failure into a [`StoreError`]. The only place that reads S3 error codes.
@@ -126,6 +156,11 @@ impl S3Store {
                     .unwrap_or_else(|| format!("{err}"));
                 if failure.is_timeout() {
                     return StoreError::Timeout(format!("{} ({detail})", self.endpoint));
+                }
+                // Retrying does not make a certificate trusted: fail now, and say what helps.
+                if detail.contains("certificate") {
+                    let message = format!("TLS with {} failed: {detail} (a private CA: --ca-bundle)", self.endpoint);
+                    return StoreError::Other { message, request_id: None };
                 }
                 return StoreError::Unreachable { endpoint: self.endpoint.clone(), detail };
             }
@@ -410,13 +445,13 @@ impl S3Store {
             .set_content_type(metadata.content_type.clone())
             .body(ByteStream::from(data))
             .set_if_none_match(create_only.then(|| "*".to_owned()));
-        let request = if small {
+        let request = if small || self.checksums == UploadChecksums::Off {
             request.customize().config_override(
                 aws_sdk_s3::config::Builder::default()
                     .request_checksum_calculation(RequestChecksumCalculation::WhenRequired),
             )
         } else {
-            request.customize().disable_payload_signing()
+            request.set_checksum_algorithm(self.checksums.algorithm()).customize().disable_payload_signing()
         };
         let response = request.send().await.map_err(|e| created(self.map_error(e), create_only))?;
         Ok(response.e_tag().map(str::to_owned))
@@ -457,11 +492,14 @@ impl S3Store {
             .upload_id(upload_id)
             .part_number(number)
             .body(ByteStream::from(data))
-            .customize()
-            .disable_payload_signing()
-            .send()
-            .await
-            .map_err(|e| self.map_error(e))?;
+            .set_checksum_algorithm(self.checksums.algorithm());
+        // Off: a signed body (no aws-chunked trailer), as for small PUTs.
+        let response = if self.checksums == UploadChecksums::Off {
+            response.customize()
+        } else {
+            response.customize().disable_payload_signing()
+        };
+        let response = response.send().await.map_err(|e| self.map_error(e))?;
         response.e_tag().map(str::to_owned).ok_or_else(|| StoreError::Other {
             message: format!("no ETag for part {number} of {key}"),
             request_id: None,

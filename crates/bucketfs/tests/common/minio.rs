@@ -12,15 +12,20 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::{block_on, is_mounted, s3_client_for};
+use super::{block_on, is_mounted, s3_client_for, s3_client_tls};
 
 pub const ACCESS_KEY: &str = "bucketfsadmin";
 pub const SECRET_KEY: &str = "bucketfsadmin-secret";
 pub const REGION: &str = "us-east-1";
+/// The KMS key MinIO is started with: its id, and the 32-byte key in base64.
+pub const KMS_KEY_ID: &str = "bucketfs-test-key";
+const KMS_KEY: &str = "MzJieXRlc29mdGVzdGtleW5vdHNlY3JldGF0YWxsISE=";
 
 pub struct Minio {
-    /// `http://127.0.0.1:PORT`
+    /// `http://127.0.0.1:PORT` (`https://` for [`minio_tls`])
     pub endpoint: String,
+    /// For [`minio_tls`]: the self-signed certificate it serves (PEM), to trust.
+    pub certificate: Option<Vec<u8>>,
     pub port: u16,
     pub data_dir: PathBuf,
     pub log_path: PathBuf,
@@ -61,7 +66,58 @@ pub const UNREACHABLE_ENDPOINT: &str = "http://127.0.0.1:1";
 /// The MinIO server of this test process, started on first use.
 pub fn minio() -> &'static Minio {
     static MINIO: OnceLock<Minio> = OnceLock::new();
-    MINIO.get_or_init(start_minio)
+    MINIO.get_or_init(|| start_minio(false))
+}
+
+/// A second MinIO of this test process that serves HTTPS with a self-signed certificate
+/// for 127.0.0.1 (made with openssl): for SSE-C, which MinIO serves over TLS only, and for
+/// `--ca-bundle`. Started on first use.
+pub fn minio_tls() -> &'static Minio {
+    static MINIO_TLS: OnceLock<Minio> = OnceLock::new();
+    MINIO_TLS.get_or_init(|| start_minio(true))
+}
+
+/// A certificate for 127.0.0.1 in `dir` (`public.crt`, `private.key`, the names MinIO
+/// looks for), signed by a CA made for it (in `dir/../ca`); returns the CA's certificate,
+/// the one to trust. (rustls refuses a self-signed certificate that is its own CA.)
+fn make_certificate(dir: &Path) -> Result<Vec<u8>, String> {
+    let ca = dir.parent().unwrap_or(dir).join("ca");
+    for made in [dir, &ca] {
+        std::fs::create_dir_all(made).map_err(|e| format!("create {}: {e}", made.display()))?;
+    }
+    std::fs::write(ca.join("leaf.ext"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+        .map_err(|e| format!("write leaf.ext: {e}"))?;
+    let openssl = |args: &[&str]| -> Result<(), String> {
+        let out = Command::new("openssl").args(args).current_dir(&ca).output().map_err(|e| format!("openssl: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("openssl {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr)))
+        }
+    };
+    let (key, certificate) = (dir.join("private.key"), dir.join("public.crt"));
+    let (key, certificate) = (key.to_str().ok_or("path")?, certificate.to_str().ok_or("path")?);
+    let ca_request = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=bucketfs-test-ca"];
+    openssl(&[&ca_request[..], &["-keyout", "ca.key", "-out", "ca.crt"]].concat())?;
+    openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", key, "-out", "leaf.csr"])?;
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "leaf.ext",
+        "-out",
+        certificate,
+    ])?;
+    std::fs::read(ca.join("ca.crt")).map_err(|e| format!("read the CA certificate: {e}"))
 }
 
 fn tmp_root() -> PathBuf {
@@ -107,11 +163,20 @@ fn remove_stale_test_dirs() {
 
 /// (pid, base dir) of the MinIO started by this process, for the exit handler.
 static MINIO_CLEANUP: OnceLock<(u32, PathBuf)> = OnceLock::new();
+static MINIO_TLS_CLEANUP: OnceLock<(u32, PathBuf)> = OnceLock::new();
 
 /// Runs when the test binary exits normally (libtest returns from main even when tests
 /// failed): kill MinIO now rather than waiting for PDEATHSIG, and delete its data directory.
 extern "C" fn cleanup_minio_at_exit() {
-    if let Some((pid, base)) = MINIO_CLEANUP.get() {
+    cleanup(&MINIO_CLEANUP);
+}
+
+extern "C" fn cleanup_minio_tls_at_exit() {
+    cleanup(&MINIO_TLS_CLEANUP);
+}
+
+fn cleanup(server: &OnceLock<(u32, PathBuf)>) {
+    if let Some((pid, base)) = server.get() {
         unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
         // wait until it is a zombie (nobody reaps it at this point) or gone
         let stat = format!("/proc/{pid}/stat");
@@ -128,7 +193,7 @@ extern "C" fn cleanup_minio_at_exit() {
     }
 }
 
-fn start_minio() -> Minio {
+fn start_minio(tls: bool) -> Minio {
     let bin = minio_binary();
     if !bin.exists() {
         panic!("MinIO not found at {}: run scripts/install-deps (or set BUCKETFS_MINIO)", bin.display());
@@ -138,11 +203,12 @@ fn start_minio() -> Minio {
     // The port is free when we pick it but someone could take it before MinIO binds it:
     // retry a couple of times with fresh ports.
     for attempt in 0..3 {
-        match try_start_minio(&bin, attempt) {
+        match try_start_minio(&bin, attempt, tls) {
             Ok(m) => {
                 let base = m.data_dir.parent().unwrap().to_path_buf();
-                if MINIO_CLEANUP.set((m.pid, base)).is_ok() {
-                    unsafe { libc::atexit(cleanup_minio_at_exit) };
+                let cleanup = if tls { &MINIO_TLS_CLEANUP } else { &MINIO_CLEANUP };
+                if cleanup.set((m.pid, base)).is_ok() {
+                    unsafe { libc::atexit(if tls { cleanup_minio_tls_at_exit } else { cleanup_minio_at_exit }) };
                 }
                 return m;
             }
@@ -152,8 +218,9 @@ fn start_minio() -> Minio {
     panic!("could not start MinIO ({}): {last_err}", bin.display());
 }
 
-fn try_start_minio(bin: &Path, attempt: u32) -> Result<Minio, String> {
-    let base = tmp_root().join(format!("bucketfs-test-minio-{}-{attempt}", std::process::id()));
+fn try_start_minio(bin: &Path, attempt: u32, tls: bool) -> Result<Minio, String> {
+    let kind = if tls { "tls-" } else { "" };
+    let base = tmp_root().join(format!("bucketfs-test-minio-{}-{kind}{attempt}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     let data_dir = base.join("data");
     std::fs::create_dir_all(&data_dir).map_err(|e| format!("create {}: {e}", data_dir.display()))?;
@@ -174,6 +241,7 @@ fn try_start_minio(bin: &Path, attempt: u32) -> Result<Minio, String> {
         .arg("--console-address")
         .arg(format!("127.0.0.1:{console_port}"))
         .arg(&data_dir)
+        .args(if tls { vec!["--certs-dir".into(), base.join("certs")] } else { Vec::new() })
         .stdin(Stdio::null())
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(log2));
@@ -185,18 +253,23 @@ fn try_start_minio(bin: &Path, attempt: u32) -> Result<Minio, String> {
     }
     cmd.env("MINIO_ROOT_USER", ACCESS_KEY)
         .env("MINIO_ROOT_PASSWORD", SECRET_KEY)
+        // A static KMS key, so that SSE-S3 and SSE-KMS work (tests/store_options.rs).
+        .env("MINIO_KMS_SECRET_KEY", format!("{KMS_KEY_ID}:{KMS_KEY}"))
         .env("MINIO_BROWSER", "off")
         .env("MINIO_UPDATE", "off");
-    let (pid, exit) = spawn_for_process_lifetime(cmd, &format!("minio-keeper-{attempt}"))?;
+    let certificate = if tls { Some(make_certificate(&base.join("certs"))?) } else { None };
+    let (pid, exit) = spawn_for_process_lifetime(cmd, &format!("minio-keeper-{kind}{attempt}"))?;
 
-    let m = Minio { endpoint: format!("http://127.0.0.1:{port}"), port, data_dir, log_path, pid, exit };
+    let scheme = if tls { "https" } else { "http" };
+    let endpoint = format!("{scheme}://127.0.0.1:{port}");
+    let m = Minio { endpoint, certificate, port, data_dir, log_path, pid, exit };
     let deadline = Instant::now() + Duration::from_secs(30);
-    // 1. the health endpoint answers
+    // 1. the health endpoint answers (over TLS: the port accepts connections)
     loop {
         if let Some(st) = m.exit_status() {
             return Err(format!("MinIO exited early ({st}); log:\n{}", m.log()));
         }
-        if health_live(port) {
+        if (tls && TcpStream::connect(("127.0.0.1", port)).is_ok()) || (!tls && health_live(port)) {
             break;
         }
         if Instant::now() > deadline {
@@ -206,7 +279,10 @@ fn try_start_minio(bin: &Path, attempt: u32) -> Result<Minio, String> {
         std::thread::sleep(Duration::from_millis(50));
     }
     // 2. S3 requests work (the object layer may come up a bit after the health endpoint)
-    let client = s3_client_for(&m.endpoint, ACCESS_KEY, SECRET_KEY);
+    let client = match &m.certificate {
+        Some(certificate) => s3_client_tls(&m.endpoint, certificate),
+        None => s3_client_for(&m.endpoint, ACCESS_KEY, SECRET_KEY),
+    };
     loop {
         match block_on(client.list_buckets().send()) {
             Ok(_) => break,

@@ -6,7 +6,7 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[derive(Default)]
@@ -29,19 +29,55 @@ impl Faults {
     }
 }
 
+/// The bytes clients sent, by connection.
+type Recording = Arc<Mutex<std::collections::BTreeMap<usize, Vec<u8>>>>;
+
 pub struct Relay {
     /// `http://127.0.0.1:PORT`, for [`super::MountBuilder::endpoint`].
     pub endpoint: String,
     pub faults: Arc<Faults>,
+    /// What clients sent, per connection, if the relay records it ([`Relay::recording`]).
+    sent: Option<Recording>,
 }
 
 impl Relay {
     /// A relay on a free loopback port to `127.0.0.1:target` (e.g. `minio().port`).
     pub fn start(target: u16) -> Self {
+        Self::start_with(target, None)
+    }
+
+    /// A relay that also keeps every byte clients send (requests, with their bodies).
+    pub fn recording(target: u16) -> Self {
+        Self::start_with(target, Some(Recording::default()))
+    }
+
+    /// The request heads clients sent so far, lower-cased, connection by connection
+    /// (bodies left out; a test that uploads must not upload text that looks like a
+    /// request line).
+    pub fn request_heads(&self) -> Vec<String> {
+        let connections = self.sent.as_ref().expect("a recording relay").lock().unwrap_or_else(|e| e.into_inner());
+        let mut heads = Vec::new();
+        for sent in connections.values() {
+            let text = String::from_utf8_lossy(sent);
+            let starts = ["GET /", "PUT /", "HEAD /", "POST /", "DELETE /"]
+                .iter()
+                .flat_map(|method| text.match_indices(method).map(|(at, _)| at))
+                .filter(|&at| at == 0 || text[..at].ends_with('\n'));
+            for start in starts {
+                let end = text[start..].find("\r\n\r\n").map_or(text.len(), |end| start + end);
+                heads.push(text[start..end].to_ascii_lowercase());
+            }
+        }
+        heads
+    }
+
+    fn start_with(target: u16, sent: Option<Recording>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind relay");
         let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
         let faults = Arc::new(Faults::default());
         let shared = faults.clone();
+        let recorder = sent.clone();
+        let mut connection = 0usize;
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 if shared.down.load(Ordering::Relaxed) {
@@ -54,7 +90,9 @@ impl Relay {
                     continue;
                 }
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
-                for (from, to) in [(&client, &server), (&server, &client)] {
+                connection += 1;
+                let record = recorder.clone().map(|recording| (recording, connection));
+                for (from, to, record) in [(&client, &server, record), (&server, &client, None)] {
                     let (mut from, mut to) = (from.try_clone().expect("clone"), to.try_clone().expect("clone"));
                     let faults = shared.clone();
                     std::thread::spawn(move || {
@@ -79,6 +117,10 @@ impl Relay {
                             while faults.frozen.load(Ordering::Relaxed) {
                                 std::thread::sleep(Duration::from_millis(20));
                             }
+                            if let Some((recording, connection)) = &record {
+                                let mut connections = recording.lock().unwrap_or_else(|e| e.into_inner());
+                                connections.entry(*connection).or_default().extend_from_slice(&buffer[..n]);
+                            }
                             if faults.cut() || n == 0 || to.write_all(&buffer[..n]).is_err() {
                                 break;
                             }
@@ -93,7 +135,7 @@ impl Relay {
                 }
             }
         });
-        Relay { endpoint, faults }
+        Relay { endpoint, faults, sent }
     }
 }
 

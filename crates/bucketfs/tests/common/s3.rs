@@ -23,6 +23,26 @@ pub fn s3_client_for(endpoint: &str, access_key: &str, secret_key: &str) -> aws_
     aws_sdk_s3::Client::from_conf(conf)
 }
 
+/// An S3 client for the TLS MinIO (`minio_tls`), trusting its certificate.
+pub fn s3_client_tls(endpoint: &str, ca_pem: &[u8]) -> aws_sdk_s3::Client {
+    use aws_smithy_http_client::tls;
+    let trust = tls::TrustStore::empty().with_pem_certificate(ca_pem.to_vec());
+    let context = tls::TlsContext::builder().with_trust_store(trust).build().expect("TLS context");
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::AwsLc))
+        .tls_context(context)
+        .build_https();
+    let conf = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(REGION))
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .http_client(http)
+        .credentials_provider(Credentials::new(ACCESS_KEY, SECRET_KEY, None, None, "bucketfs-tests"))
+        .build();
+    aws_sdk_s3::Client::from_conf(conf)
+}
+
 /// The client for the MinIO of this process.
 pub fn s3() -> &'static aws_sdk_s3::Client {
     static CLIENT: OnceLock<aws_sdk_s3::Client> = OnceLock::new();
