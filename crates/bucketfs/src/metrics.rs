@@ -8,6 +8,7 @@
 //! second by the mount. The names are documented in docs/CONFIGURATION.md, "Metrics".
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
@@ -28,9 +29,18 @@ pub fn serve(address: SocketAddr) -> Result<(), String> {
         .map_err(|error| format!("cannot serve metrics on {address}: {error}"))
 }
 
+/// S3 request attempts so far, counted whether or not metrics are served (`bucketfs
+/// status` shows the rate).
+static S3_REQUESTS: AtomicU64 = AtomicU64::new(0);
+
+pub fn s3_requests_so_far() -> u64 {
+    S3_REQUESTS.load(Ordering::Relaxed)
+}
+
 /// One attempt of an S3 request (`op`: `GET`, `PUT`, ...) ended with `outcome` (`ok` or
 /// the kind of error) after `elapsed` (for a GET, until its body ended).
 pub fn s3_request(op: &'static str, outcome: &'static str, elapsed: Duration) {
+    S3_REQUESTS.fetch_add(1, Ordering::Relaxed);
     counter!("bucketfs_s3_requests_total", "op" => op, "outcome" => outcome).increment(1);
     histogram!("bucketfs_s3_request_seconds", "op" => op).record(elapsed.as_secs_f64());
 }
@@ -79,7 +89,7 @@ pub fn data_cache(kind: &'static str, hit: bool) {
     counter!(name, "kind" => kind).increment(1);
 }
 
-/// The state sampled once a second by the mount.
+/// The state sampled once a second by the mount (`cli::status`).
 pub struct Sample {
     pub memory_used: u64,
     pub memory_limit: u64,

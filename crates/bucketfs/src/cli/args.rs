@@ -21,6 +21,11 @@ pub enum Command {
         /// The mount point to unmount.
         mountpoint: PathBuf,
     },
+    /// What each bucketfs mount (or this one) is doing: uploads, memory, cache, requests.
+    Status {
+        /// One mount point (default: every bucketfs mount).
+        mountpoint: Option<PathBuf>,
+    },
     /// Change the log level of a running mount (e.g. `debug`, `bucketfs=debug`, `warn`).
     LogLevel {
         /// The mount point.

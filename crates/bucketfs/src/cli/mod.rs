@@ -7,6 +7,7 @@ pub mod mount;
 mod mount_options;
 mod run;
 pub mod source;
+mod status;
 
 use clap::Parser;
 
@@ -36,6 +37,7 @@ pub fn main() -> i32 {
         Command::Unmount { mountpoint } => mount::unmount(&mountpoint),
         Command::Refresh { mountpoint } => mount::refresh(&mountpoint),
         Command::LogLevel { mountpoint, level } => mount::set_log_level(&mountpoint, &level),
+        Command::Status { mountpoint } => status::run(mountpoint.as_deref()),
         Command::Cache { action } => cache_command(action),
         Command::Run(args) => return run::run(*args),
     };

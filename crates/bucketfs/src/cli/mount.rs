@@ -21,6 +21,7 @@ use sd_notify::NotifyState;
 use super::args::MountArgs;
 use super::logging::LogDestination;
 use super::source::{check_layout, SourceSpec};
+use super::status::MountState;
 use crate::datacache::DataCache;
 use crate::fs::INDEX_REFRESH;
 use crate::fs::{Fs, Presentation, WriteConfig};
@@ -118,17 +119,19 @@ pub fn run(args: MountArgs) -> Result<()> {
     });
     if let Some(address) = args.metrics_addr {
         crate::metrics::serve(address).map_err(anyhow::Error::msg)?;
-        runtime.spawn(sample_metrics(fs.clone(), memory));
     }
+    let fsname = sources.iter().map(SourceSpec::describe).collect::<Vec<_>>().join(",");
+    let state = MountState::new(fs.clone(), memory, fsname.clone());
+    runtime.spawn(state.clone().tick_every_second());
     runtime.spawn(refresh_on_sighup(indexes.clone()));
     if let Some(indexes) = &indexes {
         runtime.spawn(indexes.clone().refresh_periodically());
         runtime.spawn(indexes.clone().fetch_attributes_in_background());
     }
     let adapter = FuseAdapter::new(fs.clone(), runtime.handle().clone(), args.cache.is_some() && !args.no_passthrough)
-        .with_log_level(Box::new(move |level| log_level.set(level)));
+        .with_log_level(Box::new(move |level| log_level.set(level)))
+        .with_status(Box::new(move || state.report()));
 
-    let fsname = sources.iter().map(SourceSpec::describe).collect::<Vec<_>>().join(",");
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName(fsname),
@@ -212,33 +215,6 @@ fn namespace(args: &MountArgs, sources: Vec<Source>) -> Namespace {
         attributes_rate: args.index_attributes_rate,
     };
     namespace.with_index(&options)
-}
-
-/// The gauges of `--metrics-addr`, once a second.
-async fn sample_metrics(fs: Arc<Fs>, memory: Arc<MemoryLimiter>) {
-    let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
-    loop {
-        every.tick().await;
-        let (files_open_for_writing, uploads_in_background) = fs.writing();
-        let cache = fs.data_cache().cloned();
-        let cache_bytes = match &cache {
-            Some(cache) => tokio::task::spawn_blocking({
-                let cache = cache.clone();
-                move || cache.bytes()
-            })
-            .await
-            .ok(),
-            None => None,
-        };
-        crate::metrics::sample(crate::metrics::Sample {
-            memory_used: memory.used(),
-            memory_limit: memory.limit(),
-            files_open_for_writing,
-            uploads_in_background,
-            cache_bytes,
-            cache_cap: cache.map(|cache| cache.cap()),
-        });
-    }
 }
 
 /// SIGHUP: list the indexed sources again (as `bucketfs refresh`, without a caller).
@@ -467,7 +443,7 @@ fn raise_read_ahead(mountpoint: &Path) {
 }
 
 /// mountinfo writes space, tab, newline and backslash as `\ooo` octal escapes.
-fn unescape_mountinfo(field: &str) -> String {
+pub(super) fn unescape_mountinfo(field: &str) -> String {
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

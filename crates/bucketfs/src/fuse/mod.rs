@@ -38,6 +38,12 @@ pub const LOG_LEVEL: &str = "bucketfs.log-level";
 /// Installs a new log level (a tracing filter), or says why it is not one.
 pub type SetLogLevel = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 
+/// On the mount's root: reading this attribute gives the mount's state (`bucketfs status`).
+pub const STATUS: &str = "bucketfs.status";
+
+/// The mount's state as text.
+pub type Status = Box<dyn Fn() -> String + Send + Sync>;
+
 pub struct FuseAdapter {
     fs: Arc<Fs>,
     runtime: Handle,
@@ -45,16 +51,30 @@ pub struct FuseAdapter {
     passthrough_wanted: bool,
     io_modes: Arc<IoModes>,
     set_log_level: Option<SetLogLevel>,
+    status: Option<Status>,
 }
 
 impl FuseAdapter {
     pub fn new(fs: Arc<Fs>, runtime: Handle, passthrough_wanted: bool) -> Self {
-        Self { fs, runtime, passthrough_wanted, io_modes: Arc::new(IoModes::new(false)), set_log_level: None }
+        Self {
+            fs,
+            runtime,
+            passthrough_wanted,
+            io_modes: Arc::new(IoModes::new(false)),
+            set_log_level: None,
+            status: None,
+        }
     }
 
     /// Lets root or the daemon's own user change the log level through [`LOG_LEVEL`].
     pub fn with_log_level(mut self, set: SetLogLevel) -> Self {
         self.set_log_level = Some(set);
+        self
+    }
+
+    /// Answers [`STATUS`] with `status`.
+    pub fn with_status(mut self, status: Status) -> Self {
+        self.status = Some(status);
         self
     }
 
@@ -354,6 +374,9 @@ impl Filesystem for FuseAdapter {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         crate::metrics::fuse_request("getxattr");
+        if let (true, Some(status)) = (ino == INodeNo::ROOT && name == STATUS, &self.status) {
+            return reply_xattr(reply, size, status().as_bytes());
+        }
         let Some(name) = name.to_str().map(str::to_owned) else {
             return reply.error(Errno::ENODATA);
         };

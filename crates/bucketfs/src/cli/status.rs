@@ -1,0 +1,168 @@
+//! What a running mount is doing, for `bucketfs status` and the gauges of
+//! `--metrics-addr`: sampled once a second by the daemon ([`MountState::tick`]),
+//! answered as the attribute `bucketfs.status` of the mount's root ([`MountState::report`]),
+//! and read by `bucketfs status [MOUNTPOINT]` from every bucketfs mount.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use bytesize::ByteSize;
+use parking_lot::Mutex;
+
+use crate::fs::Fs;
+use crate::memory::MemoryLimiter;
+
+/// How far back the request rate looks.
+const RATE_WINDOW: usize = 10;
+
+pub struct MountState {
+    fs: Arc<Fs>,
+    memory: Arc<MemoryLimiter>,
+    sources: String,
+    started: Instant,
+    /// S3 requests sent so far, at each of the last ticks.
+    requests: Mutex<VecDeque<(Instant, u64)>>,
+}
+
+impl MountState {
+    pub fn new(fs: Arc<Fs>, memory: Arc<MemoryLimiter>, sources: String) -> Arc<Self> {
+        let started = Instant::now();
+        let requests = Mutex::new(VecDeque::from([(started, crate::metrics::s3_requests_so_far())]));
+        Arc::new(Self { fs, memory, sources, started, requests })
+    }
+
+    /// Samples the state once a second, for the rate and the metrics' gauges.
+    pub async fn tick_every_second(self: Arc<Self>) {
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            every.tick().await;
+            let state = self.clone();
+            // The cache's size is a file read: off the runtime's workers.
+            let _ = tokio::task::spawn_blocking(move || state.tick()).await;
+        }
+    }
+
+    fn tick(&self) {
+        {
+            let mut requests = self.requests.lock();
+            requests.push_back((Instant::now(), crate::metrics::s3_requests_so_far()));
+            while requests.len() > RATE_WINDOW + 1 {
+                requests.pop_front();
+            }
+        }
+        let (files_open_for_writing, uploads_in_background) = self.fs.writing();
+        let cache = self.fs.data_cache();
+        crate::metrics::sample(crate::metrics::Sample {
+            memory_used: self.memory.used(),
+            memory_limit: self.memory.limit(),
+            files_open_for_writing,
+            uploads_in_background,
+            cache_bytes: cache.map(|cache| cache.bytes()),
+            cache_cap: cache.map(|cache| cache.cap()),
+        });
+    }
+
+    /// S3 requests per second over the last ticks.
+    fn request_rate(&self) -> f64 {
+        let requests = self.requests.lock();
+        match (requests.front(), requests.back()) {
+            (Some((from, first)), Some((to, last))) if to > from => {
+                (last - first) as f64 / to.duration_since(*from).as_secs_f64()
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// `key: value` lines.
+    pub fn report(&self) -> String {
+        let (writing, background) = self.fs.writing();
+        let cache = match self.fs.data_cache() {
+            Some(cache) => format!("{} of {}", size(cache.bytes()), size(cache.cap())),
+            None => "off".to_owned(),
+        };
+        let uptime = Duration::from_secs(self.started.elapsed().as_secs());
+        [
+            format!("pid: {}", std::process::id()),
+            format!("sources: {}", self.sources),
+            format!("up: {}", humantime::format_duration(uptime)),
+            format!("files open for writing: {writing}"),
+            format!("uploads after close: {background}"),
+            format!("memory: {} of {}", size(self.memory.used()), size(self.memory.limit())),
+            format!("data cache: {cache}"),
+            format!(
+                "S3 requests: {:.1}/s over the last {RATE_WINDOW} s, {} in all",
+                self.request_rate(),
+                crate::metrics::s3_requests_so_far()
+            ),
+        ]
+        .join("\n")
+            + "\n"
+    }
+}
+
+fn size(bytes: u64) -> String {
+    ByteSize::b(bytes).display().iec().to_string()
+}
+
+/// `bucketfs status [MOUNTPOINT]`: the report of one mount, or of every bucketfs mount.
+pub fn run(mountpoint: Option<&Path>) -> Result<()> {
+    use std::io::Write as _;
+    let mounts = match mountpoint {
+        Some(path) => vec![path.to_owned()],
+        None => bucketfs_mounts()?,
+    };
+    let mut out = std::io::stdout().lock();
+    if mounts.is_empty() {
+        let _ = writeln!(out, "no bucketfs mounts");
+    }
+    for mount in mounts {
+        let report = match read_status(&mount) {
+            Ok(report) => report,
+            Err(error) if mountpoint.is_some() => return Err(error),
+            Err(error) => format!("not answering: {error:#}\n"),
+        };
+        let indented: String = report.lines().map(|line| format!("  {line}\n")).collect();
+        // A closed pipe (`| head`) is no error of ours.
+        let _ = write!(out, "{}\n{indented}", mount.display());
+    }
+    Ok(())
+}
+
+/// The mount points of type `fuse.bucketfs` in this namespace.
+fn bucketfs_mounts() -> Result<Vec<PathBuf>> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
+    Ok(mountinfo
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let separator = fields.iter().position(|f| *f == "-")?;
+            let mountpoint = fields.get(4)?;
+            (fields.get(separator + 1) == Some(&"fuse.bucketfs"))
+                .then(|| PathBuf::from(super::mount::unescape_mountinfo(mountpoint)))
+        })
+        .collect())
+}
+
+fn read_status(mountpoint: &Path) -> Result<String> {
+    let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
+        .context("the mount point's path holds a NUL byte")?;
+    let name = std::ffi::CString::new(crate::fuse::STATUS).context("attribute name")?;
+    let mut value = vec![0u8; 64 * 1024];
+    // SAFETY: both strings are NUL-terminated and live across the call; `value` is
+    // writable for the length passed.
+    let length = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
+    if length < 0 {
+        let error = std::io::Error::last_os_error();
+        return Err(match error.raw_os_error() {
+            Some(libc::ENODATA) | Some(libc::EOPNOTSUPP) => {
+                anyhow::anyhow!("{} is not a bucketfs mount", mountpoint.display())
+            }
+            _ => anyhow::Error::new(error).context(format!("asking {}", mountpoint.display())),
+        });
+    }
+    value.truncate(length as usize);
+    Ok(String::from_utf8_lossy(&value).into_owned())
+}
