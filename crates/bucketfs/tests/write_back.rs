@@ -170,3 +170,23 @@ fn writes_after_a_handed_off_close_are_kept() {
     drop(m);
     assert_eq!(get(&b, "f"), expected, "stored after unmount: 100 bytes, the first 10 new");
 }
+
+/// `bucketfs unmount` says what it waits for: the files whose upload `close()` left
+/// running, with the bytes left (a line per change when not on a terminal).
+#[test]
+fn bucketfs_unmount_shows_the_uploads_it_waits_for() {
+    let b = create_bucket("wb-progress");
+    let proxy = ToxiProxy::to_minio();
+    let bg = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).arg("--write-back").mount_background();
+    assert!(bg.status.is_some_and(|s| s.success()), "{}", bg.diagnostics());
+    proxy.add("slow", Direction::Upstream, Toxic::Bandwidth { kb_per_s: 1024 });
+    let expected: Vec<(String, Vec<u8>)> = (0..3).map(|i| (format!("slow-{i}"), gen_data(70 + i, MIB))).collect();
+    for (name, data) in &expected {
+        std::fs::write(bg.path.join(name), data).expect("close returns before the upload");
+    }
+    let (status, _, stderr) =
+        run_bucketfs(&["unmount", bg.path.to_str().expect("utf-8 path")], Duration::from_secs(120));
+    assert!(status.success(), "bucketfs unmount failed: {stderr}");
+    assert!(stderr.contains("files closed before the unmount") && stderr.contains("bytes left"), "{stderr}");
+    assert_all_stored(&b, &expected);
+}

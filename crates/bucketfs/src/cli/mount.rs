@@ -306,6 +306,7 @@ pub fn refresh(mountpoint: &Path) -> Result<()> {
 /// exit, because it first stores what is still being uploaded (files still open, and
 /// with `--write-back` files already closed): once this returns, they are in the bucket.
 pub fn unmount(mountpoint: &Path) -> Result<()> {
+    wait_for_uploads_after_close(mountpoint);
     let daemons = daemons_serving(mountpoint);
     let output = Command::new("fusermount3")
         .arg("-u")
@@ -318,6 +319,41 @@ pub fn unmount(mountpoint: &Path) -> Result<()> {
     }
     wait_for_exit(&daemons);
     Ok(())
+}
+
+/// Shows the uploads `close()` left running (`--write-back`) while they end, before the
+/// unmount (which would wait for them without a word): a bar on a terminal, a line per
+/// change otherwise. Best effort: a mount that does not answer is unmounted at once.
+fn wait_for_uploads_after_close(mountpoint: &Path) {
+    use std::io::IsTerminal as _;
+    let left = || super::status::read_status(mountpoint).ok().as_deref().and_then(super::status::uploads_left);
+    let Some((files, bytes)) = left().filter(|(files, _)| *files > 0) else { return };
+    let total = bytes.max(1);
+    let bar = indicatif::ProgressBar::new(total);
+    let terminal = std::io::stderr().is_terminal();
+    if terminal {
+        let style = indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes}");
+        bar.set_style(style.unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
+    }
+    let mut shown = None;
+    let mut now = (files, bytes);
+    while now.0 > 0 {
+        let message = format!("bucketfs: storing {} files closed before the unmount", now.0);
+        if terminal {
+            bar.set_length(total.max(now.1));
+            bar.set_position(total.saturating_sub(now.1));
+            bar.set_message(message);
+        } else if shown != Some(now) {
+            eprintln!("{message} ({} bytes left)", now.1);
+            shown = Some(now);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        match left() {
+            Some(next) => now = next,
+            None => break,
+        }
+    }
+    bar.finish_and_clear();
 }
 
 /// The `bucketfs mount` processes whose mount point (their last argument) is `mountpoint`.

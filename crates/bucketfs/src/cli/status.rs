@@ -78,7 +78,8 @@ impl MountState {
 
     /// `key: value` lines.
     pub fn report(&self) -> String {
-        let (writing, background) = self.fs.writing();
+        let (writing, _) = self.fs.writing();
+        let (uploads, upload_bytes) = self.fs.uploads_after_close();
         let cache = match self.fs.data_cache() {
             Some(cache) => format!("{} of {}", size(cache.bytes()), size(cache.cap())),
             None => "off".to_owned(),
@@ -89,7 +90,7 @@ impl MountState {
             format!("sources: {}", self.sources),
             format!("up: {}", humantime::format_duration(uptime)),
             format!("files open for writing: {writing}"),
-            format!("uploads after close: {background}"),
+            format!("uploads after close: {uploads} files, {} ({upload_bytes} bytes)", size(upload_bytes)),
             format!("memory: {} of {}", size(self.memory.used()), size(self.memory.limit())),
             format!("data cache: {cache}"),
             format!(
@@ -146,7 +147,15 @@ fn bucketfs_mounts() -> Result<Vec<PathBuf>> {
         .collect())
 }
 
-fn read_status(mountpoint: &Path) -> Result<String> {
+/// From a status report: the files closed whose upload is still running, and their bytes.
+pub(super) fn uploads_left(report: &str) -> Option<(u64, u64)> {
+    let line = report.lines().find_map(|line| line.strip_prefix("uploads after close: "))?;
+    let files = line.split(' ').next()?.parse().ok()?;
+    let bytes = line.rsplit_once('(')?.1.strip_suffix(" bytes)")?.parse().ok()?;
+    Some((files, bytes))
+}
+
+pub(super) fn read_status(mountpoint: &Path) -> Result<String> {
     let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
         .context("the mount point's path holds a NUL byte")?;
     let name = std::ffi::CString::new(crate::fuse::STATUS).context("attribute name")?;

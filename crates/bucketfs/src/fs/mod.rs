@@ -593,6 +593,14 @@ impl Fs {
         (self.writers.lock().len(), background)
     }
 
+    /// Files closed whose upload is still running (`--write-back`), and their bytes.
+    pub fn uploads_after_close(&self) -> (usize, u64) {
+        let handed_off: Vec<Ino> =
+            self.writers.lock().values().filter(|w| w.handed_off.load(Ordering::Acquire)).map(|w| w.ino).collect();
+        let bytes = handed_off.iter().filter_map(|&ino| self.namespace.node(ino).ok()).map(|node| node.size).sum();
+        (handed_off.len(), bytes)
+    }
+
     /// The mount's data cache, if it has one.
     pub fn data_cache(&self) -> Option<&Arc<DataCache>> {
         self.data_cache.as_ref()
