@@ -39,6 +39,13 @@ fn json_logs_are_one_object_per_line() {
     let get = events.iter().find(|e| e["fields"]["message"].as_str().is_some_and(|m| m.starts_with("s3 GET")));
     let get = get.unwrap_or_else(|| panic!("no GET logged: {text}"));
     assert_eq!(get["fields"]["key"], "f", "fields are JSON fields: {get}");
+    // The work of a FUSE request logs inside its span: operation, inode, calling process.
+    let looked_up = events.iter().find(|e| e["fields"]["message"] == "s3 HEAD" && e["span"]["op"] == "lookup");
+    let looked_up = looked_up.unwrap_or_else(|| panic!("no HEAD inside a lookup's span: {text}"));
+    // FUSE's pid is the calling thread's id.
+    // SAFETY: gettid has no preconditions.
+    assert_eq!(looked_up["span"]["pid"], unsafe { libc::gettid() }, "{looked_up}");
+    assert!(looked_up["span"]["ino"].is_u64(), "{looked_up}");
 }
 
 #[test]

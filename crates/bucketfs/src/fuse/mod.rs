@@ -21,6 +21,7 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use tokio::runtime::Handle;
+use tracing::Instrument as _;
 
 use crate::fs::error::FsError;
 use crate::fs::{AttrChange, Caller, Fs};
@@ -93,13 +94,13 @@ impl FuseAdapter {
     /// Runs `work` with its own handle on the filesystem: polled once here (inside the
     /// runtime's context, so it may start I/O and spawn), and if it has to wait, moved to
     /// the runtime as it is, which polls it again with a real waker. Polling never blocks.
-    fn spawn<F, Fut>(&self, work: F)
+    fn spawn<F, Fut>(&self, span: tracing::Span, work: F)
     where
         F: FnOnce(Arc<Fs>) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let _context = self.runtime.enter();
-        let mut task = Box::pin(work(self.fs.clone()));
+        let mut task = Box::pin(work(self.fs.clone()).instrument(span));
         let waker = futures::task::noop_waker();
         if task.as_mut().poll(&mut Context::from_waker(&waker)).is_pending() {
             self.runtime.spawn(task);
@@ -133,6 +134,13 @@ fn time_or_now(time: TimeOrNow) -> SystemTime {
         TimeOrNow::SpecificTime(time) => time,
         TimeOrNow::Now => SystemTime::now(),
     }
+}
+
+/// A request's span (at debug level: free unless debug logs are on): what every log line
+/// of its work carries, operation, inode and caller (`pid`: FUSE's, the calling thread).
+fn request_span(op: &'static str, ino: INodeNo, req: &Request) -> tracing::Span {
+    crate::metrics::fuse_request(op);
+    tracing::debug_span!("fuse", op, ino = ino.0, pid = req.pid())
 }
 
 fn reply_result(reply: ReplyEmpty, result: Result<(), Errno>) {
@@ -191,10 +199,10 @@ impl Filesystem for FuseAdapter {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        crate::metrics::fuse_request("lookup");
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let span = request_span("lookup", parent, req);
         let name = name.to_owned();
-        self.spawn(move |fs| async move {
+        self.spawn(span, move |fs| async move {
             let result = async { fs.lookup(parent.0, existing_name(&name)?).await }.await;
             match result {
                 // Fs::lookup counted the reference the reply hands over.
@@ -213,9 +221,9 @@ impl Filesystem for FuseAdapter {
         self.fs.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        crate::metrics::fuse_request("getattr");
-        self.spawn(move |fs| async move {
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let span = request_span("getattr", ino, req);
+        self.spawn(span, move |fs| async move {
             match fs.getattr(ino.0).await {
                 Ok(attr) => reply.attr(&fs.ttl(), &attr),
                 Err(e) => reply.error(log_error("getattr", &e)),
@@ -224,7 +232,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        crate::metrics::fuse_request("open");
+        let span = request_span("open", ino, req);
         let caller = caller(req);
         let writing = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
         if writing {
@@ -233,7 +241,7 @@ impl Filesystem for FuseAdapter {
             }
         }
         let io_modes = self.io_modes.clone();
-        self.spawn(move |fs| async move {
+        self.spawn(span, move |fs| async move {
             let opened = match fs.open(ino.0, flags.0, caller).await {
                 Ok(opened) => opened,
                 Err(e) => {
@@ -271,8 +279,8 @@ impl Filesystem for FuseAdapter {
 
     fn read(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -280,8 +288,8 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        crate::metrics::fuse_request("read");
-        self.spawn(move |fs| async move {
+        let span = request_span("read", ino, req);
+        self.spawn(span, move |fs| async move {
             match fs.read(fh.0, offset, size).await {
                 Ok(bytes) => reply.data(&bytes),
                 Err(e) => reply.error(log_error("read", &e)),
@@ -291,17 +299,17 @@ impl Filesystem for FuseAdapter {
 
     fn release(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        crate::metrics::fuse_request("release");
+        let span = request_span("release", ino, req);
         self.io_modes.release(fh.0);
-        self.spawn(move |fs| async move {
+        self.spawn(span, move |fs| async move {
             fs.release(fh.0).await;
             reply.ok();
         });
@@ -315,9 +323,9 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        crate::metrics::fuse_request("readdir");
-        self.spawn(move |fs| async move {
+    fn readdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let span = request_span("readdir", ino, req);
+        self.spawn(span, move |fs| async move {
             match fs.readdir(fh.0, offset).await {
                 Ok(entries) => {
                     for entry in entries {
@@ -332,9 +340,9 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        crate::metrics::fuse_request("readdirplus");
-        self.spawn(move |fs| async move {
+    fn readdirplus(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let span = request_span("readdirplus", ino, req);
+        self.spawn(span, move |fs| async move {
             match fs.readdir(fh.0, offset).await {
                 Ok(entries) => {
                     for entry in entries {
@@ -372,15 +380,15 @@ impl Filesystem for FuseAdapter {
         reply.statfs(BLOCKS, BLOCKS, BLOCKS, FILES, FILES, BLOCK, 255, BLOCK);
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        crate::metrics::fuse_request("getxattr");
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let span = request_span("getxattr", ino, req);
         if let (true, Some(status)) = (ino == INodeNo::ROOT && name == STATUS, &self.status) {
             return reply_xattr(reply, size, status().as_bytes());
         }
         let Some(name) = name.to_str().map(str::to_owned) else {
             return reply.error(Errno::ENODATA);
         };
-        self.spawn(move |fs| async move {
+        self.spawn(span, move |fs| async move {
             match fs.getxattr(ino.0, &name).await {
                 Ok(value) => reply_xattr(reply, size, &value),
                 Err(e) => reply.error(log_error("getxattr", &e)),
@@ -388,9 +396,9 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        crate::metrics::fuse_request("listxattr");
-        self.spawn(move |fs| async move {
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let span = request_span("listxattr", ino, req);
+        self.spawn(span, move |fs| async move {
             match fs.listxattr(ino.0).await {
                 Ok(names) => reply_xattr(reply, size, &names),
                 Err(e) => reply.error(log_error("listxattr", &e)),
@@ -408,12 +416,12 @@ impl Filesystem for FuseAdapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        crate::metrics::fuse_request("setxattr");
+        let span = request_span("setxattr", ino, req);
         if ino == INodeNo::ROOT && name == LOG_LEVEL {
             return reply_result(reply, self.set_log_level(req, value));
         }
         let (name, value) = (name.to_owned(), value.to_vec());
-        self.spawn(move |fs| async move {
+        self.spawn(span, move |fs| async move {
             let result = async { fs.setxattr(ino.0, existing_name(&name)?, Some(&value), flags).await }.await;
             match result {
                 Ok(()) => reply.ok(),
@@ -422,10 +430,10 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        crate::metrics::fuse_request("removexattr");
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let span = request_span("removexattr", ino, req);
         let name = name.to_owned();
-        self.spawn(move |fs| async move {
+        self.spawn(span, move |fs| async move {
             let result = async { fs.setxattr(ino.0, existing_name(&name)?, None, 0).await }.await;
             match result {
                 Ok(()) => reply.ok(),
@@ -434,9 +442,9 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        crate::metrics::fuse_request("readlink");
-        self.spawn(move |fs| async move {
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let span = request_span("readlink", ino, req);
+        self.spawn(span, move |fs| async move {
             match fs.readlink(ino.0).await {
                 Ok(target) => reply.data(&target),
                 Err(e) => reply.error(log_error("readlink", &e)),
@@ -454,11 +462,11 @@ impl Filesystem for FuseAdapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        crate::metrics::fuse_request("create");
+        let span = request_span("create", parent, req);
         let name = name.to_owned();
         let caller = caller(req);
         let io_modes = self.io_modes.clone();
-        self.spawn(move |fs| async move {
+        self.spawn(span, move |fs| async move {
             let result = async { fs.create(parent.0, new_name(&name)?, mode, flags, caller).await }.await;
             match result {
                 Ok((attr, opened)) => {
@@ -473,8 +481,8 @@ impl Filesystem for FuseAdapter {
 
     fn write(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -483,10 +491,10 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        crate::metrics::fuse_request("write");
+        let span = request_span("write", ino, req);
         // The kernel's buffer is only lent for this call: copy before going async.
         let data = data.to_vec();
-        self.spawn(move |fs| async move {
+        self.spawn(span, move |fs| async move {
             match fs.write(fh.0, offset, &data).await {
                 Ok(written) => reply.written(written),
                 Err(e) => reply.error(log_error("write", &e)),
@@ -494,10 +502,10 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn flush(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        crate::metrics::fuse_request("flush");
+    fn flush(&self, req: &Request, ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        let span = request_span("flush", ino, req);
         let closer = req.pid();
-        self.spawn(move |fs| async move {
+        self.spawn(span, move |fs| async move {
             match fs.flush(fh.0, closer).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(log_error("close", &e)),
@@ -505,9 +513,9 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        crate::metrics::fuse_request("fsync");
-        self.spawn(move |fs| async move {
+    fn fsync(&self, req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let span = request_span("fsync", ino, req);
+        self.spawn(span, move |fs| async move {
             match fs.fsync(fh.0).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(log_error("fsync", &e)),
@@ -516,10 +524,10 @@ impl Filesystem for FuseAdapter {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
-        crate::metrics::fuse_request("mkdir");
+        let span = request_span("mkdir", parent, req);
         let name = name.to_owned();
         let caller = caller(req);
-        self.spawn(move |fs| async move {
+        self.spawn(span, move |fs| async move {
             let result = async { fs.mkdir(parent.0, new_name(&name)?, mode, caller).await }.await;
             match result {
                 Ok(attr) => {
@@ -531,10 +539,10 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        crate::metrics::fuse_request("unlink");
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let span = request_span("unlink", parent, req);
         let name = name.to_owned();
-        self.spawn(move |fs| async move {
+        self.spawn(span, move |fs| async move {
             let result = async { fs.unlink(parent.0, existing_name(&name)?).await }.await;
             match result {
                 Ok(()) => reply.ok(),
@@ -543,10 +551,10 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        crate::metrics::fuse_request("rmdir");
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let span = request_span("rmdir", parent, req);
         let name = name.to_owned();
-        self.spawn(move |fs| async move {
+        self.spawn(span, move |fs| async move {
             let result = async { fs.rmdir(parent.0, existing_name(&name)?).await }.await;
             match result {
                 Ok(()) => reply.ok(),
@@ -557,7 +565,7 @@ impl Filesystem for FuseAdapter {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -573,7 +581,7 @@ impl Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        crate::metrics::fuse_request("setattr");
+        let span = request_span("setattr", ino, req);
         let change = AttrChange {
             mode: mode.map(|m| (m & 0o7777) as u16),
             uid,
@@ -582,7 +590,7 @@ impl Filesystem for FuseAdapter {
             mtime: mtime.map(time_or_now),
             atime: atime.map(time_or_now),
         };
-        self.spawn(move |fs| async move {
+        self.spawn(span, move |fs| async move {
             match fs.setattr(ino.0, change).await {
                 Ok(attr) => reply.attr(&fs.ttl(), &attr),
                 Err(e) => reply.error(log_error("setattr", &e)),
@@ -592,7 +600,7 @@ impl Filesystem for FuseAdapter {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -600,9 +608,9 @@ impl Filesystem for FuseAdapter {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        crate::metrics::fuse_request("rename");
+        let span = request_span("rename", parent, req);
         let (name, newname) = (name.to_owned(), newname.to_owned());
-        self.spawn(move |fs| async move {
+        self.spawn(span, move |fs| async move {
             let result = async {
                 if flags.contains(RenameFlags::RENAME_EXCHANGE) || flags.contains(RenameFlags::RENAME_WHITEOUT) {
                     return Err(FsError::Invalid("rename flags other than RENAME_NOREPLACE"));
@@ -628,10 +636,10 @@ impl Filesystem for FuseAdapter {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        crate::metrics::fuse_request("mknod");
+        let span = request_span("mknod", parent, req);
         let name = name.to_owned();
         let caller = caller(req);
-        self.spawn(move |fs| async move {
+        self.spawn(span, move |fs| async move {
             let result = async { fs.mknod(parent.0, new_name(&name)?, mode, rdev, caller).await }.await;
             match result {
                 Ok(attr) => {
@@ -644,10 +652,10 @@ impl Filesystem for FuseAdapter {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, name: &OsStr, target: &Path, reply: ReplyEntry) {
-        crate::metrics::fuse_request("symlink");
+        let span = request_span("symlink", parent, req);
         let (name, target) = (name.to_owned(), target.to_owned());
         let caller = caller(req);
-        self.spawn(move |fs| async move {
+        self.spawn(span, move |fs| async move {
             let result = async {
                 let target = target.to_str().ok_or(FsError::Invalid("symlink target is not UTF-8"))?;
                 fs.symlink(parent.0, new_name(&name)?, target, caller).await
