@@ -338,7 +338,8 @@ fn wait_for_uploads_after_close(mountpoint: &Path) {
     let mut shown = None;
     let mut now = (files, bytes);
     while now.0 > 0 {
-        let message = format!("bucketfs: storing {} files closed before the unmount", now.0);
+        let files = if now.0 == 1 { "1 file".to_owned() } else { format!("{} files", now.0) };
+        let message = format!("bucketfs: storing {files} closed before the unmount");
         if terminal {
             bar.set_length(total.max(now.1));
             bar.set_position(total.saturating_sub(now.1));
