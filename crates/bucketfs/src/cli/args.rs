@@ -21,6 +21,11 @@ pub enum Command {
         /// The mount point to unmount.
         mountpoint: PathBuf,
     },
+    /// Restore a deleted file from its latest version (a bucket with versioning on).
+    Undelete {
+        /// The file's path in the mount.
+        path: PathBuf,
+    },
     /// What each bucketfs mount (or this one) is doing: uploads, memory, cache, requests.
     Status {
         /// One mount point (default: every bucketfs mount).

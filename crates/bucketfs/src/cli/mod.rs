@@ -38,6 +38,7 @@ pub fn main() -> i32 {
         Command::Refresh { mountpoint } => mount::refresh(&mountpoint),
         Command::LogLevel { mountpoint, level } => mount::set_log_level(&mountpoint, &level),
         Command::Status { mountpoint } => status::run(mountpoint.as_deref()),
+        Command::Undelete { path } => mount::undelete(&path),
         Command::Cache { action } => cache_command(action),
         Command::Run(args) => return run::run(*args),
     };

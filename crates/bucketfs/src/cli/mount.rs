@@ -246,27 +246,64 @@ async fn refresh_on_sighup(indexes: Option<Arc<Indexes>>) {
     }
 }
 
+/// `bucketfs undelete PATH`: asks the daemon serving PATH's directory to make the
+/// latest version of the deleted file current again.
+pub fn undelete(path: &Path) -> Result<()> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        bail!("{} names no file", path.display());
+    };
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let shown = path.display();
+    match set_attribute(dir, crate::fuse::UNDELETE, name.as_encoded_bytes()) {
+        Ok(()) => {
+            println!("bucketfs: {shown} restored from its latest version");
+            Ok(())
+        }
+        Err(error) => Err(match error.raw_os_error() {
+            Some(libc::ENOENT) => {
+                anyhow::anyhow!("{shown} has no earlier version to restore (is versioning on for the bucket?)")
+            }
+            Some(libc::EEXIST) => anyhow::anyhow!("{shown} is not deleted"),
+            Some(libc::EROFS) => anyhow::anyhow!("{shown} is on a read-only mount"),
+            Some(libc::ENOTSUP) | Some(libc::ENODATA) => {
+                anyhow::anyhow!("{} is not in a bucketfs mount", dir.display())
+            }
+            _ => anyhow::Error::new(error).context(format!("restoring {shown}")),
+        }),
+    }
+}
+
+/// Sets attribute `name` of `path` to `value` (how the commands talk to a daemon).
+fn set_attribute(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
+    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let name = std::ffi::CString::new(name).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: both strings are NUL-terminated and live across the call; `value` is
+    // readable for the length passed.
+    let set = unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if set == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// `bucketfs log-level`: sets the attribute the daemon serving `mountpoint` takes as its
 /// new log level (see `logging`).
 pub fn set_log_level(mountpoint: &Path, level: &str) -> Result<()> {
-    let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
-        .context("the mount point's path holds a NUL byte")?;
-    let name = std::ffi::CString::new(crate::fuse::LOG_LEVEL).context("attribute name")?;
-    // SAFETY: both strings are NUL-terminated and live across the call; `level` is
-    // readable for the length passed.
-    let set = unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), level.as_ptr().cast(), level.len(), 0) };
-    let result = if set == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) };
-    result.map_err(|error| match error.raw_os_error() {
-        Some(libc::EINVAL) => anyhow::anyhow!(
-            "{level:?} is not a log level (error, warn, info, debug, trace, or a filter such as bucketfs=debug)"
-        ),
-        Some(libc::EPERM) | Some(libc::EACCES) => {
-            anyhow::anyhow!("only root or the user running the mount may change its log level")
+    set_attribute(mountpoint, crate::fuse::LOG_LEVEL, level.as_bytes()).map_err(|error| {
+        match error.raw_os_error() {
+            Some(libc::EINVAL) => anyhow::anyhow!(
+                "{level:?} is not a log level (error, warn, info, debug, trace, or a filter such as bucketfs=debug)"
+            ),
+            Some(libc::EPERM) | Some(libc::EACCES) => {
+                anyhow::anyhow!("only root or the user running the mount may change its log level")
+            }
+            Some(libc::ENOTSUP) | Some(libc::ENODATA) => {
+                anyhow::anyhow!("{} is not a bucketfs mount", mountpoint.display())
+            }
+            _ => anyhow::Error::new(error).context(format!("setting the log level of {}", mountpoint.display())),
         }
-        Some(libc::ENOTSUP) | Some(libc::ENODATA) => {
-            anyhow::anyhow!("{} is not a bucketfs mount", mountpoint.display())
-        }
-        _ => anyhow::Error::new(error).context(format!("setting the log level of {}", mountpoint.display())),
     })?;
     println!("bucketfs: {} logs at {level} now", mountpoint.display());
     Ok(())

@@ -587,6 +587,16 @@ impl Fs {
         }
     }
 
+    /// Makes the deleted file `name` in `parent` current again from its latest version, on
+    /// a versioned bucket (`bucketfs undelete`).
+    pub async fn undelete(&self, parent: Ino, name: &str) -> Result<FileAttr, FsError> {
+        self.check_writable()?;
+        let (source, key) = self.namespace.new_entry_key(parent, name).await?;
+        let info = self.namespace.store(source).restore_latest_version(&key).await?;
+        let node = self.namespace.enter_restored(parent, name, source, info);
+        Ok(self.attr(&self.complete(node).await?))
+    }
+
     /// Files open for writing now, and uploads `close()` left running (`--write-back`).
     pub fn writing(&self) -> (usize, usize) {
         let background = self.write_back.as_ref().map_or(0, |room| WRITE_BACK_UPLOADS - room.available_permits());

@@ -39,6 +39,10 @@ pub const LOG_LEVEL: &str = "bucketfs.log-level";
 /// Installs a new log level (a tracing filter), or says why it is not one.
 pub type SetLogLevel = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 
+/// On a directory: setting this attribute to a name undeletes that file (`bucketfs
+/// undelete`; see `Fs::undelete`).
+pub const UNDELETE: &str = "bucketfs.undelete";
+
 /// On the mount's root: reading this attribute gives the mount's state (`bucketfs status`).
 pub const STATUS: &str = "bucketfs.status";
 
@@ -419,6 +423,20 @@ impl Filesystem for FuseAdapter {
         let span = request_span("setxattr", ino, req);
         if ino == INodeNo::ROOT && name == LOG_LEVEL {
             return reply_result(reply, self.set_log_level(req, value));
+        }
+        if name == UNDELETE {
+            let span = request_span("undelete", ino, req);
+            let deleted = value.to_vec();
+            return self.spawn(span, move |fs| async move {
+                let result = async {
+                    let name = std::str::from_utf8(&deleted).map_err(|_| FsError::NotFound)?;
+                    fs.undelete(ino.0, name).await
+                };
+                match result.await {
+                    Ok(_) => reply.ok(),
+                    Err(e) => reply.error(log_error("undelete", &e)),
+                }
+            });
         }
         let (name, value) = (name.to_owned(), value.to_vec());
         self.spawn(span, move |fs| async move {

@@ -459,6 +459,17 @@ impl Namespace {
         self.state.lock().enter_created(parent, name, Location::File { source, key }, attributes, true)
     }
 
+    /// `name` in `parent` (`key` of `source`) exists again in the store through this mount
+    /// (an undelete): entered as `info` says, also in kept listings and the index.
+    pub fn enter_restored(&self, parent: Ino, name: &str, source: usize, info: ObjectInfo) -> Node {
+        self.record(source, || Change::File(info.clone()));
+        let location = Location::File { source, key: info.key.clone() };
+        let attributes = Attributes::file(info, Some(self.valid_until()));
+        let node = self.state.lock().enter_created(parent, name, location, attributes, false);
+        self.touch_dir(parent);
+        node
+    }
+
     /// Forgets what is cached about `ino`: the next `getattr` asks the store.
     pub fn expire(&self, ino: Ino) {
         if let Some(node) = self.state.lock().inodes.get_mut(ino) {

@@ -254,4 +254,12 @@ pub trait ObjectStore: Send + Sync + 'static {
 
     /// `DeleteObject` (succeeds when the key does not exist).
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
+
+    /// On a versioned bucket, makes the newest version of `key` that is not a delete
+    /// marker current again (an undelete): `NotFound` if there is none, `AlreadyExists`
+    /// if the current version is not a delete marker. Returns what `key` is now.
+    async fn restore_latest_version(&self, key: &str) -> Result<ObjectInfo, StoreError> {
+        let _ = key;
+        Err(StoreError::Other { message: "this store keeps no versions".into(), request_id: None })
+    }
 }

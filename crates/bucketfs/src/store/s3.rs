@@ -785,6 +785,12 @@ impl ObjectStore for S3Store {
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.retrying("DELETE", key, || self.delete_once(key)).await
     }
+
+    async fn restore_latest_version(&self, key: &str) -> Result<ObjectInfo, StoreError> {
+        let version = self.retrying("LIST-VERSIONS", key, || self.version_to_restore_once(key)).await?;
+        self.retrying("COPY", key, || self.copy_version_once(key, &version)).await?;
+        self.head(key).await
+    }
 }
 
 /// Characters kept as they are in an `x-amz-copy-source` key: RFC 3986's unreserved ones
@@ -793,6 +799,67 @@ const COPY_SOURCE_KEEP: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').
 
 impl S3Store {
     /// `bucket/key`, URL-encoded, as `x-amz-copy-source` wants it.
+    /// The version of `key` an undelete copies back: the newest that is not a delete
+    /// marker, if the current one is a delete marker.
+    async fn version_to_restore_once(&self, key: &str) -> Result<String, StoreError> {
+        tracing::debug!(bucket = %self.bucket, key, "s3 LIST-VERSIONS");
+        let (mut key_marker, mut version_marker) = (None, None);
+        let mut current_is_deleted = None;
+        let mut newest: Option<(aws_sdk_s3::primitives::DateTime, String)> = None;
+        loop {
+            let page = self
+                .client
+                .list_object_versions()
+                .bucket(&self.bucket)
+                .prefix(key)
+                .set_key_marker(key_marker.take())
+                .set_version_id_marker(version_marker.take())
+                .send()
+                .await
+                .map_err(|e| self.map_error(e))?;
+            for marker in page.delete_markers().iter().filter(|m| m.key() == Some(key)) {
+                if marker.is_latest() == Some(true) {
+                    current_is_deleted = Some(true);
+                }
+            }
+            for version in page.versions().iter().filter(|v| v.key() == Some(key)) {
+                if version.is_latest() == Some(true) {
+                    current_is_deleted = Some(false);
+                }
+                if let (Some(modified), Some(id)) = (version.last_modified(), version.version_id()) {
+                    if newest.as_ref().is_none_or(|(time, _)| modified > time) {
+                        newest = Some((*modified, id.to_owned()));
+                    }
+                }
+            }
+            if page.is_truncated() != Some(true) {
+                break;
+            }
+            key_marker = page.next_key_marker().map(str::to_owned);
+            version_marker = page.next_version_id_marker().map(str::to_owned);
+        }
+        match (current_is_deleted, newest) {
+            (Some(false), _) => Err(StoreError::AlreadyExists),
+            (_, Some((_, version))) => Ok(version),
+            (_, None) => Err(StoreError::NotFound),
+        }
+    }
+
+    /// Copies version `version` of `key` onto `key`, with its metadata: it becomes current.
+    async fn copy_version_once(&self, key: &str, version: &str) -> Result<(), StoreError> {
+        tracing::debug!(bucket = %self.bucket, key, version, "s3 COPY (restore a version)");
+        let source = format!("{}?versionId={}", self.copy_source(key), utf8_percent_encode(version, COPY_SOURCE_KEEP));
+        self.client
+            .copy_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .copy_source(source)
+            .send()
+            .await
+            .map_err(|e| self.map_error(e))?;
+        Ok(())
+    }
+
     fn copy_source(&self, key: &str) -> String {
         format!("{}/{}", self.bucket, utf8_percent_encode(key, COPY_SOURCE_KEEP))
     }
