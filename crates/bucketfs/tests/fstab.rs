@@ -61,6 +61,16 @@ fn run(program: &str, args: &[&str]) -> Output {
     command.output().unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
 }
 
+/// Unmounts whatever is still mounted on the mount point when the test ends, also when it
+/// panics half-way (mount(8) starts daemons this process does not own).
+struct UnmountOnDrop(PathBuf);
+
+impl Drop for UnmountOnDrop {
+    fn drop(&mut self) {
+        let _ = force_unmount(&self.0);
+    }
+}
+
 fn unmount_and_wait(mountpoint: &Path) {
     let out = run("umount", &[mountpoint.to_str().expect("UTF-8")]);
     assert!(out.status.success(), "umount: {}", String::from_utf8_lossy(&out.stderr));
@@ -77,6 +87,7 @@ fn mount_t_fuse_bucketfs_and_an_fstab_line_mount_with_their_options() {
     let _installed = OnPath::install();
     let dir = tempfile::tempdir().expect("tempdir");
     let mountpoint = dir.path().canonicalize().expect("canonical");
+    let _cleanup = UnmountOnDrop(mountpoint.clone());
     let mnt = mountpoint.to_str().expect("UTF-8");
     let store = format!("endpoint-url={},force-path-style,region={REGION}", minio().endpoint);
 
