@@ -16,10 +16,13 @@ fn undelete_restores_the_latest_version_of_a_deleted_file() {
         .expect("versioning on");
     put(&bucket, "docs/report.txt", b"first draft".to_vec());
     put(&bucket, "docs/report.txt", b"final text".to_vec());
-    let mount = MountBuilder::new().bucket(&bucket).mount();
+    let mount = MountBuilder::new().bucket(&bucket).args(["--metadata-ttl", "60"]).mount();
     let report = mount.join("docs/report.txt");
     std::fs::remove_file(&report).expect("rm");
     assert!(list_keys(&bucket, "docs/").is_empty(), "deleted (a delete marker on top)");
+    // A look-up after the delete leaves the kernel a negative entry (for the TTL, 60 s here):
+    // the undelete must clear it, or the file stays hidden.
+    assert!(std::fs::metadata(&report).is_err(), "gone from the mount");
 
     let undelete =
         |path: &std::path::Path| run_bucketfs(&["undelete", path.to_str().expect("UTF-8")], Duration::from_secs(20));

@@ -151,8 +151,10 @@ pub fn run(args: MountArgs) -> Result<()> {
     config.acl = if args.allow_other { SessionACL::All } else { SessionACL::Owner };
     config.n_threads = Some(FUSE_THREADS);
     config.clone_fd = true;
+    let notifier = adapter.notifier();
     let mut session = fuser::Session::new(adapter, &mountpoint, &config)
         .with_context(|| format!("cannot mount on {}", mountpoint.display()))?;
+    let _ = notifier.set(session.notifier());
     raise_read_ahead(&mountpoint);
 
     let mut unmounter = session.unmount_callable();

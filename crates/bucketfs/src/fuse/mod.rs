@@ -57,6 +57,8 @@ pub struct FuseAdapter {
     io_modes: Arc<IoModes>,
     set_log_level: Option<SetLogLevel>,
     status: Option<Status>,
+    /// Sends the kernel invalidations; set once the session exists (see [`Self::notifier`]).
+    notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
 }
 
 impl FuseAdapter {
@@ -68,6 +70,7 @@ impl FuseAdapter {
             io_modes: Arc::new(IoModes::new(false)),
             set_log_level: None,
             status: None,
+            notifier: Arc::default(),
         }
     }
 
@@ -75,6 +78,12 @@ impl FuseAdapter {
     pub fn with_log_level(mut self, set: SetLogLevel) -> Self {
         self.set_log_level = Some(set);
         self
+    }
+
+    /// Where the session's notifier goes once the session exists (the adapter is built
+    /// before it).
+    pub fn notifier(&self) -> Arc<std::sync::OnceLock<fuser::Notifier>> {
+        self.notifier.clone()
     }
 
     /// Answers [`STATUS`] with `status`.
@@ -427,13 +436,24 @@ impl Filesystem for FuseAdapter {
         if name == UNDELETE {
             let span = request_span("undelete", ino, req);
             let deleted = value.to_vec();
+            let notifier = self.notifier.clone();
             return self.spawn(span, move |fs| async move {
                 let result = async {
                     let name = std::str::from_utf8(&deleted).map_err(|_| FsError::NotFound)?;
                     fs.undelete(ino.0, name).await
                 };
                 match result.await {
-                    Ok(_) => reply.ok(),
+                    Ok(_) => {
+                        reply.ok();
+                        // A negative entry the kernel keeps since the file was deleted would
+                        // hide it until the TTL. Sent after the reply: the kernel holds the
+                        // directory's lock during setxattr, which the invalidation takes.
+                        if let Some(notifier) = notifier.get().cloned() {
+                            let name = std::os::unix::ffi::OsStringExt::from_vec(deleted);
+                            let name: std::ffi::OsString = name;
+                            tokio::task::spawn_blocking(move || notifier.inval_entry(ino, &name));
+                        }
+                    }
                     Err(e) => reply.error(log_error("undelete", &e)),
                 }
             });
