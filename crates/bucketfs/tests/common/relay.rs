@@ -51,21 +51,26 @@ impl Relay {
         Self::start_with(target, Some(Recording::default()))
     }
 
-    /// The request heads clients sent so far, lower-cased, connection by connection
-    /// (bodies left out; a test that uploads must not upload text that looks like a
-    /// request line).
+    /// The request heads clients sent so far, lower-cased, connection by connection: each
+    /// connection's bytes are read as HTTP/1.1 requests one after another, a head, then a
+    /// body of its `content-length`.
     pub fn request_heads(&self) -> Vec<String> {
         let connections = self.sent.as_ref().expect("a recording relay").lock().unwrap_or_else(|e| e.into_inner());
         let mut heads = Vec::new();
         for sent in connections.values() {
-            let text = String::from_utf8_lossy(sent);
-            let starts = ["GET /", "PUT /", "HEAD /", "POST /", "DELETE /"]
-                .iter()
-                .flat_map(|method| text.match_indices(method).map(|(at, _)| at))
-                .filter(|&at| at == 0 || text[..at].ends_with('\n'));
-            for start in starts {
-                let end = text[start..].find("\r\n\r\n").map_or(text.len(), |end| start + end);
-                heads.push(text[start..end].to_ascii_lowercase());
+            let mut at = 0;
+            while let Some(end) = sent[at..].windows(4).position(|w| w == b"\r\n\r\n").map(|end| at + end) {
+                let head = String::from_utf8_lossy(&sent[at..end]).to_ascii_lowercase();
+                let body = head
+                    .lines()
+                    .find_map(|line| line.strip_prefix("content-length:"))
+                    .and_then(|length| length.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                heads.push(head);
+                at = end + 4 + body;
+                if at >= sent.len() {
+                    break;
+                }
             }
         }
         heads
