@@ -92,7 +92,7 @@ fn mount_t_fuse_bucketfs_and_an_fstab_line_mount_with_their_options() {
     let store = format!("endpoint-url={},force-path-style,region={REGION}", minio().endpoint);
 
     // `mount -t`, with what s3fs and rclone users write, and what mount(8) adds.
-    let options = format!("{store},allow_other,uid=1234,gid=2345,umask=027,_netdev,nofail,x-systemd.automount");
+    let options = format!("{store},allow_other,noexec,uid=1234,gid=2345,umask=027,_netdev,nofail,x-systemd.automount");
     let source = format!("s3://{bucket}");
     let out = run("mount", &["-t", "fuse.bucketfs", &source, mnt, "-o", &options]);
     assert!(out.status.success(), "mount -t fuse.bucketfs: {}", String::from_utf8_lossy(&out.stderr));
@@ -105,6 +105,7 @@ fn mount_t_fuse_bucketfs_and_an_fstab_line_mount_with_their_options() {
     assert_eq!(dir_meta.permissions().mode() & 0o777, 0o750, "umask=027 on a directory");
     let shown = mount_options(&mountpoint).expect("in mountinfo");
     assert!(shown.contains("allow_other"), "allow_other reached the kernel: {shown}");
+    assert!(shown.split(',').any(|o| o == "noexec"), "noexec reached the kernel: {shown}");
     let kind = mount_entries().into_iter().find(|(at, _, _)| at == mnt).map(|(_, kind, _)| kind);
     assert_eq!(kind.as_deref(), Some("fuse.bucketfs"));
     unmount_and_wait(&mountpoint);

@@ -166,8 +166,13 @@ fn sse_c_over_tls_with_a_private_ca() {
     let options = ["--ca-bundle", ca, "--sse-c-key-file", key_file, "--part-size", "5MiB"];
     let written =
         write_every_way(&MountBuilder::new().endpoint(&server.endpoint).bucket(&bucket).args(options).mount());
+    // An object written without the key cannot be read through the mount: EIO.
+    let plain = aws_sdk_s3::primitives::ByteStream::from_static(b"not encrypted");
+    block_on(client.put_object().bucket(&bucket).key("plain.txt").body(plain).send()).expect("plain PUT");
     // A new mount reads every object back from the store, with the key.
     let reader = MountBuilder::new().endpoint(&server.endpoint).bucket(&bucket).args(options).mount();
+    let refused = std::fs::read(reader.join("plain.txt")).expect_err("the store refuses the key for it");
+    assert_eq!(refused.raw_os_error(), Some(libc::EIO), "{refused}");
     let engine = base64::engine::general_purpose::STANDARD;
     for (name, bytes) in &written {
         assert_file_content(&reader.join(name), 1024 * KIB, bytes);

@@ -190,3 +190,24 @@ fn bucketfs_unmount_shows_the_uploads_it_waits_for() {
     assert!(stderr.contains("files closed before the unmount") && stderr.contains("bytes left"), "{stderr}");
     assert_all_stored(&b, &expected);
 }
+
+/// A file whose upload after `close()` has ended is no longer counted as uploading, even
+/// while a duplicate of its descriptor stays open (else `bucketfs unmount` would wait for
+/// it forever before unmounting).
+#[test]
+fn an_ended_upload_is_not_counted_while_a_duplicate_stays_open() {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let b = create_bucket("wb-count");
+    let m = write_back_mount(&b);
+    let mut file = File::create(m.join("f")).expect("create");
+    file.write_all(b"stored").expect("write");
+    // SAFETY: dup of a descriptor this test owns, owned by the new File.
+    let duplicate = unsafe { File::from_raw_fd(libc::dup(file.as_raw_fd())) };
+    drop(file); // the opener's close: the upload goes to the background
+    assert!(wait_until(Duration::from_secs(10), || list_keys(&b, "") == ["f"]), "stored");
+    let mnt = m.path().to_str().expect("UTF-8").to_owned();
+    let counted = || run_bucketfs(&["status", &mnt], Duration::from_secs(10)).1;
+    assert!(wait_until(Duration::from_secs(5), || counted().contains("uploads after close: 0 files")), "{}", counted());
+    assert!(counted().contains("files open for writing: 1"), "{}", counted());
+    drop(duplicate);
+}

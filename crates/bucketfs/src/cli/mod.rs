@@ -2,6 +2,7 @@
 //! signals, `unmount` and `refresh`.
 
 pub mod args;
+mod attributes;
 mod logging;
 pub mod mount;
 mod mount_options;

@@ -19,6 +19,7 @@ use fuser::{Config, MountOption, SessionACL};
 use sd_notify::NotifyState;
 
 use super::args::MountArgs;
+use super::attributes;
 use super::logging::LogDestination;
 use super::source::{check_layout, SourceSpec};
 use super::status::MountState;
@@ -256,7 +257,7 @@ pub fn undelete(path: &Path) -> Result<()> {
     };
     let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
     let shown = path.display();
-    match set_attribute(dir, crate::fuse::UNDELETE, name.as_encoded_bytes()) {
+    match attributes::set(dir, crate::fuse::UNDELETE, name.as_encoded_bytes()) {
         Ok(()) => {
             println!("bucketfs: {shown} restored from its latest version");
             Ok(())
@@ -267,33 +268,16 @@ pub fn undelete(path: &Path) -> Result<()> {
             }
             Some(libc::EEXIST) => anyhow::anyhow!("{shown} is not deleted"),
             Some(libc::EROFS) => anyhow::anyhow!("{shown} is on a read-only mount"),
-            Some(libc::ENOTSUP) | Some(libc::ENODATA) => {
-                anyhow::anyhow!("{} is not in a bucketfs mount", dir.display())
-            }
+            _ if attributes::not_bucketfs(&error) => anyhow::anyhow!("{} is not in a bucketfs mount", dir.display()),
             _ => anyhow::Error::new(error).context(format!("restoring {shown}")),
         }),
-    }
-}
-
-/// Sets attribute `name` of `path` to `value` (how the commands talk to a daemon).
-fn set_attribute(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
-    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    let name = std::ffi::CString::new(name).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: both strings are NUL-terminated and live across the call; `value` is
-    // readable for the length passed.
-    let set = unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
-    if set == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
     }
 }
 
 /// `bucketfs log-level`: sets the attribute the daemon serving `mountpoint` takes as its
 /// new log level (see `logging`).
 pub fn set_log_level(mountpoint: &Path, level: &str) -> Result<()> {
-    set_attribute(mountpoint, crate::fuse::LOG_LEVEL, level.as_bytes()).map_err(|error| {
+    attributes::set(mountpoint, crate::fuse::LOG_LEVEL, level.as_bytes()).map_err(|error| {
         match error.raw_os_error() {
             Some(libc::EINVAL) => anyhow::anyhow!(
                 "{level:?} is not a log level (error, warn, info, debug, trace, or a filter such as bucketfs=debug)"
@@ -301,7 +285,7 @@ pub fn set_log_level(mountpoint: &Path, level: &str) -> Result<()> {
             Some(libc::EPERM) | Some(libc::EACCES) => {
                 anyhow::anyhow!("only root or the user running the mount may change its log level")
             }
-            Some(libc::ENOTSUP) | Some(libc::ENODATA) => {
+            _ if attributes::not_bucketfs(&error) => {
                 anyhow::anyhow!("{} is not a bucketfs mount", mountpoint.display())
             }
             _ => anyhow::Error::new(error).context(format!("setting the log level of {}", mountpoint.display())),
@@ -315,24 +299,14 @@ pub fn set_log_level(mountpoint: &Path, level: &str) -> Result<()> {
 /// (by reading an attribute of the mount's root that only bucketfs answers), waits, and
 /// prints the new index's size.
 pub fn refresh(mountpoint: &Path) -> Result<()> {
-    let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
-        .context("the mount point's path holds a NUL byte")?;
-    let name = std::ffi::CString::new(INDEX_REFRESH).context("attribute name")?;
     let started = std::time::Instant::now();
-    let mut status = vec![0u8; 64 * 1024];
-    // SAFETY: both strings are NUL-terminated and live across the call; `status` is
-    // writable for the length passed.
-    let length = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), status.as_mut_ptr().cast(), status.len()) };
-    if length < 0 {
-        let error = std::io::Error::last_os_error();
-        return Err(match error.raw_os_error() {
-            Some(libc::ENODATA) | Some(libc::EOPNOTSUPP) => {
-                anyhow::anyhow!("{} is not a bucketfs mount with --index", mountpoint.display())
-            }
-            _ => anyhow::Error::new(error).context(format!("refreshing the index of {}", mountpoint.display())),
-        });
-    }
-    status.truncate(length as usize);
+    let status = attributes::get(mountpoint, INDEX_REFRESH).map_err(|error| {
+        if attributes::not_bucketfs(&error) {
+            anyhow::anyhow!("{} is not a bucketfs mount with --index", mountpoint.display())
+        } else {
+            anyhow::Error::new(error).context(format!("refreshing the index of {}", mountpoint.display()))
+        }
+    })?;
     // A closed standard output (`bucketfs refresh MNT | head -1`) is not an error of the
     // refresh, which is done: the report is best effort.
     let mut out = std::io::stdout().lock();
@@ -618,15 +592,13 @@ fn store_config(args: &MountArgs) -> Result<StoreConfig> {
 
 /// Checks with one LIST that the source's bucket exists and can be read.
 async fn check_source(spec: &SourceSpec, store: Arc<S3Store>) -> Result<Source> {
-    {
-        match store.list(&spec.prefix, None, Some(1), false).await {
-            Ok(_) => Ok(Source {
-                mount_name: spec.mount_name.clone(),
-                store: store as Arc<dyn ObjectStore>,
-                prefix: spec.prefix.clone(),
-            }),
-            Err(error) => Err(explain(spec, error)),
-        }
+    match store.list(&spec.prefix, None, Some(1), false).await {
+        Ok(_) => Ok(Source {
+            mount_name: spec.mount_name.clone(),
+            store: store as Arc<dyn ObjectStore>,
+            prefix: spec.prefix.clone(),
+        }),
+        Err(error) => Err(explain(spec, error)),
     }
 }
 

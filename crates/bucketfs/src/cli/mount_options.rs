@@ -89,9 +89,10 @@ fn translate(option: &str) -> Result<Vec<String>, String> {
     match (name, value) {
         ("ro", None) => return Ok(vec!["--read-only".into()]),
         ("umask", Some(umask)) => {
-            let umask = u16::from_str_radix(umask, 8).ok().filter(|u| *u <= 0o777);
-            let umask =
-                umask.ok_or_else(|| format!("-o umask={} is not an octal mask such as 022", value.unwrap_or("")))?;
+            let umask = u16::from_str_radix(umask, 8)
+                .ok()
+                .filter(|u| *u <= 0o777)
+                .ok_or_else(|| format!("-o umask={umask} is not an octal mask such as 022"))?;
             return Ok(vec![format!("--file-mode={:o}", 0o666 & !umask), format!("--dir-mode={:o}", 0o777 & !umask)]);
         }
         _ => {}

@@ -11,6 +11,7 @@
 //! decides when to end; SIGINT and SIGQUIT from the terminal reach the command directly
 //! (same process group), and `run` itself ignores them so that it stays to clean up.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -58,24 +59,27 @@ fn run_command(args: RunArgs) -> Result<i32> {
     if mount.iter().any(|a| a == "--foreground" || a == "-f") {
         bail!("bucketfs run keeps its mount in the foreground itself: leave out --foreground");
     }
-    let private = match &args.mountpoint {
-        Some(_) => None,
-        None => Some(tempfile::Builder::new().prefix("bucketfs-run-").tempdir().context("making a mount point")?),
+    // Removed when `run` ends, after the unmount.
+    let mut private = None;
+    let mountpoint: PathBuf = match &args.mountpoint {
+        Some(dir) => dir.canonicalize().with_context(|| format!("mount point {}", dir.display()))?,
+        None => {
+            let dir = tempfile::Builder::new().prefix("bucketfs-run-").tempdir().context("making a mount point")?;
+            private.insert(dir).path().to_owned()
+        }
     };
-    let mountpoint: PathBuf = match (&args.mountpoint, &private) {
-        (Some(dir), _) => dir.canonicalize().with_context(|| format!("mount point {}", dir.display()))?,
-        (None, Some(dir)) => dir.path().to_owned(),
-        (None, None) => unreachable!("a private mount point is made when none is given"),
-    };
-    let mut mount_line = vec!["bucketfs run".to_owned(), "--foreground".to_owned()];
-    mount_line.extend(mount.iter().cloned());
-    mount_line.push(mountpoint.to_string_lossy().into_owned());
-    // Bad options fail here, with clap's message, before anything starts.
-    if let Err(error) = MountLine::try_parse_from(&mount_line) {
+    // `bucketfs mount`'s arguments; bad options fail here, with clap's message, before
+    // anything starts.
+    let mut mount_line: Vec<OsString> = vec!["--foreground".into()];
+    mount_line.extend(mount.iter().map(OsString::from));
+    mount_line.push(mountpoint.clone().into_os_string());
+    if let Err(error) =
+        MountLine::try_parse_from(std::iter::once(OsString::from("bucketfs run")).chain(mount_line.clone()))
+    {
         error.exit();
     }
 
-    let mut daemon = start_mount(mount, &mountpoint)?;
+    let mut daemon = start_mount(&mount_line, &mountpoint)?;
     let outcome = run_in_mount(command, &mountpoint);
     let stored = stop_mount(&mut daemon, &mountpoint);
     let command_code = match outcome {
@@ -94,12 +98,12 @@ fn run_command(args: RunArgs) -> Result<i32> {
     }
 }
 
-/// Starts `bucketfs mount --foreground OPTIONS SOURCES MOUNTPOINT` and waits until the
-/// mount answers; the daemon's messages go to our standard error.
-fn start_mount(mount: &[String], mountpoint: &Path) -> Result<std::process::Child> {
+/// Starts `bucketfs mount MOUNT_LINE` (`--foreground OPTIONS SOURCES MOUNTPOINT`) and
+/// waits until the mount answers; the daemon's messages go to our standard error.
+fn start_mount(mount_line: &[OsString], mountpoint: &Path) -> Result<std::process::Child> {
     let exe = std::env::current_exe().context("finding the bucketfs executable")?;
     let mut command = Command::new(exe);
-    command.arg("mount").arg("--foreground").args(mount).arg(mountpoint).stdin(Stdio::null()).stdout(Stdio::null());
+    command.arg("mount").args(mount_line).stdin(Stdio::null()).stdout(Stdio::null());
     // SAFETY: prctl only sets a process attribute; it is async-signal-safe. If `run` dies,
     // the daemon gets SIGTERM, unmounts and stores what was written.
     unsafe {

@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,13 +26,16 @@ pub struct MountState {
     started: Instant,
     /// S3 requests sent so far, at each of the last ticks.
     requests: Mutex<VecDeque<(Instant, u64)>>,
+    /// The data cache's bytes at the last tick: a file read, kept off the FUSE thread
+    /// that answers `bucketfs status`.
+    cache_bytes: AtomicU64,
 }
 
 impl MountState {
     pub fn new(fs: Arc<Fs>, memory: Arc<MemoryLimiter>, sources: String) -> Arc<Self> {
         let started = Instant::now();
         let requests = Mutex::new(VecDeque::from([(started, crate::metrics::s3_requests_so_far())]));
-        Arc::new(Self { fs, memory, sources, started, requests })
+        Arc::new(Self { fs, memory, sources, started, requests, cache_bytes: AtomicU64::new(0) })
     }
 
     /// Samples the state once a second, for the rate and the metrics' gauges.
@@ -53,14 +57,16 @@ impl MountState {
                 requests.pop_front();
             }
         }
-        let (files_open_for_writing, uploads_in_background) = self.fs.writing();
         let cache = self.fs.data_cache();
+        if let Some(cache) = cache {
+            self.cache_bytes.store(cache.bytes(), Ordering::Relaxed);
+        }
         crate::metrics::sample(crate::metrics::Sample {
             memory_used: self.memory.used(),
             memory_limit: self.memory.limit(),
-            files_open_for_writing,
-            uploads_in_background,
-            cache_bytes: cache.map(|cache| cache.bytes()),
+            files_open_for_writing: self.fs.files_open_for_writing(),
+            uploads_in_background: self.fs.uploads_after_close().0,
+            cache_bytes: cache.map(|_| self.cache_bytes.load(Ordering::Relaxed)),
             cache_cap: cache.map(|cache| cache.cap()),
         });
     }
@@ -78,10 +84,10 @@ impl MountState {
 
     /// `key: value` lines.
     pub fn report(&self) -> String {
-        let (writing, _) = self.fs.writing();
+        let writing = self.fs.files_open_for_writing();
         let (uploads, upload_bytes) = self.fs.uploads_after_close();
         let cache = match self.fs.data_cache() {
-            Some(cache) => format!("{} of {}", size(cache.bytes()), size(cache.cap())),
+            Some(cache) => format!("{} of {}", size(self.cache_bytes.load(Ordering::Relaxed)), size(cache.cap())),
             None => "off".to_owned(),
         };
         let uptime = Duration::from_secs(self.started.elapsed().as_secs());
@@ -156,22 +162,12 @@ pub(super) fn uploads_left(report: &str) -> Option<(u64, u64)> {
 }
 
 pub(super) fn read_status(mountpoint: &Path) -> Result<String> {
-    let path = std::ffi::CString::new(mountpoint.as_os_str().as_encoded_bytes())
-        .context("the mount point's path holds a NUL byte")?;
-    let name = std::ffi::CString::new(crate::fuse::STATUS).context("attribute name")?;
-    let mut value = vec![0u8; 64 * 1024];
-    // SAFETY: both strings are NUL-terminated and live across the call; `value` is
-    // writable for the length passed.
-    let length = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
-    if length < 0 {
-        let error = std::io::Error::last_os_error();
-        return Err(match error.raw_os_error() {
-            Some(libc::ENODATA) | Some(libc::EOPNOTSUPP) => {
-                anyhow::anyhow!("{} is not a bucketfs mount", mountpoint.display())
-            }
-            _ => anyhow::Error::new(error).context(format!("asking {}", mountpoint.display())),
-        });
-    }
-    value.truncate(length as usize);
-    Ok(String::from_utf8_lossy(&value).into_owned())
+    let report = super::attributes::get(mountpoint, crate::fuse::STATUS).map_err(|error| {
+        if super::attributes::not_bucketfs(&error) {
+            anyhow::anyhow!("{} is not a bucketfs mount", mountpoint.display())
+        } else {
+            anyhow::Error::new(error).context(format!("asking {}", mountpoint.display()))
+        }
+    })?;
+    Ok(String::from_utf8_lossy(&report).into_owned())
 }

@@ -311,7 +311,6 @@ impl Fs {
         }
     }
 
-    /// A reader of the object behind `ino`, pinned to its current ETag (also returned).
     /// Reads the cache files of the small files listed after `ino` (see `small_ahead`).
     fn read_small_files_ahead(&self, ino: Ino) {
         let Some(ahead) = &self.small_files_ahead else { return };
@@ -323,6 +322,7 @@ impl Fs {
         ahead.read_ahead(next);
     }
 
+    /// A reader of the object behind `ino`, pinned to its current ETag (also returned).
     async fn object_reader(&self, ino: Ino) -> Result<(Arc<ReadHandle>, Option<String>), FsError> {
         let node = self.namespace.getattr(ino).await?;
         let Location::File { source, key } = &node.location else {
@@ -597,18 +597,22 @@ impl Fs {
         Ok(self.attr(&self.complete(node).await?))
     }
 
-    /// Files open for writing now, and uploads `close()` left running (`--write-back`).
-    pub fn writing(&self) -> (usize, usize) {
-        let background = self.write_back.as_ref().map_or(0, |room| WRITE_BACK_UPLOADS - room.available_permits());
-        (self.writers.lock().len(), background)
+    pub fn files_open_for_writing(&self) -> usize {
+        self.writers.lock().len()
     }
 
-    /// Files closed whose upload is still running (`--write-back`), and their bytes.
+    /// Files closed whose upload is still running (`--write-back`: the upload holds the
+    /// writer's `background` lock), and their bytes.
     pub fn uploads_after_close(&self) -> (usize, u64) {
-        let handed_off: Vec<Ino> =
-            self.writers.lock().values().filter(|w| w.handed_off.load(Ordering::Acquire)).map(|w| w.ino).collect();
-        let bytes = handed_off.iter().filter_map(|&ino| self.namespace.node(ino).ok()).map(|node| node.size).sum();
-        (handed_off.len(), bytes)
+        let running: Vec<Ino> = self
+            .writers
+            .lock()
+            .values()
+            .filter(|w| w.handed_off.load(Ordering::Acquire) && w.background.try_lock().is_err())
+            .map(|w| w.ino)
+            .collect();
+        let bytes = running.iter().filter_map(|&ino| self.namespace.node(ino).ok()).map(|node| node.size).sum();
+        (running.len(), bytes)
     }
 
     /// The mount's data cache, if it has one.

@@ -10,6 +10,7 @@ mod io_modes;
 
 use std::ffi::OsStr;
 use std::future::Future;
+use std::os::unix::ffi::OsStringExt as _;
 use std::path::Path;
 use std::sync::Arc;
 use std::task::Context;
@@ -449,8 +450,7 @@ impl Filesystem for FuseAdapter {
                         // hide it until the TTL. Sent after the reply: the kernel holds the
                         // directory's lock during setxattr, which the invalidation takes.
                         if let Some(notifier) = notifier.get().cloned() {
-                            let name = std::os::unix::ffi::OsStringExt::from_vec(deleted);
-                            let name: std::ffi::OsString = name;
+                            let name = std::ffi::OsString::from_vec(deleted);
                             tokio::task::spawn_blocking(move || notifier.inval_entry(ino, &name));
                         }
                     }

@@ -832,7 +832,10 @@ impl S3Store {
                     }
                 }
             }
-            if page.is_truncated() != Some(true) {
+            // Keys come in order, `key` first among those it prefixes: once another shows,
+            // every version of `key` has been seen.
+            let past_key = page.versions().iter().map(|v| v.key()).chain(page.delete_markers().iter().map(|m| m.key()));
+            if page.is_truncated() != Some(true) || past_key.into_iter().any(|other| other != Some(key)) {
                 break;
             }
             key_marker = page.next_key_marker().map(str::to_owned);
