@@ -12,7 +12,13 @@ use sha2::{Digest, Sha256};
 use common::*;
 
 const FILES: usize = 100;
-const FILE_SIZE: usize = 64 * MIB;
+/// 32 MiB: the 100 writers still ask four times the budget in part buffers, and MinIO's
+/// disk holds 6.4 GB of objects at the peak (64 MiB files needed 12.8 GB, and MinIO
+/// refused writes as XMinioStorageFull on a CI machine with less free).
+const FILE_SIZE: usize = 32 * MIB;
+/// Free bytes this test needs on the disk holding MinIO's data: the objects, with room
+/// for MinIO's own reserve and spilled part buffers.
+const DISK_NEEDED: u64 = 3 * (FILES * FILE_SIZE) as u64;
 const MEMORY_LIMIT_MIB: u64 = 512;
 /// What the daemon may hold besides the budget: the runtime and SDK, the kernel's
 /// requests in flight (up to 1 MiB each), per-file state and allocator slack. Measured on
@@ -35,11 +41,18 @@ fn expected_sha(seed: usize) -> String {
     hex::encode(hash.finalize())
 }
 
-/// 100 readers of different 64 MiB objects and 100 writers of new 64 MiB files at once,
+/// 100 readers of different 32 MiB objects and 100 writers of new 32 MiB files at once,
 /// `--memory-limit 512MiB`: every file reads and stores the right bytes (sha256), and the
 /// daemon's peak RSS stays within the limit plus a fixed overhead.
 #[test]
 fn hundred_readers_and_hundred_writers_within_the_memory_limit() {
+    let available = minio_disk_available();
+    assert!(
+        available >= DISK_NEEDED,
+        "this test needs {} MiB free on the disk holding MinIO's data; {} MiB are available",
+        DISK_NEEDED >> 20,
+        available >> 20
+    );
     let b = create_bucket("load");
     // The objects to read, put 8 at a time, each generated as it is sent.
     let expected: Vec<String> = run_with_timeout("putting the objects", Duration::from_secs(600), {
@@ -94,7 +107,7 @@ fn hundred_readers_and_hundred_writers_within_the_memory_limit() {
     });
     let elapsed = started.elapsed();
     let peak_mib = peak_rss_kib(pid) / 1024;
-    eprintln!("100 readers + 100 writers of 64 MiB: {elapsed:?}, daemon peak RSS {peak_mib} MiB (limit {MEMORY_LIMIT_MIB} MiB)");
+    eprintln!("100 readers + 100 writers of 32 MiB: {elapsed:?}, daemon peak RSS {peak_mib} MiB (limit {MEMORY_LIMIT_MIB} MiB)");
     for result in results {
         let (what, seed, sha, len) = result.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(len, FILE_SIZE as u64, "{what} {seed}: size");

@@ -82,9 +82,8 @@ impl DataCache {
         std::fs::create_dir_all(&objects)?;
         let usage = root.join("usage");
         OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&usage)?;
-        let disk = nix::sys::statvfs::statvfs(&root)?;
-        let disk_size = disk.blocks() as u64 * disk.fragment_size() as u64;
-        let cap = cap.unwrap_or((disk_size as f64 * DEFAULT_SHARE) as u64);
+        let disk = Disk::of(&root)?;
+        let cap = cap.unwrap_or((disk.size as f64 * DEFAULT_SHARE) as u64);
         let cache = Arc::new(Self {
             objects,
             usage,
@@ -206,11 +205,7 @@ impl DataCache {
     fn with_usage(&self, change: impl FnOnce(u64, u64) -> io::Result<u64>) -> io::Result<u64> {
         let locked = lock_usage(&self.usage)?;
         let (bytes, _) = read_usage(&locked);
-        let disk = nix::sys::statvfs::statvfs(&self.objects)?;
-        let unit = disk.fragment_size() as u64;
-        let free = disk.blocks_available() as u64 * unit;
-        let keep_free = (disk.blocks() as u64 * unit) as f64 * KEEP_FREE;
-        let disk_room = (bytes + free).saturating_sub(keep_free as u64);
+        let disk_room = Disk::of(&self.objects)?.room_for_cache(bytes);
         let updated = change(bytes, self.cap.min(disk_room))?;
         write_usage(&locked, updated, self.cap)?;
         Ok(updated)
@@ -220,6 +215,40 @@ impl DataCache {
         if !self.warned.swap(true, Ordering::Relaxed) {
             tracing::warn!("data cache: {what} failed ({error}); reads go on without the cache where it fails");
         }
+    }
+}
+
+/// The file system holding the cache, as this process can use it.
+#[derive(Debug, Clone, Copy)]
+struct Disk {
+    /// Bytes used plus bytes available, as `df` counts its Use%: blocks reserved for
+    /// another user (root's share, or a `resuid` reservation, which on our CI machines
+    /// is most of the disk) are neither free for the cache nor part of its share.
+    size: u64,
+    available: u64,
+}
+
+impl Disk {
+    fn of(path: &Path) -> io::Result<Self> {
+        let stat = nix::sys::statvfs::statvfs(path)?;
+        Ok(Self::from_blocks(
+            stat.fragment_size() as u64,
+            stat.blocks() as u64,
+            stat.blocks_free() as u64,
+            stat.blocks_available() as u64,
+        ))
+    }
+
+    /// From `statvfs`'s counts: blocks of `unit` bytes in all, free, and free for us.
+    fn from_blocks(unit: u64, blocks: u64, free: u64, available: u64) -> Self {
+        let used = blocks.saturating_sub(free) * unit;
+        Self { size: used + available * unit, available: available * unit }
+    }
+
+    /// The most the cache may take, holding `cache_bytes` now: those plus what is
+    /// available, less the share of the disk always left free.
+    fn room_for_cache(self, cache_bytes: u64) -> u64 {
+        (cache_bytes + self.available).saturating_sub((self.size as f64 * KEEP_FREE) as u64)
     }
 }
 
@@ -391,6 +420,21 @@ mod tests {
         let counted = read_usage(&File::open(&cache.usage).expect("usage")).0;
         assert!(counted >= 2 * BLOCK_SIZE, "a's block (being written) and c's are counted: {counted}");
         drop(being_written);
+    }
+
+    /// A disk of 252 GB of which 160 GB are reserved for another user, 77 GB used and
+    /// 15 GB available (a CI machine's): the cache's share is of the 92 GB this process
+    /// reaches, so it may grow by 15 - 4.6 GB; counting the reserved blocks as disk kept
+    /// 12.6 GB free and left it 2.4 GB, none once a build had taken them.
+    #[test]
+    fn reserved_blocks_are_not_part_of_the_disk() {
+        const GB: u64 = 1_000_000_000;
+        let blocks = |bytes: u64| bytes / 1000;
+        let disk = Disk::from_blocks(1000, blocks(252 * GB), blocks(175 * GB), blocks(15 * GB));
+        assert_eq!(disk.room_for_cache(0), 15 * GB - 46 * GB / 10);
+        assert_eq!(disk.room_for_cache(GB), 16 * GB - 46 * GB / 10);
+        let nearly_full = Disk::from_blocks(1000, blocks(252 * GB), blocks(163 * GB), blocks(3 * GB));
+        assert_eq!(nearly_full.room_for_cache(GB), 0, "5% of the disk stays free");
     }
 
     #[test]

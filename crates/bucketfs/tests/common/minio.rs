@@ -120,6 +120,12 @@ fn make_certificate(dir: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(ca.join("ca.crt")).map_err(|e| format!("read the CA certificate: {e}"))
 }
 
+/// Bytes available on the disk that holds the data of the MinIO servers tests start.
+pub fn minio_disk_available() -> u64 {
+    let stat = nix::sys::statvfs::statvfs(&tmp_root()).expect("statvfs of the temporary directory");
+    stat.blocks_available() as u64 * stat.fragment_size() as u64
+}
+
 fn tmp_root() -> PathBuf {
     std::env::temp_dir()
 }
