@@ -214,6 +214,11 @@ pub struct MountArgs {
     /// and kept in the saved index; 0 fetches them on first `stat` only.
     #[arg(long, default_value_t = 100, value_name = "HEADS", requires = "index")]
     pub index_attributes_rate: u32,
+    /// Versioned buckets: each directory has a read-only `.versions/` (reached by name,
+    /// never listed): `.versions/NAME/` holds a file per stored version of NAME, named by
+    /// the time it was stored, also for deleted files.
+    #[arg(long)]
+    pub show_versions: bool,
     /// Mount read-only: every change is refused with EROFS.
     #[arg(long)]
     pub read_only: bool,

@@ -208,7 +208,8 @@ fn open_data_cache(dir: &Path, cap: Option<u64>) -> Result<Arc<DataCache>> {
 fn namespace(args: &MountArgs, sources: Vec<Source>) -> Namespace {
     let namespace = Namespace::new(sources, args.metadata_ttl)
         .with_flat_listing(!args.no_flat_listing)
-        .with_contents_on_disk(args.cache.is_some());
+        .with_contents_on_disk(args.cache.is_some())
+        .with_versions(args.show_versions);
     if !args.index {
         return namespace;
     }

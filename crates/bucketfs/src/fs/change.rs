@@ -57,6 +57,7 @@ impl Fs {
         let value = value.map(xattrs::settable_value).transpose()?;
         self.settle(ino).await;
         let node = self.namespace.with_metadata(self.namespace.getattr(ino).await?).await?;
+        Self::check_changeable(&node)?;
         let exists = node.metadata.as_deref().is_some_and(|m| m.user.contains_key(key));
         match (value.is_some(), exists) {
             (true, true) if flags & libc::XATTR_CREATE != 0 => return Err(FsError::Exists),
@@ -82,6 +83,7 @@ impl Fs {
     /// Asking for what is already shown costs nothing.
     pub async fn setattr(&self, ino: Ino, change: AttrChange) -> Result<FileAttr, FsError> {
         self.settle(ino).await;
+        Self::check_changeable(&self.namespace.node(ino)?)?;
         let mut current = self.getattr(ino).await?;
         if let Some(size) = change.size {
             current = self.truncate(ino, size).await?;

@@ -67,7 +67,7 @@ impl From<NamespaceError> for FsError {
             NamespaceError::Exists => FsError::Exists,
             NamespaceError::NameTooLong => FsError::NameTooLong,
             NamespaceError::InvalidName => FsError::Invalid("file name"),
-            NamespaceError::SourceListReadOnly => FsError::ReadOnly,
+            NamespaceError::ReadOnlyView => FsError::ReadOnly,
             NamespaceError::Store(store) => FsError::Store(store),
         }
     }
@@ -243,7 +243,7 @@ mod tests {
             (NamespaceError::Exists.into(), "Exists"),
             (NamespaceError::NameTooLong.into(), "NameTooLong"),
             (NamespaceError::InvalidName.into(), "Invalid"),
-            (NamespaceError::SourceListReadOnly.into(), "ReadOnly"),
+            (NamespaceError::ReadOnlyView.into(), "ReadOnly"),
             (NamespaceError::Store(StoreError::NotFound).into(), "Store(NotFound)"),
             (WriteError::Committed.into(), "Committed"),
             (WriteError::RewriteOfSentBytes.into(), "Unsupported"),

@@ -29,7 +29,7 @@ use tokio::sync::Semaphore;
 
 use crate::datacache::{DataCache, ObjectId};
 use crate::memory::MemoryLimiter;
-use crate::namespace::{DirStream, Ino, Listed, Location, Namespace, Node};
+use crate::namespace::{DirStream, History, Ino, Listed, Location, Namespace, Node};
 use crate::read::{CacheLink, ReadConfig, ReadHandle};
 use crate::store::Metadata;
 use crate::write::journal::Journal;
@@ -325,13 +325,18 @@ impl Fs {
     /// A reader of the object behind `ino`, pinned to its current ETag (also returned).
     async fn object_reader(&self, ino: Ino) -> Result<(Arc<ReadHandle>, Option<String>), FsError> {
         let node = self.namespace.getattr(ino).await?;
-        let Location::File { source, key } = &node.location else {
-            return Err(FsError::IsDir);
+        let (source, key, version) = match &node.location {
+            Location::File { source, key } => (source, key, None),
+            Location::History(History::Version { source, key, id }) => (source, key, Some(id)),
+            _ => return Err(FsError::IsDir),
         };
         let store = self.namespace.store(*source).clone();
         let config = self.read_config.clone();
         let mut reader =
             ReadHandle::new(store.clone(), key, node.etag.as_deref(), node.size, config, self.memory.clone());
+        if let Some(id) = version {
+            reader = reader.of_version(id);
+        }
         // Blocks are named by the object's version: without an ETag there is no name.
         if let (Some(cache), Some(etag)) = (&self.data_cache, &node.etag) {
             let id = ObjectId { location: store.location(), key: key.clone(), etag: etag.clone(), size: node.size };
@@ -422,6 +427,7 @@ impl Fs {
     async fn open_for_writing(&self, ino: Ino, flags: i32, caller: Caller) -> Result<Opened, FsError> {
         self.check_writable()?;
         let node = self.namespace.getattr(ino).await?;
+        Self::check_changeable(&node)?;
         let Location::File { source, key } = &node.location else {
             return Err(FsError::IsDir);
         };
@@ -732,6 +738,7 @@ impl Fs {
     pub async fn unlink(&self, parent: Ino, name: &str) -> Result<(), FsError> {
         self.check_writable()?;
         let node = self.namespace.lookup(parent, name).await?;
+        Self::check_changeable(&node)?;
         let Location::File { source, key } = &node.location else {
             return Err(FsError::IsDir);
         };
@@ -754,6 +761,7 @@ impl Fs {
     pub async fn rmdir(&self, parent: Ino, name: &str) -> Result<(), FsError> {
         self.check_writable()?;
         let node = self.namespace.lookup(parent, name).await?;
+        Self::check_changeable(&node)?;
         let Location::Dir { source, prefix } = &node.location else {
             return Err(FsError::NotDir);
         };
@@ -841,6 +849,15 @@ impl Fs {
         }
     }
 
+    /// `node` may be changed: it is not in the view of versions, which only shows what
+    /// the store keeps.
+    fn check_changeable(node: &Node) -> Result<(), FsError> {
+        match node.location {
+            Location::History(_) => Err(FsError::ReadOnly),
+            _ => Ok(()),
+        }
+    }
+
     fn new_upload(&self, source: usize, key: String, create_only: bool, metadata: Metadata) -> Upload {
         let store = self.namespace.store(source).clone();
         let config = &self.write_config;
@@ -911,7 +928,12 @@ impl Fs {
 
     fn attr(&self, node: &Node) -> FileAttr {
         let stored = node.metadata.as_deref().map(StoredAttrs::from_metadata).unwrap_or_default();
-        self.attr_of(node.ino, node.size, node.mtime, node.touched, node.location.is_dir(), stored)
+        let attr = self.attr_of(node.ino, node.size, node.mtime, node.touched, node.location.is_dir(), stored);
+        match node.location {
+            // The view of versions cannot be changed: shown without write permission.
+            Location::History(_) => FileAttr { perm: attr.perm & !0o222, ..attr },
+            _ => attr,
+        }
     }
 
     /// `mtime` is the node's own (Last-Modified, or the time of the last write);

@@ -30,6 +30,9 @@ impl Fs {
         if no_replace && target.is_some() {
             return Err(FsError::Exists);
         }
+        if target.as_ref().is_some_and(|t| matches!(t.location, Location::History(_))) {
+            return Err(FsError::ReadOnly); // onto the view of versions
+        }
         // Uploads left running by close() (--write-back) must land before they are moved,
         // and must not land on the target after the move.
         if node.location.is_dir() {
@@ -54,6 +57,7 @@ impl Fs {
                 self.rename_dir(&node, prefix, from, to, format!("{to_key}/"), target.is_some()).await
             }
             (Location::SourceList, _) => Err(FsError::NotPermitted),
+            (Location::History(_), _) => Err(FsError::ReadOnly),
         }
     }
 

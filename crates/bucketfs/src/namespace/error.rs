@@ -21,9 +21,10 @@ pub enum NamespaceError {
     /// A name to create that no file can have: empty, `.`, `..`, or holding NUL.
     #[error("invalid argument: file name")]
     InvalidName,
-    /// An entry to create in the root of a multiplexed mount, which holds only the sources.
+    /// A change in a directory that only shows what is there: the root of a multiplexed
+    /// mount (it holds the sources), or the view of versions (`.versions`).
     #[error("read-only file system")]
-    SourceListReadOnly,
+    ReadOnlyView,
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+use super::versions::History;
 use crate::store::{Metadata, ObjectInfo};
 
 pub type Ino = u64;
@@ -27,11 +28,13 @@ pub enum Location {
     Dir { source: usize, prefix: String },
     /// One object.
     File { source: usize, key: String },
+    /// A place in the read-only view of the bucket's versions (`--show-versions`).
+    History(History),
 }
 
 impl Location {
     pub fn is_dir(&self) -> bool {
-        !matches!(self, Location::File { .. })
+        !matches!(self, Location::File { .. } | Location::History(History::Version { .. }))
     }
 }
 
@@ -312,7 +315,10 @@ impl InodeTable {
             let key = match &mut node.location {
                 Location::File { key, .. } => key,
                 Location::Dir { prefix, .. } => prefix,
-                Location::SourceList => continue,
+                // The view of a moved directory shows the history of its new keys; a
+                // version stays the old key's (it is still there, and may be open).
+                Location::History(History::Names { prefix: key, .. } | History::Versions { key, .. }) => key,
+                Location::SourceList | Location::History(History::Version { .. }) => continue,
             };
             if let Some(rest) = key.strip_prefix(old_key) {
                 *key = format!("{new_key}{rest}");

@@ -159,7 +159,8 @@ impl Namespace {
     /// entry is still there; returns it.
     async fn fetch_metadata(&self, ino: Ino, location: &Location) -> Result<Fetched, NamespaceError> {
         let fetched = match location {
-            Location::SourceList => Fetched::Marker(Arc::default()),
+            // The view of versions shows no stored attributes (entered with empty ones).
+            Location::SourceList | Location::History(_) => Fetched::Marker(Arc::default()),
             Location::Dir { source, prefix } => {
                 Fetched::Marker(self.marker_metadata(self.store(*source), prefix).await?)
             }

@@ -27,6 +27,7 @@ mod metadata;
 pub mod names;
 mod readdir;
 mod subtree;
+mod versions;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -42,6 +43,7 @@ use inode::{Attributes, InodeTable};
 pub use inode::{Copied, Ino, Location, Node, ROOT_INO};
 use listing::Entry;
 pub use readdir::{DirStream, Listed};
+pub use versions::{History, VERSIONS_DIR};
 
 /// After this many lookups in one directory go to the store within the TTL, the
 /// directory is listed whole instead (`stat` of many names costs a few LISTs, not two
@@ -77,6 +79,8 @@ pub struct Namespace {
     small_contents_with_metadata: bool,
     /// The listing index of each source (`--index`).
     indexes: Option<Arc<Indexes>>,
+    /// Whether each directory has a `.versions` view (`--show-versions`; see `versions`).
+    show_versions: bool,
 }
 
 impl Namespace {
@@ -103,6 +107,7 @@ impl Namespace {
             flat_listing: true,
             small_contents_with_metadata: true,
             indexes: None,
+            show_versions: false,
         }
     }
 
@@ -110,6 +115,12 @@ impl Namespace {
     /// Their refreshes run once [`Indexes::refresh_periodically`] is spawned.
     pub fn with_index(mut self, options: &IndexOptions) -> Self {
         self.indexes = Some(Arc::new(Indexes::load(&self.sources, options)));
+        self
+    }
+
+    /// Shows a `.versions` view in each directory (see `versions`).
+    pub fn with_versions(mut self, on: bool) -> Self {
+        self.show_versions = on;
         self
     }
 
@@ -198,8 +209,14 @@ impl Namespace {
                 let state = self.state.lock();
                 return state.inodes.child(ROOT_INO, name).cloned().ok_or(NamespaceError::NotFound);
             }
+            Location::History(history) => return self.lookup_history(parent, history, name).await,
             Location::Dir { source, prefix } => (*source, prefix.clone()),
         };
+        if name == VERSIONS_DIR {
+            if let Some(view) = self.versions_dir(parent, source, &prefix) {
+                return Ok(view);
+            }
+        }
         if names::check_component(name).is_err() {
             return Err(if name.len() > names::MAX_NAME {
                 NamespaceError::NameTooLong
@@ -323,10 +340,11 @@ impl Namespace {
         let node = self.node(dir).inspect_err(|_| {
             tracing::warn!(ino = dir, "listing of an inode the table no longer holds");
         })?;
-        let inner = match node.location {
-            Location::File { .. } => return Err(NamespaceError::NotDir),
-            Location::SourceList => None,
-            Location::Dir { source, prefix } => Some((source, prefix)),
+        let (inner, history) = match node.location {
+            Location::File { .. } | Location::History(History::Version { .. }) => return Err(NamespaceError::NotDir),
+            Location::History(history) => (None, Some(history)),
+            Location::SourceList => (None, None),
+            Location::Dir { source, prefix } => (Some((source, prefix)), None),
         };
         let now = Instant::now();
         let (pending, cached) = {
@@ -338,6 +356,7 @@ impl Namespace {
             dir,
             parent: node.parent,
             inner,
+            history,
             merger: None,
             token: None,
             done: false,
@@ -387,9 +406,9 @@ impl Namespace {
     pub fn dir_location(&self, parent: Ino) -> Result<(usize, String), NamespaceError> {
         match self.node(parent)?.location {
             Location::Dir { source, prefix } => Ok((source, prefix)),
-            Location::File { .. } => Err(NamespaceError::NotDir),
+            Location::File { .. } | Location::History(History::Version { .. }) => Err(NamespaceError::NotDir),
             // The root of a multiplexed mount only holds the sources.
-            Location::SourceList => Err(NamespaceError::SourceListReadOnly),
+            Location::SourceList | Location::History(_) => Err(NamespaceError::ReadOnlyView),
         }
     }
 

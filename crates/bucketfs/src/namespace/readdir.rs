@@ -10,6 +10,7 @@ use super::dir_state::MAX_CACHED_LISTING;
 use super::index::DirListing;
 use super::inode::{Ino, Node, ROOT_INO};
 use super::listing::ListingMerger;
+use super::versions::History;
 use super::{Namespace, NamespaceError};
 
 /// Entries served per batch from a cached listing (a store page holds 1,000 keys too).
@@ -28,6 +29,8 @@ pub struct DirStream {
     pub parent: Ino,
     /// (source, prefix) of a directory in a bucket; `None` for the multiplexed root.
     pub(super) inner: Option<(usize, String)>,
+    /// A directory of the view of versions, listed whole at once.
+    pub(super) history: Option<History>,
     pub(super) merger: Option<ListingMerger>,
     pub(super) token: Option<String>,
     pub(super) done: bool,
@@ -53,6 +56,10 @@ impl DirStream {
     pub async fn next_batch(&mut self, namespace: &Namespace) -> Result<Vec<Listed>, NamespaceError> {
         if self.done {
             return Ok(Vec::new());
+        }
+        if let Some(history) = &self.history {
+            self.done = true;
+            return namespace.list_history(self.dir, history).await;
         }
         let Some((source, prefix)) = self.inner.clone() else {
             self.done = true;

@@ -110,6 +110,8 @@ pub struct ReadHandle {
     memory: Arc<MemoryLimiter>,
     /// The data cache, where the mount has one: fetches are then whole blocks.
     cache: Option<Arc<CacheLink>>,
+    /// An older version of the object to read (a `.versions` file), not the current one.
+    version_id: Option<Arc<str>>,
     state: Mutex<State>,
 }
 
@@ -130,6 +132,7 @@ impl ReadHandle {
             config,
             memory,
             cache: None,
+            version_id: None,
             state: Mutex::new(State {
                 segments: BTreeMap::new(),
                 frontier: 0,
@@ -146,6 +149,12 @@ impl ReadHandle {
     /// Reads go through the data cache (`link` names this object's version).
     pub fn with_cache(mut self, link: CacheLink) -> Self {
         self.cache = Some(Arc::new(link));
+        self
+    }
+
+    /// Reads version `id` of the object (a `.versions` file) instead of the current one.
+    pub fn of_version(mut self, id: &str) -> Self {
+        self.version_id = Some(id.into());
         self
     }
 
@@ -341,7 +350,8 @@ impl ReadHandle {
     fn start_fetch(&self, state: &mut State, range: Range<u64>, memory: Reservation) {
         let store = self.store.clone();
         let (key, etag) = self.object.read().clone();
-        let body = Arc::new(RangeBody::new(range.end - range.start, etag.as_deref()));
+        let body = RangeBody::new(range.end - range.start, etag.as_deref()).of_version(self.version_id.as_deref());
+        let body = Arc::new(body);
         let fetching = Finishing(body.clone());
         let offset = range.start;
         let cache = self.cache.clone();

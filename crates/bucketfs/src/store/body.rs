@@ -26,6 +26,8 @@ use super::StoreError;
 pub struct RangeBody {
     buffer: Arc<Buffer>,
     state: watch::Sender<Arrived>,
+    /// A version of a versioned bucket to read instead of the current one (`versionId`).
+    version_id: Option<String>,
 }
 
 struct Arrived {
@@ -42,7 +44,16 @@ impl RangeBody {
     /// if `None`: the first answer's is then pinned for the rest).
     pub fn new(len: u64, etag: Option<&str>) -> Self {
         let arrived = Arrived { received: 0, etag: etag.map(str::to_owned), outcome: None };
-        Self { buffer: Arc::new(Buffer::new(len as usize)), state: watch::Sender::new(arrived) }
+        Self { buffer: Arc::new(Buffer::new(len as usize)), state: watch::Sender::new(arrived), version_id: None }
+    }
+
+    /// The same body, fetched from version `id` of the object (a `.versions` file).
+    pub fn of_version(self, id: Option<&str>) -> Self {
+        Self { version_id: id.map(str::to_owned), ..self }
+    }
+
+    pub fn version_id(&self) -> Option<&str> {
+        self.version_id.as_deref()
     }
 
     pub fn len(&self) -> u64 {

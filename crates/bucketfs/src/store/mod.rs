@@ -46,6 +46,33 @@ pub struct Metadata {
     pub content_type: Option<String>,
 }
 
+/// One version of an object, or a delete marker, as `ListObjectVersions` returns it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VersionInfo {
+    pub key: String,
+    pub version_id: String,
+    pub mtime: SystemTime,
+    pub size: u64,
+    pub etag: Option<String>,
+    /// The current version (or delete marker) of the key.
+    pub is_latest: bool,
+    /// A delete marker: the key was deleted at `mtime`; there is no content.
+    pub deleted: bool,
+}
+
+/// The most versions one [`ObjectStore::list_versions`] returns: what a `.versions`
+/// view holds in memory at once.
+pub const MAX_VERSIONS_LISTED: usize = 100_000;
+
+/// The version of a key that an undelete makes current again: the newest that is not a
+/// delete marker, if the current one is a delete marker. `versions` are the key's.
+pub fn version_to_restore(versions: &[VersionInfo]) -> Result<&VersionInfo, StoreError> {
+    if versions.iter().any(|v| v.is_latest && !v.deleted) {
+        return Err(StoreError::AlreadyExists);
+    }
+    versions.iter().filter(|v| !v.deleted).max_by_key(|v| v.mtime).ok_or(StoreError::NotFound)
+}
+
 /// One page of a delimited listing (`delimiter = "/"`).
 #[derive(Clone, Debug, Default)]
 pub struct ListPage {
@@ -255,11 +282,45 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// `DeleteObject` (succeeds when the key does not exist).
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
 
+    /// The versions and delete markers of the keys directly under `prefix` (delimiter
+    /// `/`), in key order and newest first for each key; with `exact`, of the key
+    /// `prefix` alone. At most [`MAX_VERSIONS_LISTED`] (the oldest keys' first).
+    async fn list_versions(&self, prefix: &str, exact: bool) -> Result<Vec<VersionInfo>, StoreError> {
+        let _ = (prefix, exact);
+        Err(no_versions())
+    }
+
     /// On a versioned bucket, makes the newest version of `key` that is not a delete
-    /// marker current again (an undelete): `NotFound` if there is none, `AlreadyExists`
-    /// if the current version is not a delete marker. Returns what `key` is now.
+    /// marker current again (an undelete; see [`version_to_restore`]): `NotFound` if
+    /// there is none, `AlreadyExists` if the current version is not a delete marker.
+    /// Returns what `key` is now.
     async fn restore_latest_version(&self, key: &str) -> Result<ObjectInfo, StoreError> {
         let _ = key;
-        Err(StoreError::Other { message: "this store keeps no versions".into(), request_id: None })
+        Err(no_versions())
+    }
+}
+
+fn no_versions() -> StoreError {
+    StoreError::Other { message: "this store keeps no versions".into(), request_id: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn version(id: &str, second: u64, is_latest: bool, deleted: bool) -> VersionInfo {
+        let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(second);
+        VersionInfo { key: "k".into(), version_id: id.into(), mtime, size: 1, etag: None, is_latest, deleted }
+    }
+
+    #[test]
+    fn the_newest_version_before_the_delete_is_restored() {
+        let deleted = [version("m", 30, true, true), version("v2", 20, false, false), version("v1", 10, false, false)];
+        assert_eq!(version_to_restore(&deleted).map(|v| v.version_id.as_str()).ok(), Some("v2"));
+        let live = [version("v2", 20, true, false), version("v1", 10, false, false)];
+        assert!(matches!(version_to_restore(&live), Err(StoreError::AlreadyExists)));
+        assert!(matches!(version_to_restore(&[version("m", 30, true, true)]), Err(StoreError::NotFound)));
+        assert!(matches!(version_to_restore(&[]), Err(StoreError::NotFound)));
     }
 }

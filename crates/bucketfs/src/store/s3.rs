@@ -25,7 +25,10 @@ use tokio::sync::Semaphore;
 
 use super::listing_metadata::{self, ListingInterceptor, ServerKind};
 use super::request_options::{RequestOptions, RequestOptionsInterceptor, UploadChecksums};
-use super::{ListPage, Metadata, ObjectInfo, ObjectStore, RangeBody, StoreError};
+use super::{
+    version_to_restore, ListPage, Metadata, ObjectInfo, ObjectStore, RangeBody, StoreError, VersionInfo,
+    MAX_VERSIONS_LISTED,
+};
 
 /// How to reach one bucket. Each source of a mount has its own.
 #[derive(Clone, Debug)]
@@ -395,6 +398,7 @@ impl S3Store {
             .key(key)
             .range(format!("bytes={}-{}", start, end - 1))
             .set_if_match(if_match)
+            .set_version_id(body.version_id().map(str::to_owned))
             .send()
             .await
             .map_err(|e| self.map_error(e))?;
@@ -786,8 +790,36 @@ impl ObjectStore for S3Store {
         self.retrying("DELETE", key, || self.delete_once(key)).await
     }
 
+    async fn list_versions(&self, prefix: &str, exact: bool) -> Result<Vec<VersionInfo>, StoreError> {
+        let mut versions = Vec::new();
+        let mut markers = None;
+        loop {
+            let attempt = || async {
+                let mut page = Vec::new();
+                let next = self.list_versions_once(prefix, &markers, &mut page).await?;
+                Ok((page, next))
+            };
+            let (page, next) = self.retrying("LIST-VERSIONS", prefix, attempt).await?;
+            // Keys come in order, `prefix` first among those it begins: once another
+            // shows, every version of `prefix` itself has been seen.
+            let past_key = exact && page.iter().any(|v| v.key != prefix);
+            versions.extend(page.into_iter().filter(|v| !exact || v.key == prefix));
+            if versions.len() >= MAX_VERSIONS_LISTED {
+                tracing::warn!(prefix, "more than {MAX_VERSIONS_LISTED} versions: listing the first only");
+                versions.truncate(MAX_VERSIONS_LISTED);
+                break;
+            }
+            match next {
+                Some(next) if !past_key => markers = Some(next),
+                _ => break,
+            }
+        }
+        Ok(versions)
+    }
+
     async fn restore_latest_version(&self, key: &str) -> Result<ObjectInfo, StoreError> {
-        let version = self.retrying("LIST-VERSIONS", key, || self.version_to_restore_once(key)).await?;
+        let versions = self.list_versions(key, true).await?;
+        let version = version_to_restore(&versions)?.version_id.clone();
         self.retrying("COPY", key, || self.copy_version_once(key, &version)).await?;
         self.head(key).await
     }
@@ -798,54 +830,56 @@ impl ObjectStore for S3Store {
 const COPY_SOURCE_KEEP: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~').remove(b'/');
 
 impl S3Store {
-    /// `bucket/key`, URL-encoded, as `x-amz-copy-source` wants it.
-    /// The version of `key` an undelete copies back: the newest that is not a delete
-    /// marker, if the current one is a delete marker.
-    async fn version_to_restore_once(&self, key: &str) -> Result<String, StoreError> {
-        tracing::debug!(bucket = %self.bucket, key, "s3 LIST-VERSIONS");
-        let (mut key_marker, mut version_marker) = (None, None);
-        let mut current_is_deleted = None;
-        let mut newest: Option<(aws_sdk_s3::primitives::DateTime, String)> = None;
-        loop {
-            let page = self
-                .client
-                .list_object_versions()
-                .bucket(&self.bucket)
-                .prefix(key)
-                .set_key_marker(key_marker.take())
-                .set_version_id_marker(version_marker.take())
-                .send()
-                .await
-                .map_err(|e| self.map_error(e))?;
-            for marker in page.delete_markers().iter().filter(|m| m.key() == Some(key)) {
-                if marker.is_latest() == Some(true) {
-                    current_is_deleted = Some(true);
-                }
-            }
-            for version in page.versions().iter().filter(|v| v.key() == Some(key)) {
-                if version.is_latest() == Some(true) {
-                    current_is_deleted = Some(false);
-                }
-                if let (Some(modified), Some(id)) = (version.last_modified(), version.version_id()) {
-                    if newest.as_ref().is_none_or(|(time, _)| modified > time) {
-                        newest = Some((*modified, id.to_owned()));
-                    }
-                }
-            }
-            // Keys come in order, `key` first among those it prefixes: once another shows,
-            // every version of `key` has been seen.
-            let past_key = page.versions().iter().map(|v| v.key()).chain(page.delete_markers().iter().map(|m| m.key()));
-            if page.is_truncated() != Some(true) || past_key.into_iter().any(|other| other != Some(key)) {
-                break;
-            }
-            key_marker = page.next_key_marker().map(str::to_owned);
-            version_marker = page.next_version_id_marker().map(str::to_owned);
+    /// One page of `ListObjectVersions(prefix, delimiter "/")`, appended to `into`:
+    /// returns the markers of the next page, `None` after the last.
+    async fn list_versions_once(
+        &self,
+        prefix: &str,
+        markers: &Option<(Option<String>, Option<String>)>,
+        into: &mut Vec<VersionInfo>,
+    ) -> Result<Option<(Option<String>, Option<String>)>, StoreError> {
+        tracing::debug!(bucket = %self.bucket, prefix, "s3 LIST-VERSIONS");
+        let (key_marker, version_marker) = markers.clone().unwrap_or_default();
+        let page = self
+            .client
+            .list_object_versions()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .delimiter("/")
+            .encoding_type(EncodingType::Url)
+            .set_key_marker(key_marker)
+            .set_version_id_marker(version_marker)
+            .send()
+            .await
+            .map_err(|e| self.map_error(e))?;
+        let versions = page.versions().iter().filter_map(|v| {
+            let etag = v.e_tag().map(str::to_owned);
+            let size = v.size().unwrap_or(0).max(0) as u64;
+            Some((v.key()?, v.version_id()?, v.last_modified(), v.is_latest(), size, etag, false))
+        });
+        let markers = page
+            .delete_markers()
+            .iter()
+            .filter_map(|m| Some((m.key()?, m.version_id()?, m.last_modified(), m.is_latest(), 0, None, true)));
+        let first = into.len();
+        for (key, version_id, modified, is_latest, size, etag, deleted) in versions.chain(markers) {
+            into.push(VersionInfo {
+                key: decode_key(key),
+                version_id: version_id.to_owned(),
+                mtime: to_system_time(modified),
+                size,
+                etag,
+                is_latest: is_latest == Some(true),
+                deleted,
+            });
         }
-        match (current_is_deleted, newest) {
-            (Some(false), _) => Err(StoreError::AlreadyExists),
-            (_, Some((_, version))) => Ok(version),
-            (_, None) => Err(StoreError::NotFound),
+        // A page lists versions and delete markers apart: back in key order, newest first.
+        into[first..].sort_by(|a, b| a.key.cmp(&b.key).then(b.mtime.cmp(&a.mtime)));
+        if page.is_truncated() != Some(true) {
+            return Ok(None);
         }
+        // With `encoding-type=url` the next key marker comes encoded too.
+        Ok(Some((page.next_key_marker().map(decode_key), page.next_version_id_marker().map(str::to_owned))))
     }
 
     /// Copies version `version` of `key` onto `key`, with its metadata: it becomes current.
@@ -863,6 +897,7 @@ impl S3Store {
         Ok(())
     }
 
+    /// `bucket/key`, URL-encoded, as `x-amz-copy-source` wants it.
     fn copy_source(&self, key: &str) -> String {
         format!("{}/{}", self.bucket, utf8_percent_encode(key, COPY_SOURCE_KEEP))
     }
