@@ -188,6 +188,57 @@ fn writes_after_fsync_never_shrink_the_file() {
     assert_eq!(open_uploads(&b), 0);
 }
 
+/// What a local disk allows on a file being streamed (new, write-only) works through the
+/// mount too, also once parts were sent: writing the header last (a write back over sent
+/// bytes), `dd seek=` blocks written backwards, `ftruncate` down and up. Each ends as
+/// the bytes a local file would hold, with no upload left behind.
+#[test]
+fn streamed_files_take_writes_anywhere_and_truncation() {
+    let b = create_bucket("write-anywhere");
+    let m = MountBuilder::new().bucket(&b).args(["--part-size", "5MiB"]).mount();
+    let local = tempfile::tempdir().expect("local dir");
+    let body = gen_data(7, 13 * MIB + 5);
+    type Steps = fn(&File, &[u8]);
+    let cases: [(&str, Steps); 4] = [
+        ("header-last", |f, body| {
+            f.write_all_at(&[0; 64], 0).expect("placeholder");
+            f.write_all_at(body, 64).expect("body");
+            f.write_all_at(b"HEADER: 13 MiB of data follow", 0).expect("header over sent bytes");
+            f.write_all_at(b"trailer", 64 + body.len() as u64).expect("then on at the end");
+        }),
+        ("blocks-backwards", |f, body| {
+            for (index, block) in body.chunks(3 * MIB).enumerate().rev() {
+                f.write_all_at(block, (index * 3 * MIB) as u64).expect("block");
+            }
+        }),
+        ("truncate-down-then-on", |f, body| {
+            f.write_all_at(body, 0).expect("body");
+            f.set_len(6 * MIB as u64 + 1).expect("ftruncate down");
+            f.write_all_at(b"after the cut", 6 * MIB as u64 + 1).expect("write at the new end");
+        }),
+        ("truncate-up", |f, body| {
+            f.write_all_at(&body[..MIB], 0).expect("body");
+            f.set_len(11 * MIB as u64).expect("ftruncate up");
+            f.write_all_at(b"end", 11 * MIB as u64).expect("write past the zeros");
+        }),
+    ];
+    for (name, steps) in cases {
+        let reference = local.path().join(name);
+        let file = OpenOptions::new().write(true).create(true).truncate(true).open(&reference).expect("local file");
+        steps(&file, &body);
+        drop(file);
+        let expected = std::fs::read(&reference).expect("local content");
+        let file = OpenOptions::new().write(true).create(true).truncate(true).open(m.join(name)).expect("create");
+        steps(&file, &body);
+        close(file).expect("close");
+        let stored = get(&b, name);
+        assert_eq!(stored.len(), expected.len(), "{name}: size");
+        assert!(stored == expected, "{name}: content");
+        assert_eq!(std::fs::metadata(m.join(name)).expect("stat").len(), expected.len() as u64, "{name}: size shown");
+    }
+    assert_eq!(open_uploads(&b), 0);
+}
+
 /// A child forked while a file is open closes its inherited copy of the descriptor (at
 /// exec); that close must not end the parent's file.
 #[test]

@@ -217,13 +217,15 @@ impl Fs {
         if size == node.size {
             return Ok(self.attr(&node));
         }
-        let writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == ino).cloned().collect();
-        if let Some(writer) = writers.first() {
-            let Output::Staged(staged) = &writer.output else {
-                return Err(FsError::Unsupported("truncating a file being written front to back (open it O_RDWR)"));
-            };
+        let writer = self.writers.lock().iter().find(|(_, w)| w.ino == ino).map(|(h, w)| (*h, w.clone()));
+        if let Some((handle, mut writer)) = writer {
+            if let Output::Streamed(_) = &writer.output {
+                // A multipart upload cannot be cut or extended behind what it sent.
+                writer = self.store_and_continue_staged(handle, &writer).await?;
+            }
+            let Output::Staged(staged) = &writer.output else { return Err(FsError::Committed) };
             staged.truncate(size).await?;
-            self.content_changed(writer).await;
+            self.content_changed(&writer).await;
             self.namespace.set_pending_size(ino, size);
             return Ok(self.attr(&self.namespace.node(ino)?));
         }

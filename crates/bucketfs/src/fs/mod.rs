@@ -471,6 +471,10 @@ impl Fs {
                 writer = self.continue_staged(handle, &writer).await?;
                 writer.output.write(offset, data).await?
             }
+            Err(WriteError::RewriteOfSentBytes) => {
+                writer = self.store_and_continue_staged(handle, &writer).await?;
+                writer.output.write(offset, data).await?
+            }
             other => other?,
         };
         self.content_changed(&writer).await;
@@ -487,6 +491,18 @@ impl Fs {
                 self.namespace.set_metadata(writer.ino, Arc::new(metadata), None);
             }
         }
+    }
+
+    /// A streamed file changed where a multipart upload cannot change it any more (a
+    /// write over bytes already sent, as a program that writes its header last does;
+    /// `ftruncate`): what was written so far is stored, as `fsync` would store it, and the
+    /// file goes on in a staging file from there ([`Fs::continue_staged`]). The program
+    /// sees a file that takes any write, as on a local disk; the store sees the object a
+    /// little earlier than at close.
+    async fn store_and_continue_staged(&self, handle: u64, writer: &Arc<Writer>) -> Result<Arc<Writer>, FsError> {
+        tracing::debug!(key = writer.output.key(), "change behind the streamed bytes: stored so far, staged from now");
+        self.commit_heard(writer).await?;
+        self.continue_staged(handle, writer).await
     }
 
     /// A streamed file written again after it stored its object (a write after `fsync`,

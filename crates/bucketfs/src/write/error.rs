@@ -9,9 +9,10 @@ pub enum WriteError {
     /// staging file that starts as the stored object (see the module documentation).
     #[error("write after the file was committed by close or fsync")]
     Committed,
-    /// A write before the end of what a streamed upload already sent as parts: S3 cannot
-    /// take those bytes back, so rewriting them is not supported (yet).
-    #[error("not supported yet: rewriting bytes already uploaded")]
+    /// A write before the end of what a streamed upload already sent as parts: a multipart
+    /// upload cannot take those bytes back. The caller stores what was written and goes on
+    /// in a staging file.
+    #[error("a streamed upload cannot rewrite bytes it already sent")]
     RewriteOfSentBytes,
     /// A read of bytes a streamed upload already sent as parts, which S3 cannot give back
     /// before the upload completes.

@@ -16,8 +16,9 @@
 //! failed or discarded upload is aborted, so no multipart upload is left behind.
 //!
 //! Writes may land anywhere at or after the first byte not yet sent (programs that seek
-//! back a little, or leave holes, work); rewriting bytes already sent to S3 is not
-//! supported yet and fails with EOPNOTSUPP.
+//! back a little, or leave holes, work); a write over bytes already sent to S3 fails with
+//! [`WriteError::RewriteOfSentBytes`], on which the caller stores what was written and
+//! goes on in a staging file (`Fs::store_and_continue_staged`).
 //!
 //! The object's metadata (modes, owners, times set while the file is open, as `tar`
 //! does with `fchmod`/`futimens` before `close`) goes with the upload; if it changes after
