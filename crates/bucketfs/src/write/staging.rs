@@ -4,10 +4,12 @@
 //!
 //! The existing object (the *base*) is not downloaded up front: bytes are fetched into
 //! the staging file only when read or when the upload needs them, pinned to the base's
-//! ETag. At commit, the unchanged leading part of the base, if at least one part long,
-//! is copied server side (`UploadPartCopy`) and only the rest is uploaded from the file:
-//! appending to a large object costs the appended bytes, not the object. Staging files
-//! count against `--staging-limit` (writes past it fail with ENOSPC).
+//! ETag. At commit the file is cut into chunks of a part's size; runs of chunks that
+//! nothing changed are copied server side from the base (`UploadPartCopy`), and only
+//! the chunks holding a change are uploaded from the file (fetching the rest of their
+//! bytes first): appending to a large object, or rewriting its header, costs a part or
+//! two, not the object (see [`plan_parts`]). Staging files count against
+//! `--staging-limit` (writes past it fail with ENOSPC).
 
 use std::fs::File;
 use std::ops::Range;
@@ -22,7 +24,7 @@ use tokio::sync::Mutex;
 
 use super::journal::Journal;
 use super::multipart::MultipartUpload;
-use super::{part_size_for, WriteError, MAX_PARTS, MIN_PART, UPLOAD_CONCURRENCY};
+use super::{WriteError, MAX_PARTS, MIN_PART, UPLOAD_CONCURRENCY};
 use crate::memory::{MemoryLimiter, Reservation};
 use crate::store::{Metadata, ObjectStore, StoreError};
 
@@ -45,8 +47,11 @@ struct State {
     base_end: u64,
     /// Ranges below `base_end` already in the file.
     local: RangeSet<u64>,
-    /// Lowest offset changed since the last commit, if any.
-    dirty_from: Option<u64>,
+    /// Bytes written since the last commit.
+    dirty: RangeSet<u64>,
+    /// Whether the content changed since the last commit (a write, a truncation, or a new
+    /// file, which is stored at its first commit even if nothing is written).
+    changed: bool,
     metadata: Metadata,
     metadata_changed: bool,
     /// A new file: the first commit must not replace another client's object.
@@ -93,8 +98,8 @@ impl Staged {
             file,
             size: base_end,
             create_only: base.is_none(),
-            // A new file is stored at its first commit even if nothing is written.
-            dirty_from: base.is_none().then_some(0),
+            dirty: RangeSet::new(),
+            changed: base.is_none(),
             base,
             base_end,
             local: RangeSet::new(),
@@ -162,7 +167,7 @@ impl Staged {
     /// content or metadata), so that the change costs no request; `false` if not.
     pub async fn update_metadata_if_free(&self, change: impl FnOnce(&mut Metadata)) -> bool {
         let mut state = self.state.lock().await;
-        if state.discarded || (state.dirty_from.is_none() && !state.metadata_changed) {
+        if state.discarded || (!state.changed && !state.metadata_changed) {
             return false;
         }
         change(&mut state.metadata);
@@ -179,7 +184,10 @@ impl Staged {
         if offset < base_end {
             state.local.insert(offset..end.min(base_end));
         }
-        mark_dirty(&mut state, offset);
+        if offset < end {
+            state.dirty.insert(offset..end);
+        }
+        state.changed = true;
         Ok(state.size)
     }
 
@@ -202,7 +210,6 @@ impl Staged {
         if size == state.size {
             return Ok(());
         }
-        let changed_from = size.min(state.size);
         if size < state.size {
             state.file.set_len(size).map_err(local_error)?;
             state.size = size;
@@ -211,10 +218,12 @@ impl Staged {
             state.base_end = state.base_end.min(size);
             let base_end = state.base_end;
             state.local.remove(base_end..u64::MAX);
+            state.dirty.remove(size..u64::MAX);
         } else {
+            // The new bytes lie past the base's end: uploaded from the file.
             self.grow_to(&mut state, size)?;
         }
-        mark_dirty(&mut state, changed_from);
+        state.changed = true;
         Ok(())
     }
 
@@ -226,18 +235,18 @@ impl Staged {
             return Ok(None);
         }
         let key = self.key();
-        let etag = match state.dirty_from {
-            Some(dirty_from) => self.upload(&mut state, &key, dirty_from).await?,
-            None if state.metadata_changed => match &state.base {
+        let etag = match state.changed {
+            true => self.upload(&mut state, &key).await?,
+            false if state.metadata_changed => match &state.base {
                 Some(base) => {
                     let etag = base.etag.clone();
                     let journal = self.journal.as_deref();
                     super::copy_object(&self.store, journal, &key, &key, base.size, etag.as_deref(), &state.metadata)
                         .await?
                 }
-                None => self.upload(&mut state, &key, 0).await?,
+                None => self.upload(&mut state, &key).await?,
             },
-            None => return Ok(None),
+            false => return Ok(None),
         };
         // The file now holds the new object's bytes wherever it held bytes before, and
         // all past the old base's end.
@@ -247,7 +256,8 @@ impl Staged {
         }
         state.base = Some(Base { etag: etag.clone(), size });
         state.base_end = size;
-        state.dirty_from = None;
+        state.dirty = RangeSet::new();
+        state.changed = false;
         state.metadata_changed = false;
         state.create_only = false;
         Ok(Some(etag))
@@ -281,21 +291,28 @@ impl Staged {
         Ok(())
     }
 
-    /// Stores the file as the object `key`: the unchanged prefix of the base by
-    /// server-side copy when it is at least a part long, the rest from the file.
-    async fn upload(&self, state: &mut State, key: &str, dirty_from: u64) -> Result<Option<String>, WriteError> {
+    /// Stores the file as the object `key`: chunks nothing changed copied from the base,
+    /// the others uploaded from the file (see [`plan_parts`]); a file of one part with
+    /// nothing to copy is one PUT.
+    async fn upload(&self, state: &mut State, key: &str) -> Result<Option<String>, WriteError> {
         let size = state.size;
-        let kept = dirty_from.min(state.base_end);
-        let copy_prefix = state.base.is_some() && kept >= MIN_PART;
-        let upload_from = if copy_prefix { kept } else { 0 };
-        self.fetch_base(state, upload_from..size).await?;
+        let copyable = match &state.base {
+            Some(_) => state.base_end,
+            None => 0,
+        };
+        // Two pieces more than chunks at most (the cut at the base's end): within 10,000.
+        let chunk = self.part_size.max(size.div_ceil(MAX_PARTS - 2));
+        let pieces = plan_parts(size, chunk, copyable, &state.dirty);
+        for piece in pieces.iter().filter(|piece| !piece.copied) {
+            self.fetch_base(state, piece.range.clone()).await?;
+        }
         let create_only = state.create_only;
-        if !copy_prefix && size <= self.part_size {
+        if let [Piece { copied: false, .. }] | [] = pieces.as_slice() {
             let data = read_range(&state.file, 0..size)?;
             return Ok(self.store.put(key, data, &state.metadata, create_only).await?);
         }
         let upload = MultipartUpload::start(&self.store, self.journal.as_deref(), key, &state.metadata).await?;
-        let parts = self.upload_parts(state, &upload, copy_prefix.then_some(kept), upload_from).await;
+        let parts = self.upload_parts(state, &upload, pieces).await;
         Ok(upload.finish_with(async { parts }, create_only).await?)
     }
 
@@ -303,25 +320,11 @@ impl Staged {
         &self,
         state: &State,
         upload: &MultipartUpload,
-        copied_prefix: Option<u64>,
-        upload_from: u64,
+        pieces: Vec<Piece>,
     ) -> Result<Vec<(i32, String)>, StoreError> {
-        let mut pieces: Vec<(Range<u64>, bool)> = Vec::new(); // (range, copied from the base)
-        if let Some(prefix) = copied_prefix {
-            let count = prefix.div_ceil(COPY_PART);
-            let each = prefix.div_ceil(count);
-            pieces.extend((0..count).map(|i| (i * each..((i + 1) * each).min(prefix), true)));
-        }
-        let mut offset = upload_from;
-        while offset < state.size {
-            let number = pieces.len() as i32 + 1;
-            let len = part_size_for(self.part_size, number).max(state.size.div_ceil(MAX_PARTS));
-            pieces.push((offset..(offset + len).min(state.size), false));
-            offset += len;
-        }
         let base_etag = state.base.as_ref().and_then(|b| b.etag.clone());
         let file = &state.file;
-        let parts = pieces.into_iter().enumerate().map(|(index, (range, copied))| {
+        let parts = pieces.into_iter().enumerate().map(|(index, Piece { range, copied })| {
             let number = index as i32 + 1;
             let base_etag = base_etag.clone();
             async move {
@@ -342,8 +345,47 @@ impl Staged {
     }
 }
 
-fn mark_dirty(state: &mut State, offset: u64) {
-    state.dirty_from = Some(state.dirty_from.map_or(offset, |d| d.min(offset)));
+/// One part of a commit: bytes `range` of the file, copied from the base (same offsets)
+/// or uploaded from the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Piece {
+    range: Range<u64>,
+    copied: bool,
+}
+
+/// The parts that store a file of `size` bytes whose bytes below `copyable` are the
+/// base's except where `dirty`. Below `copyable` the file is cut into chunks of `chunk`
+/// bytes (at least S3's smallest part), the last one ending at `copyable`: a chunk with
+/// a change is uploaded, runs of the others are copied (up to [`COPY_PART`] per part).
+/// Past `copyable` the file is uploaded, chunk by chunk. A piece shorter than S3's
+/// smallest part goes with the next one unless it is the last. Copies keep their
+/// offsets, so an append costs only its bytes and a rewritten header one chunk.
+fn plan_parts(size: u64, chunk: u64, copyable: u64, dirty: &RangeSet<u64>) -> Vec<Piece> {
+    let copyable = copyable.min(size);
+    let mut pieces: Vec<Piece> = Vec::new();
+    let mut offset = 0;
+    while offset < size {
+        let limit = if offset < copyable { copyable } else { size };
+        let range = offset..(offset + chunk).min(limit);
+        let copied = range.end <= copyable && !dirty.overlaps(&range);
+        match pieces.last_mut() {
+            Some(last) if copied && last.copied && range.end - last.range.start <= COPY_PART => {
+                last.range.end = range.end;
+            }
+            _ => pieces.push(Piece { range: range.clone(), copied }),
+        }
+        offset = range.end;
+    }
+    let mut index = 0;
+    while index + 1 < pieces.len() {
+        if pieces[index].range.end - pieces[index].range.start < MIN_PART {
+            let short = pieces.remove(index);
+            pieces[index] = Piece { range: short.range.start..pieces[index].range.end, copied: false };
+        } else {
+            index += 1;
+        }
+    }
+    pieces
 }
 
 fn read_range(file: &File, range: Range<u64>) -> Result<Bytes, WriteError> {
@@ -400,6 +442,82 @@ mod tests {
         assert!(store.gets.lock().is_empty(), "nothing downloaded to shrink: {:?}", store.gets.lock());
         assert_eq!(store.head("k").await.expect("head").size, 6 * MIB as u64);
         assert_eq!(store.open_uploads(), 0);
+    }
+
+    /// A header rewritten and a few bytes changed in the middle of a 24 MiB object cost
+    /// the two chunks holding them (fetched, then uploaded); the rest is copied.
+    #[tokio::test]
+    async fn changes_inside_a_large_object_cost_their_chunks_only() {
+        let original: Vec<u8> = (0..24 * MIB).map(|i| (i % 253) as u8).collect();
+        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), original.clone())]));
+        let info = store.head("k").await.expect("head");
+        let file = staged(&store, Some(Base { etag: info.etag, size: info.size }));
+        file.write(0, b"HEAD").await.expect("header");
+        file.write(12 * MIB as u64, b"mid").await.expect("middle");
+        file.commit().await.expect("commit");
+        let fetched: u64 = store.gets.lock().iter().map(|r| r.end - r.start).sum();
+        assert!(fetched <= 2 * MIN_PART, "fetched {fetched} bytes: more than the two chunks changed");
+        let mut expected = original;
+        expected[..4].copy_from_slice(b"HEAD");
+        expected[12 * MIB..12 * MIB + 3].copy_from_slice(b"mid");
+        let stored = store.get_range("k", 0..expected.len() as u64, None).await.expect("get");
+        assert!(stored[..] == expected[..], "stored object differs");
+        assert_eq!(store.open_uploads(), 0);
+    }
+
+    #[test]
+    fn parts_copy_unchanged_runs_and_upload_changed_chunks() {
+        const M: u64 = MIB as u64;
+        let pieces = |size: u64, copyable: u64, dirty: Option<Range<u64>>| {
+            let dirty: RangeSet<u64> = dirty.into_iter().collect();
+            plan_parts(size * M, 10 * M, copyable * M, &dirty)
+                .into_iter()
+                .map(|p| (p.range.start / M, p.range.end / M, p.copied))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(pieces(35, 35, None), [(0, 35, true)], "unchanged: one copy");
+        assert_eq!(pieces(35, 35, Some(0..1)), [(0, 10, false), (10, 35, true)], "header rewritten");
+        assert_eq!(pieces(35, 35, Some(12 * M..13 * M)), [(0, 10, true), (10, 20, false), (20, 35, true)]);
+        assert_eq!(pieces(40, 32, None), [(0, 32, true), (32, 40, false)], "appended: only the new bytes");
+        assert_eq!(pieces(40, 22, Some(0..1)), [(0, 10, false), (10, 22, true), (22, 32, false), (32, 40, false)]);
+        assert_eq!(
+            pieces(40, 32, Some(25 * M..26 * M)),
+            [(0, 20, true), (20, 30, false), (30, 40, false)],
+            "2 MiB copy joins"
+        );
+        assert_eq!(pieces(25, 0, None), [(0, 10, false), (10, 20, false), (20, 25, false)], "a new file");
+        assert_eq!(pieces(0, 0, None), []);
+    }
+
+    proptest::proptest! {
+        /// Whatever the file, the plan is one S3 accepts and stores the file's bytes:
+        /// parts cover it in order, all but the last at least 5 MiB, at most 5 GiB, at
+        /// most two more than its chunks, and a copied part holds only unchanged bytes
+        /// of the base.
+        #[test]
+        fn every_plan_is_a_valid_upload_of_the_file(
+            size in 0u64..400 * MIB as u64,
+            chunk in MIN_PART..20 * MIB as u64,
+            copyable_share in 0.0f64..=1.0,
+            dirty in proptest::collection::vec((0u64..400 * MIB as u64, 1u64..8 * MIB as u64), 0..5),
+        ) {
+            let copyable = (size as f64 * copyable_share) as u64;
+            let dirty: RangeSet<u64> = dirty.into_iter().map(|(start, len)| start..start + len).collect();
+            let pieces = plan_parts(size, chunk, copyable, &dirty);
+            let mut offset = 0;
+            for (index, piece) in pieces.iter().enumerate() {
+                let len = piece.range.end - piece.range.start;
+                proptest::prop_assert_eq!(piece.range.start, offset, "contiguous");
+                proptest::prop_assert!(len >= MIN_PART || index + 1 == pieces.len(), "{:?}", pieces);
+                proptest::prop_assert!(len <= 5 << 30);
+                if piece.copied {
+                    proptest::prop_assert!(piece.range.end <= copyable && !dirty.overlaps(&piece.range));
+                }
+                offset = piece.range.end;
+            }
+            proptest::prop_assert_eq!(offset, size, "covers the file");
+            proptest::prop_assert!(pieces.len() as u64 <= size.div_ceil(chunk) + 2);
+        }
     }
 
     #[tokio::test]
