@@ -6,7 +6,7 @@ mod common;
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::process::Command;
 
 use common::*;
@@ -132,7 +132,8 @@ fn other_handles_see_staged_writes() {
     assert_eq!(get(&b, "f"), b"Z123abc789");
 
     // A new file streamed to S3: what is still buffered reads back before close; bytes
-    // already sent as parts cannot (EBUSY) until it is closed.
+    // already sent as parts read back too (the file is stored so far and goes on in a
+    // staging file), and so do the writes after that.
     let mut streaming = File::create(m.join("streamed")).expect("create");
     streaming.write_all(b"partial").expect("write");
     let reader = File::open(m.join("streamed")).expect("open while streaming");
@@ -141,14 +142,20 @@ fn other_handles_see_staged_writes() {
     streaming.write_all(&big).expect("write past one part");
     let mut expected = b"partial".to_vec();
     expected.extend_from_slice(&big);
-    // The kernel may still hold those bytes in its page cache and serve them; if the read
-    // reaches bucketfs, it is refused. Never other bytes.
-    match pread_full(&reader, 0, 10) {
-        Ok(bytes) => assert_eq!(bytes, &expected[..10], "bytes already sent, from the page cache"),
-        Err(error) => assert_eq!(error.raw_os_error(), Some(libc::EBUSY), "bytes already sent: {error}"),
-    }
+    // O_DIRECT: from the daemon, not from what the kernel kept of the writes.
+    let direct = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(m.join("streamed")).expect("open");
+    let mut aligned = AlignedBuffer::new(MIB);
+    let read = direct.read_at(aligned.bytes(), 0).expect("read bytes already sent");
+    assert_eq!(&aligned.bytes()[..read], &expected[..read], "bytes already sent, read back");
+    assert!(read > 0);
+    streaming.write_all(b"more").expect("write on after the read");
+    expected.extend_from_slice(b"more");
+    let tail = pread_full(&reader, (expected.len() - 10) as u64, 10).expect("read the newest bytes");
+    assert_eq!(tail, &expected[expected.len() - 10..]);
     drop(streaming);
     assert_eq!(sha256_hex(&pread_full(&reader, 0, expected.len()).expect("read after close")), sha256_hex(&expected));
+    assert_eq!(sha256_hex(&get(&b, "streamed")), sha256_hex(&expected), "stored whole");
+    assert_eq!(open_uploads(&b), 0);
 }
 
 /// Staging files count against --staging-limit: a write past it fails with ENOSPC. As on a

@@ -364,10 +364,31 @@ impl Fs {
             Output::Staged(staged) => return Ok(staged.read(offset, len).await?),
             Output::Streamed(upload) => upload,
         };
-        if let Some(bytes) = upload.read(offset, len).await? {
-            return Ok(bytes);
+        match upload.read(offset, len).await {
+            Ok(Some(bytes)) => return Ok(bytes),
+            Ok(None) => {}
+            // Bytes already sent as parts, which S3 cannot give back before the upload
+            // completes: store what was written and go on in a staging file, which reads
+            // back whole (as a write back over sent bytes does).
+            Err(WriteError::ReadOfSentBytes) => {
+                let writing = self.writers.lock().iter().find(|(_, w)| Arc::ptr_eq(w, &writer)).map(|(h, _)| *h);
+                if let Some(writing) = writing {
+                    self.store_and_continue_staged(writing, &writer).await?;
+                }
+            }
+            Err(error) => return Err(error.into()),
         }
-        // Committed since this handle was opened: read the object from now on.
+        // Stored since this handle was opened: read what the file's writer holds now (a
+        // staging file that went on from the stored object), else the object.
+        let staged = self.writers.lock().values().find(|w| w.ino == writer.ino && w.output.is_staged()).cloned();
+        if let Some(staged) = staged {
+            if let Some(reading) = self.files.lock().get_mut(&handle) {
+                *reading = (writer.ino, Reader::Writer(staged.clone()));
+            }
+            if let Output::Staged(file) = &staged.output {
+                return Ok(file.read(offset, len).await?);
+            }
+        }
         let (reader, _) = self.object_reader(writer.ino).await?;
         self.files.lock().insert(handle, (writer.ino, Reader::Object(reader.clone())));
         Ok(reader.read(offset, len).await?)

@@ -15,8 +15,9 @@ pub enum WriteError {
     #[error("a streamed upload cannot rewrite bytes it already sent")]
     RewriteOfSentBytes,
     /// A read of bytes a streamed upload already sent as parts, which S3 cannot give back
-    /// before the upload completes.
-    #[error("busy: these bytes are already uploaded; they can be read once the file is closed")]
+    /// before the upload completes. The caller stores what was written and goes on in a
+    /// staging file, which reads back whole.
+    #[error("a streamed upload cannot read back bytes it already sent")]
     ReadOfSentBytes,
     /// `--staging-limit` is spent, or the staging disk is full.
     #[error("no space left for staging files")]

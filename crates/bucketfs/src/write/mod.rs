@@ -272,8 +272,8 @@ impl Upload {
     }
 
     /// Bytes of the file while they are still here, for readers of a file being written:
-    /// `None` once committed (read the object instead); EBUSY for bytes already sent as
-    /// parts, which S3 cannot give back before the upload completes.
+    /// `None` once committed (read the object instead); [`WriteError::ReadOfSentBytes`] for
+    /// bytes already sent as parts, which S3 cannot give back before the upload completes.
     pub async fn read(&self, offset: u64, len: u64) -> Result<Option<Bytes>, WriteError> {
         let state = self.state.lock().await;
         if state.outcome.is_some() {
@@ -474,6 +474,10 @@ impl Output {
             Output::Streamed(upload) => upload.write(offset, data).await,
             Output::Staged(staged) => staged.write(offset, data).await,
         }
+    }
+
+    pub fn is_staged(&self) -> bool {
+        matches!(self, Output::Staged(_))
     }
 
     /// Stores what was written; `Some(etag)` when an object was stored (a streamed upload
