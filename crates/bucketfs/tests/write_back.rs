@@ -211,3 +211,64 @@ fn an_ended_upload_is_not_counted_while_a_duplicate_stays_open() {
     assert!(counted().contains("files open for writing: 1"), "{}", counted());
     drop(duplicate);
 }
+
+/// close() returns once the file is in the journal on local disk: a daemon killed (-9)
+/// before its uploads ran leaves them there, and the next mount of the bucket stores
+/// them before it answers: new files, a file that replaced an object, and never over an
+/// object another client wrote meanwhile (that one stays; ours goes to KEY.conflict-…).
+/// A further mount stores nothing twice.
+#[test]
+fn files_closed_before_a_killed_daemon_are_stored_by_the_next_mount() {
+    let b = create_bucket("wb-journal");
+    put(&b, "replaced", b"old content".to_vec());
+    put(&b, "contested", b"v1".to_vec());
+    let cache = tempfile::tempdir().expect("cache dir");
+    let cache_dir = cache.path().to_str().expect("UTF-8").to_owned();
+    let proxy = ToxiProxy::to_minio();
+    let mut m = MountBuilder::new()
+        .bucket(&b)
+        .endpoint(&proxy.endpoint)
+        .args(["--write-back", "--metadata-ttl", "60", "--cache-dir", &cache_dir])
+        .mount();
+    // Looked up now, so that writing them later sends nothing before the uploads.
+    for name in ["new-1", "new-2"] {
+        assert!(std::fs::metadata(m.join(name)).is_err());
+    }
+    for name in ["replaced", "contested"] {
+        assert!(std::fs::metadata(m.join(name)).is_ok());
+    }
+    // From now on no request reaches the store: uploads hang until the daemon dies.
+    proxy.add("hang", Direction::Upstream, Toxic::Timeout { after_ms: 0 });
+    let files = [("new-1", gen_data(1, 1000)), ("new-2", gen_data(2, 300_000)), ("replaced", gen_data(3, 50))];
+    let contested = b"ours, closed before the crash".to_vec();
+    for (name, data) in files.iter().map(|(n, d)| (*n, d.as_slice())).chain([("contested", contested.as_slice())]) {
+        run_with_timeout(&format!("write and close {name}"), Duration::from_secs(10), {
+            let (path, data) = (m.join(name), data.to_vec());
+            move || std::fs::write(path, data).expect("write and close")
+        });
+    }
+    m.signal(libc::SIGKILL);
+    assert!(m.wait_exit(Duration::from_secs(10)).is_some(), "daemon did not die");
+    drop(m);
+    proxy.remove("hang");
+    assert_eq!(get(&b, "replaced"), b"old content", "nothing was stored before the kill");
+    let records = std::fs::read_dir(cache.path().join("bucketfs-write-back")).expect("journal").count();
+    assert_eq!(records, 4, "one journal record per closed file");
+    put(&b, "contested", b"v2, written by someone else meanwhile".to_vec());
+
+    // A record names the endpoint and bucket it was written for: the same again.
+    let again = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(["--cache-dir", &cache_dir]).mount();
+    for (name, data) in &files {
+        assert!(get(&b, name) == *data, "{name}: stored by the next mount");
+        assert_eq!(std::fs::read(again.join(name)).expect("read through the mount"), *data, "{name}");
+    }
+    assert_eq!(get(&b, "contested"), b"v2, written by someone else meanwhile", "the other client's object stays");
+    let keys = list_keys(&b, "");
+    let conflicts: Vec<_> = keys.iter().filter(|k| k.starts_with("contested.conflict-")).collect();
+    assert_eq!(conflicts.len(), 1, "{keys:?}");
+    assert_eq!(get(&b, conflicts[0]), contested, "ours, under the conflict name");
+    drop(again);
+    let _third = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(["--cache-dir", &cache_dir]).mount();
+    assert_eq!(list_keys(&b, ""), keys, "a replay stores nothing twice");
+    assert_eq!(open_uploads(&b), 0);
+}

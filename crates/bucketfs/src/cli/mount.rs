@@ -526,6 +526,11 @@ fn open_journal(args: &MountArgs, runtime: &tokio::runtime::Runtime, sources: &[
     if aborted > 0 {
         tracing::info!("aborted {aborted} unfinished uploads left by stopped daemons");
     }
+    // Before the mount answers: what it shows then includes them.
+    let replayed = runtime.block_on(journal.replay_write_back(&stores));
+    if replayed > 0 {
+        tracing::info!("stored {replayed} files closed with --write-back by stopped daemons");
+    }
     Some(Arc::new(journal))
 }
 

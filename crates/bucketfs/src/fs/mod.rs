@@ -460,7 +460,9 @@ impl Fs {
             StoredAttrs::forget_content_times(&mut metadata);
         }
         let output = if truncate && flags & libc::O_ACCMODE == libc::O_WRONLY {
-            Output::Streamed(self.new_upload(*source, key.clone(), false, metadata.clone()))
+            Output::Streamed(
+                self.new_upload(*source, key.clone(), false, metadata.clone()).replacing(node.etag.clone()),
+            )
         } else {
             let base = (!truncate).then(|| Base { etag: node.etag.clone(), size: node.size });
             let staged = self.new_staged(*source, key.clone(), base, metadata.clone())?;
@@ -575,15 +577,37 @@ impl Fs {
         let Some(uploads) = &self.write_back else {
             return self.commit_heard(&writer).await;
         };
+        // Handed to the background only once the whole file is in the journal on local
+        // disk, so that the next mount stores it if this daemon dies first; a file too
+        // large for one PUT, or a staging file, is stored before close returns.
+        let Some(recorded) = self.record_write_back(&writer).await else {
+            return self.commit_heard(&writer).await;
+        };
         let room = uploads.clone().acquire_owned().await;
         let busy = writer.background.clone().lock_owned().await;
         writer.handed_off.store(true, Ordering::Release);
         let fs = self.clone();
         tokio::spawn(async move {
-            fs.commit_unheard(&writer).await;
+            match fs.commit_unheard(&writer).await {
+                // The store may answer later: the next mount tries again.
+                Err(FsError::Store(error)) if error.is_transient() => recorded.keep(),
+                _ => drop(recorded),
+            }
             drop((busy, room));
         });
         Ok(())
+    }
+
+    /// The journal record of `writer`'s whole file (see `write::journal`), if it is one
+    /// PUT not stored yet and the journal could write it.
+    async fn record_write_back(&self, writer: &Writer) -> Option<crate::write::journal::Entry> {
+        let journal = self.journal()?;
+        let pending = writer.output.pending_whole().await?;
+        let source = match self.namespace.node(writer.ino).ok()?.location {
+            Location::File { source, .. } => source,
+            _ => return None,
+        };
+        journal.record_write_back(&**self.namespace.store(source), &pending)
     }
 
     /// `fsync()`: the object is in the bucket when this returns `Ok`.
@@ -626,7 +650,7 @@ impl Fs {
         self.settle_all().await;
         let writers: Vec<_> = self.writers.lock().values().cloned().collect();
         for writer in writers {
-            self.commit_unheard(&writer).await;
+            let _kept_for_unstored = self.commit_unheard(&writer).await;
         }
     }
 
@@ -681,10 +705,12 @@ impl Fs {
 
     /// Commits `writer` where nobody waits for the outcome: a failure is kept for
     /// [`Fs::unstored`] (and logged by `commit_writer`), unless one was reported already.
-    async fn commit_unheard(&self, writer: &Writer) {
-        if let Err(error) = self.commit_writer(writer).await {
+    /// Returns the outcome for a caller that keeps more (the write-back journal).
+    async fn commit_unheard(&self, writer: &Writer) -> Result<(), FsError> {
+        let result = self.commit_writer(writer).await;
+        if let Err(error) = &result {
             if writer.failure_reported.load(Ordering::Acquire) {
-                return;
+                return result;
             }
             let mut unstored = self.unstored.lock();
             if unstored.failed.len() < Unstored::KEPT {
@@ -693,6 +719,7 @@ impl Fs {
                 unstored.more += 1;
             }
         }
+        result
     }
 
     /// The opener's `close()` (without `--write-back`), `fsync()` and release: the object
@@ -753,7 +780,7 @@ impl Fs {
             } else {
                 // Usually committed at the last flush already; if not, nobody is left to
                 // hear of an error, so it is logged and kept.
-                self.commit_unheard(&writer).await;
+                let _kept_for_unstored = self.commit_unheard(&writer).await;
             }
             self.writers.lock().remove(&handle);
         }

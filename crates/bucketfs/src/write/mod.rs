@@ -43,7 +43,7 @@ use tokio::task::JoinHandle;
 use crate::memory::{MemoryLimiter, Reservation};
 use crate::store::{Metadata, ObjectStore, StoreError};
 pub use error::WriteError;
-use journal::Journal;
+use journal::{Journal, PendingFile};
 use multipart::MultipartUpload;
 use part_buffer::PartBuffer;
 use staging::StagingConfig;
@@ -115,6 +115,8 @@ pub struct Upload {
     key: parking_lot::Mutex<String>,
     /// Create-only (If-None-Match): a new file must not replace one another client created.
     create_only: bool,
+    /// The ETag of the object this file replaces (`O_TRUNC`), for a journal replay.
+    replaces: Option<String>,
     part_size: u64,
     memory: Arc<MemoryLimiter>,
     /// Where part buffers spill when memory is short, and where uploads are recorded.
@@ -135,7 +137,26 @@ impl Upload {
         let state = State { metadata, ..State::default() };
         let key = parking_lot::Mutex::new(key);
         let part_size = part_size.max(MIN_PART);
-        Self { store, key, create_only, part_size, memory, staging, state: Mutex::new(state) }
+        Self { store, key, create_only, replaces: None, part_size, memory, staging, state: Mutex::new(state) }
+    }
+
+    /// The file replaces the object at ETag `etag` (`O_TRUNC` of an existing file).
+    pub fn replacing(mut self, etag: Option<String>) -> Self {
+        self.replaces = etag;
+        self
+    }
+
+    /// The whole file, if it is not stored yet and small enough to be one PUT (no part
+    /// was sent): what `--write-back` records in the journal at close.
+    pub async fn pending_whole(&self) -> Option<PendingFile> {
+        let state = self.state.lock().await;
+        if state.outcome.is_some() || state.multipart.is_some() || state.discarded {
+            return None;
+        }
+        let data = state.buffer.read(0..state.buffer.len()).ok()?;
+        let create_only = self.create_only && !state.replace;
+        let replaces = if create_only { None } else { self.replaces.clone() };
+        Some(PendingFile { key: self.key(), data, metadata: state.metadata.clone(), create_only, replaces })
     }
 
     fn journal(&self) -> Option<&Journal> {
@@ -478,6 +499,14 @@ impl Output {
 
     pub fn is_staged(&self) -> bool {
         matches!(self, Output::Staged(_))
+    }
+
+    /// See [`Upload::pending_whole`]; `None` for a staging file.
+    pub async fn pending_whole(&self) -> Option<PendingFile> {
+        match self {
+            Output::Streamed(upload) => upload.pending_whole().await,
+            Output::Staged(_) => None,
+        }
     }
 
     /// Stores what was written; `Some(etag)` when an object was stored (a streamed upload
