@@ -36,6 +36,7 @@ use crate::store::s3::{S3Store, StoreConfig};
 use crate::store::{ObjectStore, StoreError};
 use crate::write::journal::Journal;
 use crate::write::staging::StagingConfig;
+use crate::write::write_back::WriteBackLog;
 
 /// Set in the environment of the daemon child: write "ready" to stdout once mounted.
 const READY_ENV: &str = "BUCKETFS_NOTIFY_READY";
@@ -81,7 +82,8 @@ pub fn run(args: MountArgs) -> Result<()> {
         dir_mode: args.dir_mode,
         attributes_from_listing: args.attributes_from_listing,
     };
-    let journal = if args.read_only { None } else { open_journal(&args, &runtime, &namespace_sources) };
+    let (journal, write_back_log) =
+        if args.read_only { (None, None) } else { recover_stopped_daemons(&args, &runtime, &namespace_sources) };
     let staging = StagingConfig {
         dir: args.cache_dir.clone(),
         limit: MemoryLimiter::new(args.staging_limit),
@@ -92,6 +94,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         part_size: args.part_size,
         staging,
         journal,
+        write_back_log: write_back_log.filter(|_| args.write_back),
         write_back: args.write_back,
     };
     let namespace = namespace(&args, namespace_sources);
@@ -511,27 +514,36 @@ pub(super) fn unescape_mountinfo(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The upload journal under the cache directory, after aborting the uploads that
-/// stopped daemons left in these sources' buckets.
-fn open_journal(args: &MountArgs, runtime: &tokio::runtime::Runtime, sources: &[Source]) -> Option<Arc<Journal>> {
-    let journal = match Journal::open(&args.cache_dir) {
-        Ok(journal) => journal,
-        Err(error) => {
-            tracing::warn!("no upload journal in {}: {error}", args.cache_dir.display());
-            return None;
-        }
-    };
+/// What stopped daemons left in these sources' buckets, dealt with before the mount
+/// answers (so what it shows includes it): the uploads they left unfinished are aborted
+/// (upload journal), and the files they closed with `--write-back` and had not stored
+/// are stored (write-back log; at every mount, with the option or not). Returns both,
+/// for this daemon's own records; either is `None` (with a warning) where the cache
+/// directory cannot hold it.
+fn recover_stopped_daemons(
+    args: &MountArgs,
+    runtime: &tokio::runtime::Runtime,
+    sources: &[Source],
+) -> (Option<Arc<Journal>>, Option<Arc<WriteBackLog>>) {
     let stores: Vec<_> = sources.iter().map(|s| s.store.clone()).collect();
-    let aborted = runtime.block_on(journal.recover(&stores));
-    if aborted > 0 {
-        tracing::info!("aborted {aborted} unfinished uploads left by stopped daemons");
+    let warn = |what: &str, error: std::io::Error| {
+        tracing::warn!("no {what} in {}: {error}", args.cache_dir.display());
+    };
+    let journal = Journal::open(&args.cache_dir).map_err(|e| warn("upload journal", e)).ok().map(Arc::new);
+    if let Some(journal) = &journal {
+        let aborted = runtime.block_on(journal.recover(&stores));
+        if aborted > 0 {
+            tracing::info!("aborted {aborted} unfinished uploads left by stopped daemons");
+        }
     }
-    // Before the mount answers: what it shows then includes them.
-    let replayed = runtime.block_on(journal.replay_write_back(&stores));
-    if replayed > 0 {
-        tracing::info!("stored {replayed} files closed with --write-back by stopped daemons");
+    let log = WriteBackLog::open(&args.cache_dir).map_err(|e| warn("write-back log", e)).ok();
+    if let Some(log) = &log {
+        let replayed = runtime.block_on(log.replay(&stores));
+        if replayed > 0 {
+            tracing::info!("stored {replayed} files closed with --write-back by stopped daemons");
+        }
     }
-    Some(Arc::new(journal))
+    (journal, log)
 }
 
 /// Builds one store client per source and checks, with one LIST each, that the bucket

@@ -34,6 +34,7 @@ use crate::read::{CacheLink, ReadConfig, ReadHandle};
 use crate::store::Metadata;
 use crate::write::journal::Journal;
 use crate::write::staging::{Base, Staged, StagingConfig};
+use crate::write::write_back::{Recorded, WriteBackLog};
 use crate::write::{Output, Upload, WriteError};
 use attrs::StoredAttrs;
 use error::FsError;
@@ -84,6 +85,8 @@ pub struct WriteConfig {
     pub staging: StagingConfig,
     /// Where uploads in progress are recorded (see `write::journal`).
     pub journal: Option<Arc<Journal>>,
+    /// Where `--write-back` records the files it closes (see `write::write_back`).
+    pub write_back_log: Option<Arc<WriteBackLog>>,
     /// `--write-back`: `close()` returns before the upload (see [`Fs::flush`]).
     pub write_back: bool,
 }
@@ -598,16 +601,18 @@ impl Fs {
         Ok(())
     }
 
-    /// The journal record of `writer`'s whole file (see `write::journal`), if it is one
+    /// The write-back log's record of `writer`'s whole file (see `write::write_back`), if it is one
     /// PUT not stored yet and the journal could write it.
-    async fn record_write_back(&self, writer: &Writer) -> Option<crate::write::journal::Entry> {
-        let journal = self.journal()?;
+    async fn record_write_back(&self, writer: &Writer) -> Option<Recorded> {
+        let log = self.write_config.write_back_log.clone()?;
         let pending = writer.output.pending_whole().await?;
         let source = match self.namespace.node(writer.ino).ok()?.location {
             Location::File { source, .. } => source,
             _ => return None,
         };
-        journal.record_write_back(&**self.namespace.store(source), &pending)
+        let location = self.namespace.store(source).location();
+        // An append and a sync: off the runtime's threads, which the uploads need.
+        tokio::task::spawn_blocking(move || log.record(location, &pending)).await.ok()?
     }
 
     /// `fsync()`: the object is in the bucket when this returns `Ok`.

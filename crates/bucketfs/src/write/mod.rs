@@ -31,6 +31,7 @@ pub mod journal;
 pub mod multipart;
 mod part_buffer;
 pub mod staging;
+pub mod write_back;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -43,10 +44,11 @@ use tokio::task::JoinHandle;
 use crate::memory::{MemoryLimiter, Reservation};
 use crate::store::{Metadata, ObjectStore, StoreError};
 pub use error::WriteError;
-use journal::{Journal, PendingFile};
+use journal::Journal;
 use multipart::MultipartUpload;
 use part_buffer::PartBuffer;
 use staging::StagingConfig;
+use write_back::PendingFile;
 
 /// S3's smallest part (except the last) and largest part.
 pub const MIN_PART: u64 = 5 * 1024 * 1024;
