@@ -580,9 +580,9 @@ impl Fs {
         let Some(uploads) = &self.write_back else {
             return self.commit_heard(&writer).await;
         };
-        // Handed to the background only once the whole file is in the journal on local
-        // disk, so that the next mount stores it if this daemon dies first; a file too
-        // large for one PUT, or a staging file, is stored before close returns.
+        // Handed to the background only once the whole file is synced to the write-back
+        // log on local disk, so that the next mount stores it if this daemon dies first; a
+        // file too large for one PUT, or a staging file, is stored before close returns.
         let Some(recorded) = self.record_write_back(&writer).await else {
             return self.commit_heard(&writer).await;
         };

@@ -16,7 +16,8 @@
 //!   `KEY.conflict-TIME`; where the store holds these bytes already, nothing is stored. A
 //!   torn last record (a power cut before `close` returned) is ignored. A log whose every
 //!   record was handled is deleted; one with a record the store refused now stays whole
-//!   for the next mount (replaying it again stores nothing twice).
+//!   for the next mount (replaying it again stores nothing twice). A mount replaying a
+//!   log holds a `flock` on it; another mount starting meanwhile leaves that log alone.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -198,6 +199,12 @@ impl WriteBackLog {
             if daemon_alive(name) {
                 continue;
             }
+            // One mount replays a log at a time: two mounts of the bucket starting at once
+            // would both store its files, and the second would see the first's as a conflict.
+            let Ok(file) = File::open(&path) else { continue };
+            let Ok(_replaying) = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) else {
+                continue;
+            };
             let Ok(bytes) = std::fs::read(&path) else { continue };
             let records = parse(&bytes);
             let mut all_handled = true;
@@ -345,6 +352,38 @@ mod tests {
             let len = content.len() as u64;
             assert_eq!(&store.get_range(key, 0..len, None).await.expect("get")[..], content, "{key}");
         }
+    }
+
+    /// A dead daemon's log is stored by a replay, once; a log another mount is replaying
+    /// (locked) is left alone.
+    #[tokio::test]
+    async fn a_dead_daemons_log_is_replayed_once_and_not_while_locked() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = WriteBackLog::open(dir.path()).expect("open");
+        let header = Header {
+            id: 0,
+            len: 4,
+            location: "memory".into(),
+            key: "k".into(),
+            create_only: true,
+            replaces: None,
+            metadata: Metadata::default(),
+        };
+        let mut record = serde_json::to_vec(&Line::Record(header)).expect("json");
+        record.extend_from_slice(b"\nours");
+        let path = log.dir.join("0-1-1.log"); // no such daemon
+        std::fs::write(&path, &record).expect("dead daemon's log");
+        let store = Arc::new(MemoryStore::default());
+        let stores: Vec<Arc<dyn ObjectStore>> = vec![store.clone()];
+        let held = File::open(&path).expect("open");
+        let held = nix::fcntl::Flock::lock(held, nix::fcntl::FlockArg::LockExclusive).expect("lock");
+        assert_eq!(log.replay(&stores).await, 0, "locked by another mount");
+        assert!(store.head("k").await.is_err());
+        drop(held);
+        assert_eq!(log.replay(&stores).await, 1);
+        assert_eq!(&store.get_range("k", 0..4, None).await.expect("stored")[..], b"ours");
+        assert!(!path.exists(), "a log whose records were all stored is deleted");
+        assert_eq!(log.replay(&stores).await, 0);
     }
 
     /// Records read back in order with their bytes (any bytes, newlines too); those marked
