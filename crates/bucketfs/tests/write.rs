@@ -162,6 +162,14 @@ fn close_from_another_thread_commits_and_reports_refusal() {
     assert!(matches!(error.raw_os_error(), Some(libc::EIO) | Some(libc::ENOENT)), "{error}");
 }
 
+/// The object `name` holds `expected` after close, and the mount shows its size.
+fn assert_stored(bucket: &str, m: &Mount, name: &str, expected: &[u8]) {
+    let stored = get(bucket, name);
+    assert_eq!(stored.len(), expected.len(), "{name}: size after close");
+    assert!(stored == expected, "{name}: content after close");
+    assert_eq!(std::fs::metadata(m.join(name)).expect("stat").len(), expected.len() as u64, "{name}: size shown");
+}
+
 /// A write after `fsync` (which stored the object) goes on from the stored file, as on a
 /// local disk: `write 100 B; fsync; pwrite 10 B at 0; close` leaves 100 bytes with the
 /// first 10 new, never a 10-byte object. The same for a multipart file.
@@ -180,10 +188,7 @@ fn writes_after_fsync_never_shrink_the_file() {
         file.write_all_at(b"tail", size as u64).expect("append after fsync");
         expected.extend_from_slice(b"tail");
         close(file).expect("close");
-        let stored = get(&b, name);
-        assert_eq!(stored.len(), expected.len(), "{name}: size after close");
-        assert!(stored == expected, "{name}: content after close");
-        assert_eq!(std::fs::metadata(m.join(name)).expect("stat").len(), expected.len() as u64, "{name}: size shown");
+        assert_stored(&b, &m, name, &expected);
     }
     assert_eq!(open_uploads(&b), 0);
 }
@@ -231,10 +236,7 @@ fn streamed_files_take_writes_anywhere_and_truncation() {
         let file = OpenOptions::new().write(true).create(true).truncate(true).open(m.join(name)).expect("create");
         steps(&file, &body);
         close(file).expect("close");
-        let stored = get(&b, name);
-        assert_eq!(stored.len(), expected.len(), "{name}: size");
-        assert!(stored == expected, "{name}: content");
-        assert_eq!(std::fs::metadata(m.join(name)).expect("stat").len(), expected.len() as u64, "{name}: size shown");
+        assert_stored(&b, &m, name, &expected);
     }
     assert_eq!(open_uploads(&b), 0);
 }
@@ -277,18 +279,23 @@ fn killed_daemon_leaves_no_partial_object() {
 /// Kills the daemon with SIGKILL as soon as `uploads` multipart uploads are open in the
 /// bucket, while `operation` runs on another thread (it then fails: the mount is gone).
 /// The next mount of the bucket must abort what the killed daemon left.
-fn kill_during_upload(bucket: &str, mut m: Mount, operation: impl FnOnce() + Send + 'static) {
+///
+/// The upload exists in the store a moment before its journal record is on disk (its id
+/// comes from the store): the kill waits a little past that moment. The next mount uses
+/// the same `endpoint` (a record names the endpoint and bucket it was made for).
+fn kill_during_upload(bucket: &str, mut m: Mount, endpoint: &str, operation: impl FnOnce() + Send + 'static) {
     let running = std::thread::spawn(operation);
     assert!(
         wait_until(std::time::Duration::from_secs(30), || open_uploads(bucket) >= 1),
         "no multipart upload was started"
     );
+    std::thread::sleep(std::time::Duration::from_millis(200));
     m.signal(libc::SIGKILL);
     assert!(m.wait_exit(std::time::Duration::from_secs(10)).is_some(), "daemon did not die");
     let _ = running.join();
     drop(m);
     assert!(open_uploads(bucket) >= 1, "the killed daemon's upload should still be open");
-    let _again = MountBuilder::new().bucket(bucket).mount();
+    let _again = MountBuilder::new().bucket(bucket).endpoint(endpoint).mount();
     assert_eq!(open_uploads(bucket), 0, "the next mount aborts the uploads a killed daemon left");
 }
 
@@ -298,9 +305,13 @@ fn kill_during_upload(bucket: &str, mut m: Mount, operation: impl FnOnce() + Sen
 fn killed_daemon_during_an_append_leaves_no_upload() {
     let b = create_bucket("write-kill-append");
     put(&b, "big", gen_data(12, 12 * MIB));
-    let m = MountBuilder::new().bucket(&b).args(["--part-size", "5MiB"]).mount();
+    // Slowed down (20 MB/s a connection, 4 parts at once: about 2.5 s for the 200 MiB),
+    // so that the upload still runs when the kill comes, on a busy machine too.
+    let proxy = ToxiProxy::to_minio();
+    proxy.add("slow", Direction::Upstream, Toxic::Bandwidth { kb_per_s: 20_000 });
+    let m = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(["--part-size", "5MiB"]).mount();
     let path = m.join("big");
-    kill_during_upload(&b, m, move || {
+    kill_during_upload(&b, m, &proxy.endpoint, move || {
         let mut file = OpenOptions::new().append(true).open(path).expect("open to append");
         file.write_all(&gen_data(13, 200 * MIB)).expect("append 200 MiB to the staging file");
         let _ = file.sync_all(); // the upload the daemon is killed in
@@ -318,7 +329,7 @@ fn killed_daemon_during_a_multipart_copy_leaves_no_upload() {
     put(&b, "big", data);
     let m = MountBuilder::new().bucket(&b).env("BUCKETFS_TEST_SINGLE_COPY_LIMIT", &(5 * MIB).to_string()).mount();
     let (from, to) = (m.join("big"), m.join("moved"));
-    kill_during_upload(&b, m, move || {
+    kill_during_upload(&b, m, &minio().endpoint, move || {
         let _ = std::fs::rename(from, to);
     });
     assert_eq!(list_keys(&b, ""), ["big"], "the source is still there, no copy completed");

@@ -601,8 +601,8 @@ impl Fs {
         Ok(())
     }
 
-    /// The write-back log's record of `writer`'s whole file (see `write::write_back`), if it is one
-    /// PUT not stored yet and the journal could write it.
+    /// The write-back log's record of `writer`'s whole file (see `write::write_back`), if
+    /// it is one PUT not stored yet and the log could take it.
     async fn record_write_back(&self, writer: &Writer) -> Option<Recorded> {
         let log = self.write_config.write_back_log.clone()?;
         let pending = writer.output.pending_whole().await?;
@@ -710,7 +710,7 @@ impl Fs {
 
     /// Commits `writer` where nobody waits for the outcome: a failure is kept for
     /// [`Fs::unstored`] (and logged by `commit_writer`), unless one was reported already.
-    /// Returns the outcome for a caller that keeps more (the write-back journal).
+    /// Returns the outcome for a caller that keeps more (the write-back log).
     async fn commit_unheard(&self, writer: &Writer) -> Result<(), FsError> {
         let result = self.commit_writer(writer).await;
         if let Err(error) = &result {

@@ -30,8 +30,8 @@ impl Fs {
         if no_replace && target.is_some() {
             return Err(FsError::Exists);
         }
-        if target.as_ref().is_some_and(|t| matches!(t.location, Location::History(_))) {
-            return Err(FsError::ReadOnly); // onto the view of versions
+        if let Some(target) = &target {
+            Self::check_changeable(target)?; // not onto the view of versions
         }
         // Uploads left running by close() (--write-back) must land before they are moved,
         // and must not land on the target after the move.

@@ -43,12 +43,12 @@ pub fn version_names(versions: &[VersionInfo]) -> Vec<(String, &VersionInfo)> {
     let mut stored: Vec<&VersionInfo> = versions.iter().rev().filter(|v| !v.deleted).collect();
     stored.sort_by_key(|v| v.mtime);
     let mut named: Vec<(String, &VersionInfo)> = Vec::with_capacity(stored.len());
-    let mut run = 0;
-    for (at, version) in stored.iter().enumerate() {
+    let (mut previous, mut run) = (String::new(), 0);
+    for version in stored {
         let time = humantime::format_rfc3339_millis(version.mtime).to_string();
-        let same_time = at > 0 && humantime::format_rfc3339_millis(stored[at - 1].mtime).to_string() == time;
-        run = if same_time { run + 1 } else { 1 };
-        named.push((if run == 1 { time } else { format!("{time}~{run}") }, version));
+        run = if time == previous { run + 1 } else { 1 };
+        named.push((if run == 1 { time.clone() } else { format!("{time}~{run}") }, version));
+        previous = time;
     }
     named
 }

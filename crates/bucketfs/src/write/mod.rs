@@ -117,7 +117,7 @@ pub struct Upload {
     key: parking_lot::Mutex<String>,
     /// Create-only (If-None-Match): a new file must not replace one another client created.
     create_only: bool,
-    /// The ETag of the object this file replaces (`O_TRUNC`), for a journal replay.
+    /// The ETag of the object this file replaces (`O_TRUNC`), for a write-back log replay.
     replaces: Option<String>,
     part_size: u64,
     memory: Arc<MemoryLimiter>,
@@ -149,7 +149,7 @@ impl Upload {
     }
 
     /// The whole file, if it is not stored yet and small enough to be one PUT (no part
-    /// was sent): what `--write-back` records in the journal at close.
+    /// was sent): what `--write-back` records in its log at close.
     pub async fn pending_whole(&self) -> Option<PendingFile> {
         let state = self.state.lock().await;
         if state.outcome.is_some() || state.multipart.is_some() || state.discarded {

@@ -422,12 +422,18 @@ mod tests {
             .expect("staging file")
     }
 
+    /// A store holding `original` at `k`, and a staging file that starts as it.
+    async fn staged_over(original: &[u8]) -> (Arc<MemoryStore>, Staged) {
+        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), original.to_vec())]));
+        let info = store.head("k").await.expect("head");
+        let file = staged(&store, Some(Base { etag: info.etag, size: info.size }));
+        (store, file)
+    }
+
     #[tokio::test]
     async fn append_and_shrink_keep_the_prefix_server_side() {
         let original: Vec<u8> = (0..12 * MIB).map(|i| (i % 251) as u8).collect();
-        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), original.clone())]));
-        let info = store.head("k").await.expect("head");
-        let file = staged(&store, Some(Base { etag: info.etag, size: info.size }));
+        let (store, file) = staged_over(&original).await;
         file.write(original.len() as u64, b"tail").await.expect("append");
         file.commit().await.expect("commit");
         assert!(store.gets.lock().is_empty(), "nothing downloaded to append: {:?}", store.gets.lock());
@@ -449,9 +455,7 @@ mod tests {
     #[tokio::test]
     async fn changes_inside_a_large_object_cost_their_chunks_only() {
         let original: Vec<u8> = (0..24 * MIB).map(|i| (i % 253) as u8).collect();
-        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), original.clone())]));
-        let info = store.head("k").await.expect("head");
-        let file = staged(&store, Some(Base { etag: info.etag, size: info.size }));
+        let (store, file) = staged_over(&original).await;
         file.write(0, b"HEAD").await.expect("header");
         file.write(12 * MIB as u64, b"mid").await.expect("middle");
         file.commit().await.expect("commit");
@@ -522,9 +526,7 @@ mod tests {
 
     #[tokio::test]
     async fn reads_fetch_the_base_lazily_and_see_writes() {
-        let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), b"0123456789".to_vec())]));
-        let info = store.head("k").await.expect("head");
-        let file = staged(&store, Some(Base { etag: info.etag, size: info.size }));
+        let (store, file) = staged_over(b"0123456789").await;
         file.write(4, b"ab").await.expect("write");
         assert!(store.gets.lock().is_empty(), "nothing fetched before a read");
         assert_eq!(&file.read(2, 6).await.expect("read")[..], b"23ab67");

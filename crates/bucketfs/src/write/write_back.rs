@@ -123,24 +123,25 @@ impl WriteBackLog {
     pub fn record(self: &Arc<Self>, location: String, file: &PendingFile) -> Option<Recorded> {
         let appended = {
             let mut log = self.log.lock();
-            self.append(&mut log, location, file).map(|id| (id, log.as_ref().and_then(|l| l.file.try_clone().ok())))
+            self.append(&mut log, location, file)
         };
         // Synced outside the lock: closes on other threads append meanwhile, and one
-        // sync covers them all.
-        let synced = appended.and_then(|(id, file)| {
-            file.ok_or_else(|| std::io::Error::other("no log file"))?.sync_data()?;
-            Ok(id)
+        // sync covers them all. A record that could not be synced is marked done when
+        // `recorded` drops: the caller stores the file itself.
+        let synced = appended.and_then(|(id, log_file)| {
+            let recorded = Recorded { log: self.clone(), id, kept: false };
+            log_file.sync_data()?;
+            Ok(recorded)
         });
-        match synced {
-            Ok(id) => Some(Recorded { log: self.clone(), id, kept: false }),
-            Err(error) => {
+        synced
+            .inspect_err(|error| {
                 tracing::warn!(key = file.key, "cannot record the closed file in {}: {error}", self.dir.display());
-                None
-            }
-        }
+            })
+            .ok()
     }
 
-    fn append(&self, log: &mut Option<Log>, location: String, file: &PendingFile) -> std::io::Result<u64> {
+    /// Appends `file`'s record; returns its id and a handle of the log to sync it by.
+    fn append(&self, log: &mut Option<Log>, location: String, file: &PendingFile) -> std::io::Result<(u64, File)> {
         if log.is_none() {
             let path = self.dir.join(format!("{}.log", this_daemon()));
             let file = OpenOptions::new().create(true).append(true).open(&path)?;
@@ -162,10 +163,11 @@ impl WriteBackLog {
         let mut record = serde_json::to_vec(&Line::Record(header))?;
         record.push(b'\n');
         record.extend_from_slice(&file.data);
+        let handle = log.file.try_clone()?;
         log.file.write_all(&record)?;
         log.next_id += 1;
         log.open += 1;
-        Ok(id)
+        Ok((id, handle))
     }
 
     fn done(&self, id: u64) {
