@@ -329,3 +329,78 @@ fn every_file_closed_before_a_kill_mid_tree_is_stored() {
     }
     assert_eq!(open_uploads(&b), 0);
 }
+
+/// PUTs of `key` the mount has sent so far.
+fn puts_of(m: &Mount, key: &str) -> usize {
+    m.s3_requests().iter().filter(|r| r.op == "PUT" && r.key == key).count()
+}
+
+/// `chmod 0`, `utimens` and `chmod` of a directory, as `tar` does right after its contents.
+fn change_attributes(dir: &Path, mode: u32, mtime: std::time::SystemTime) {
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).expect("chmod 700");
+    File::open(dir).expect("open dir").set_modified(mtime).expect("utimens");
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// With `--write-back` a directory's attribute changes return before its marker is
+/// written again, and the marker is written once for changes made in a row (`tar` sets
+/// owner, mode and times of each directory it made: three PUTs each before). An `rmdir`
+/// or `rename` right after finds the change stored: the late write neither brings the
+/// directory back nor lands on the old name. What the mount showed is what the next
+/// mount shows.
+#[test]
+fn directory_attribute_changes_are_stored_once_after_they_return() {
+    let b = create_bucket("wb-dir-attrs");
+    let m = MountBuilder::new().bucket(&b).arg("--write-back").request_log().mount();
+    let mtime = std::time::UNIX_EPOCH + Duration::from_secs(1_500_000_000);
+    for name in ["kept", "removed", "moved"] {
+        std::fs::create_dir(m.join(name)).expect("mkdir");
+    }
+    change_attributes(&m.join("kept"), 0o751, mtime);
+    let shown = std::fs::metadata(m.join("kept")).expect("stat");
+    assert_eq!((shown.permissions().mode() & 0o7777, shown.modified().expect("mtime")), (0o751, mtime));
+    change_attributes(&m.join("removed"), 0o755, mtime);
+    std::fs::remove_dir(m.join("removed")).expect("rmdir right after");
+    change_attributes(&m.join("moved"), 0o711, mtime);
+    std::fs::rename(m.join("moved"), m.join("moved-to")).expect("rename right after");
+    assert!(wait_until(Duration::from_secs(10), || puts_of(&m, "kept/") == 2), "mkdir, then one write");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(puts_of(&m, "kept/"), 2, "the three changes are one write");
+    drop(m);
+    assert_eq!(list_keys(&b, ""), ["kept/", "moved-to/"], "no late write brought a directory back");
+    let again = MountBuilder::new().bucket(&b).mount();
+    for (name, mode) in [("kept", 0o751), ("moved-to", 0o711)] {
+        let stored = std::fs::metadata(again.join(name)).expect("stat");
+        assert_eq!((stored.permissions().mode() & 0o7777, stored.modified().expect("mtime")), (mode, mtime), "{name}");
+    }
+}
+
+/// A directory's attributes changed with `--write-back` are in the write-back log when
+/// the change returns: a daemon killed before it wrote the marker leaves them to the
+/// next mount, which stores them before it answers.
+#[test]
+fn directory_attributes_changed_before_a_kill_are_stored_by_the_next_mount() {
+    let b = create_bucket("wb-dir-kill");
+    let cache = tempfile::tempdir().expect("cache dir");
+    let cache_dir = cache.path().to_str().expect("UTF-8").to_owned();
+    let proxy = ToxiProxy::to_minio();
+    let args = ["--write-back", "--metadata-ttl", "60", "--cache-dir", &cache_dir];
+    let mut m = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(args).mount();
+    std::fs::create_dir(m.join("d")).expect("mkdir");
+    assert!(std::fs::metadata(m.join("d")).is_ok());
+    // From now on no request reaches the store: the marker's write hangs until the kill.
+    proxy.add("hang", Direction::Upstream, Toxic::Timeout { after_ms: 0 });
+    let mtime = std::time::UNIX_EPOCH + Duration::from_secs(1_400_000_000);
+    run_with_timeout("change the directory's attributes", Duration::from_secs(10), {
+        let dir = m.join("d");
+        move || change_attributes(&dir, 0o750, mtime)
+    });
+    m.signal(libc::SIGKILL);
+    assert!(m.wait_exit(Duration::from_secs(10)).is_some(), "daemon did not die");
+    drop(m);
+    proxy.remove("hang");
+    let again = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(["--cache-dir", &cache_dir]).mount();
+    let stored = std::fs::metadata(again.join("d")).expect("stat");
+    assert_eq!((stored.permissions().mode() & 0o7777, stored.modified().expect("mtime")), (0o750, mtime));
+    assert_eq!(list_keys(&b, ""), ["d/"]);
+}

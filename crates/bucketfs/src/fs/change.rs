@@ -19,6 +19,7 @@ use super::{
 use crate::namespace::{Copied, Ino, Location, NamespaceError, Node, ROOT_INO};
 use crate::store::{Metadata, StoreError};
 use crate::write::staging::Base;
+use crate::write::write_back::PendingFile;
 use crate::write::{copy_object, Output};
 
 impl Fs {
@@ -178,7 +179,18 @@ impl Fs {
                 }
                 change(&mut metadata);
                 metadata.content_type.get_or_insert_with(|| DIRECTORY_CONTENT_TYPE.into());
-                self.namespace.store(*source).put(prefix, Bytes::new(), &metadata, false).await?;
+                let store = self.namespace.store(*source);
+                if self.write_back.is_some() {
+                    // Stored a moment later, with the changes that follow (see `dir_markers`).
+                    let marker = PendingFile::marker(prefix.clone(), metadata.clone());
+                    if let Some(recorded) = self.record_in_write_back_log(*source, marker).await {
+                        let metadata = Arc::new(metadata);
+                        self.namespace.set_marker_metadata(ino, metadata.clone(), touched);
+                        self.markers.store_soon(ino, store.clone(), prefix.clone(), metadata, recorded);
+                        return Ok(());
+                    }
+                }
+                store.put(prefix, Bytes::new(), &metadata, false).await?;
                 self.namespace.set_marker_metadata(ino, Arc::new(metadata), touched);
                 Ok(())
             }

@@ -11,6 +11,7 @@
 
 pub mod attrs;
 mod change;
+mod dir_markers;
 pub mod error;
 mod handles;
 mod rename;
@@ -34,9 +35,10 @@ use crate::read::{CacheLink, ReadConfig, ReadHandle};
 use crate::store::Metadata;
 use crate::write::journal::Journal;
 use crate::write::staging::{Base, Staged, StagingConfig};
-use crate::write::write_back::{Recorded, WriteBackLog};
+use crate::write::write_back::{PendingFile, Recorded, WriteBackLog};
 use crate::write::{Output, Upload, WriteError};
 use attrs::StoredAttrs;
+use dir_markers::PendingMarkers;
 use error::FsError;
 use handles::{process_of, Reader, Writer};
 pub use handles::{Backing, Opened};
@@ -125,6 +127,8 @@ pub struct Fs {
     next_handle: AtomicU64,
     /// With `--write-back`: room for uploads running after `close()`.
     write_back: Option<Arc<Semaphore>>,
+    /// With `--write-back`: directory markers to write again with new attributes.
+    markers: PendingMarkers,
     /// With `--cache`: blocks of objects read, on local disk.
     data_cache: Option<Arc<DataCache>>,
     /// With `--cache`: small files of a walked directory, read from it ahead of their open.
@@ -188,6 +192,7 @@ impl Fs {
             unlinked: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             write_back,
+            markers: PendingMarkers::default(),
             data_cache: None,
             small_files_ahead: None,
             unstored: Mutex::default(),
@@ -604,15 +609,20 @@ impl Fs {
     /// The write-back log's record of `writer`'s whole file (see `write::write_back`), if
     /// it is one PUT not stored yet and the log could take it.
     async fn record_write_back(&self, writer: &Writer) -> Option<Recorded> {
-        let log = self.write_config.write_back_log.clone()?;
         let pending = writer.output.pending_whole().await?;
         let source = match self.namespace.node(writer.ino).ok()?.location {
             Location::File { source, .. } => source,
             _ => return None,
         };
+        self.record_in_write_back_log(source, pending).await
+    }
+
+    /// `file`, to be stored in `source`, appended to the write-back log and synced.
+    async fn record_in_write_back_log(&self, source: usize, file: PendingFile) -> Option<Recorded> {
+        let log = self.write_config.write_back_log.clone()?;
         let location = self.namespace.store(source).location();
         // An append and a sync: off the runtime's threads, which the uploads need.
-        tokio::task::spawn_blocking(move || log.record(location, &pending)).await.ok()?
+        tokio::task::spawn_blocking(move || log.record(location, &file)).await.ok()?
     }
 
     /// `fsync()`: the object is in the bucket when this returns `Ok`.
@@ -634,6 +644,7 @@ impl Fs {
     /// [`Fs::settle`] for every file: before moving a directory key by key.
     async fn settle_all(&self) {
         self.settle_where(|_| true).await;
+        self.markers.settle_all().await;
     }
 
     async fn settle_where(&self, wanted: impl Fn(&Writer) -> bool) {
@@ -835,6 +846,7 @@ impl Fs {
             return Err(FsError::NotDir);
         };
         self.check_empty_dir(&node).await?;
+        self.markers.settle(node.ino).await; // its new attributes must not bring it back
         self.namespace.store(*source).delete(prefix).await?;
         self.namespace.remove_entry(parent, name);
         self.namespace.touch_dir(parent);

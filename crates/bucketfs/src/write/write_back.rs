@@ -7,6 +7,9 @@
 //!   new or which ETag it replaces, metadata) followed by the file's bytes. `close`
 //!   returns once its record is appended and `fdatasync`ed: one sync per file, no file
 //!   created or renamed, and closes on several threads share a sync.
+//! - **Directory markers** written again with new attributes (`chmod` of a directory,
+//!   see `fs::dir_markers`) are records too: an empty file whose key ends in `/`; a
+//!   replay writes it over any marker of that key.
 //! - **Done** is a line `{"done":ID}` appended (not synced: a lost one only makes the next
 //!   mount find the bytes stored already); once no record is open, the log is emptied.
 //! - **Replay** ([`WriteBackLog::replay`], at every mount, before it answers): each record
@@ -40,6 +43,17 @@ pub struct PendingFile {
     pub create_only: bool,
     /// The ETag of the object it replaces (`O_TRUNC` of an existing file).
     pub replaces: Option<String>,
+}
+
+impl PendingFile {
+    /// A directory marker (`prefix` ends in `/`) written again with new attributes.
+    pub fn marker(prefix: String, metadata: Metadata) -> Self {
+        Self { key: prefix, data: Bytes::new(), metadata, create_only: false, replaces: None }
+    }
+
+    fn is_marker(&self) -> bool {
+        self.key.ends_with('/') && self.data.is_empty()
+    }
 }
 
 /// A line of the log.
@@ -288,12 +302,19 @@ async fn replay(store: &dyn ObjectStore, file: &PendingFile) -> Result<Replayed,
     };
     if let Some(info) = &current {
         let len = file.data.len() as u64;
-        if info.size == len && (len == 0 || store.get_range(key, 0..len, info.etag.as_deref()).await? == file.data) {
+        // An empty object is told apart by its metadata (a marker's attributes).
+        let same_metadata = len > 0 || info.metadata.as_deref().is_some_and(|m| m.user == file.metadata.user);
+        if same_metadata
+            && info.size == len
+            && (len == 0 || store.get_range(key, 0..len, info.etag.as_deref()).await? == file.data)
+        {
             return Ok(Replayed::AlreadyThere);
         }
     }
     let unchanged = match &current {
         None => true, // created by nobody else, or the replaced object deleted: ours goes there
+        // A marker's attributes go over any marker: every empty marker has the same bytes.
+        Some(info) if file.is_marker() => info.size == 0,
         Some(info) => !file.create_only && info.etag.is_some() && info.etag == file.replaces,
     };
     if unchanged {

@@ -1,0 +1,126 @@
+//! Directory markers that `--write-back` stores after the change has returned.
+//!
+//! `chmod`, `chown`, `utimens` and `user.*` xattrs of a directory live in its marker
+//! object, so each one used to cost a PUT before it returned: `tar -x` sets the owner,
+//! mode and times of every directory it made, two or three PUTs per directory, and waited
+//! for each. With `--write-back` the change is recorded in the write-back log (synced
+//! before it returns, as a closed file is, so the next mount stores it if this daemon
+//! dies) and shown at once; the marker is written a moment later ([`COALESCE`]), once for
+//! all the changes of that directory made meanwhile.
+//!
+//! What would be overtaken by that write waits for it: `rmdir` of the directory (the
+//! write must not bring it back), `rename` of any directory (its markers move key by key)
+//! and unmount ([`PendingMarkers::settle`], [`PendingMarkers::settle_all`]). Two writes
+//! of one marker run in order.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::{watch, Notify};
+
+use crate::namespace::Ino;
+use crate::store::{Metadata, ObjectStore};
+use crate::write::write_back::Recorded;
+
+/// How long a marker write waits for more changes of its directory: `tar` and `rsync`
+/// set a directory's owner, mode and times within a millisecond of each other.
+pub(super) const COALESCE: Duration = Duration::from_millis(20);
+
+/// The marker writes not finished yet, by directory.
+#[derive(Default)]
+pub(super) struct PendingMarkers {
+    by_dir: Arc<Mutex<HashMap<Ino, Arc<PendingMarker>>>>,
+}
+
+struct PendingMarker {
+    /// What to store and its record in the log, until the write takes them.
+    latest: Mutex<Option<(Arc<Metadata>, Recorded)>>,
+    /// Closed (its sender dropped) when the write has ended.
+    ended: watch::Receiver<()>,
+    /// Cuts the wait for more changes short: somebody waits for the write.
+    hurry: Notify,
+}
+
+impl PendingMarker {
+    async fn ended(&self) {
+        let mut ended = self.ended.clone();
+        while ended.changed().await.is_ok() {}
+    }
+}
+
+impl PendingMarkers {
+    /// Stores `metadata` as the marker `prefix` of directory `dir` in `store` soon; a
+    /// write of `dir` still waiting takes it instead (its earlier record is done then).
+    pub fn store_soon(
+        &self,
+        dir: Ino,
+        store: Arc<dyn ObjectStore>,
+        prefix: String,
+        metadata: Arc<Metadata>,
+        recorded: Recorded,
+    ) {
+        let mut by_dir = self.by_dir.lock();
+        let before = by_dir.get(&dir).cloned();
+        if let Some(waiting) = &before {
+            let mut latest = waiting.latest.lock();
+            if latest.is_some() {
+                *latest = Some((metadata, recorded));
+                return;
+            }
+        }
+        let (end, ended) = watch::channel(());
+        let pending =
+            Arc::new(PendingMarker { latest: Mutex::new(Some((metadata, recorded))), ended, hurry: Notify::new() });
+        by_dir.insert(dir, pending.clone());
+        let by_dir = self.by_dir.clone();
+        tokio::spawn(async move {
+            if let Some(before) = before {
+                before.ended().await; // the same key: in the order of the changes
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(COALESCE) => {}
+                _ = pending.hurry.notified() => {}
+            }
+            let taken = pending.latest.lock().take();
+            if let Some((metadata, recorded)) = taken {
+                match store.put(&prefix, Bytes::new(), &metadata, false).await {
+                    Ok(_) => drop(recorded),
+                    Err(error) => {
+                        tracing::warn!(key = prefix, "could not store the directory's new attributes: {error}");
+                        if error.is_transient() {
+                            recorded.keep(); // the next mount tries again
+                        }
+                    }
+                }
+            }
+            let mut by_dir = by_dir.lock();
+            if by_dir.get(&dir).is_some_and(|current| Arc::ptr_eq(current, &pending)) {
+                by_dir.remove(&dir);
+            }
+            drop(end);
+        });
+    }
+
+    /// Waits until the marker of `dir` holds every change made so far.
+    pub async fn settle(&self, dir: Ino) {
+        let pending = self.by_dir.lock().get(&dir).cloned();
+        if let Some(pending) = pending {
+            pending.hurry.notify_one();
+            pending.ended().await;
+        }
+    }
+
+    /// [`PendingMarkers::settle`] for every directory.
+    pub async fn settle_all(&self) {
+        let pending: Vec<_> = self.by_dir.lock().values().cloned().collect();
+        for pending in &pending {
+            pending.hurry.notify_one();
+        }
+        for pending in pending {
+            pending.ended().await;
+        }
+    }
+}
