@@ -8,6 +8,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -342,9 +343,9 @@ fn change_attributes(dir: &Path, mode: u32, mtime: std::time::SystemTime) {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
-/// With `--write-back` a directory's attribute changes return before its marker is
-/// written again, and the marker is written once for changes made in a row (`tar` sets
-/// owner, mode and times of each directory it made: three PUTs each before). An `rmdir`
+/// With `--write-back` `mkdir` and a directory's attribute changes return before its
+/// marker is written, and the marker is written once for changes made in a row (`tar`
+/// makes a directory, then sets its owner, mode and times: four PUTs each before). An `rmdir`
 /// or `rename` right after finds the change stored: the late write neither brings the
 /// directory back nor lands on the old name. What the mount showed is what the next
 /// mount shows.
@@ -363,9 +364,9 @@ fn directory_attribute_changes_are_stored_once_after_they_return() {
     std::fs::remove_dir(m.join("removed")).expect("rmdir right after");
     change_attributes(&m.join("moved"), 0o711, mtime);
     std::fs::rename(m.join("moved"), m.join("moved-to")).expect("rename right after");
-    assert!(wait_until(Duration::from_secs(10), || puts_of(&m, "kept/") == 2), "mkdir, then one write");
+    assert!(wait_until(Duration::from_secs(10), || puts_of(&m, "kept/") == 1), "the marker is written");
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(puts_of(&m, "kept/"), 2, "the three changes are one write");
+    assert_eq!(puts_of(&m, "kept/"), 1, "mkdir and the three changes are one write");
     drop(m);
     assert_eq!(list_keys(&b, ""), ["kept/", "moved-to/"], "no late write brought a directory back");
     let again = MountBuilder::new().bucket(&b).mount();
@@ -403,4 +404,106 @@ fn directory_attributes_changed_before_a_kill_are_stored_by_the_next_mount() {
     let stored = std::fs::metadata(again.join("d")).expect("stat");
     assert_eq!((stored.permissions().mode() & 0o7777, stored.modified().expect("mtime")), (0o750, mtime));
     assert_eq!(list_keys(&b, ""), ["d/"]);
+}
+
+/// The keys of `bucket` on `server`.
+fn keys_on(server: &OwnMinio, bucket: &str) -> Vec<String> {
+    let listed = block_on(server.client().list_objects_v2().bucket(bucket).max_keys(1000).send()).expect("list");
+    listed.contents().iter().filter_map(|object| object.key().map(str::to_owned)).collect()
+}
+
+/// `tar -xf` into a new directory of a `--write-back` mount while its store stops: every
+/// `mkdir` and `close` still returns (they are in the write-back log, and names in a
+/// directory just made are known to be free), so tar succeeds. The daemon is then
+/// killed, the bucket is mounted again while the store is still down, and the store
+/// starts a moment later: that mount stores every file tar extracted, with its bytes,
+/// and leaves no multipart upload.
+#[test]
+fn untar_while_the_store_is_stopped_is_stored_by_the_next_mount() {
+    let mut own = OwnMinio::start();
+    let b = "wb-store-stopped";
+    block_on(own.client().create_bucket().bucket(b).send()).expect("create bucket");
+    let source = tempfile::tempdir().expect("source tree");
+    let mut files = Vec::new();
+    for d in 0..4 {
+        std::fs::create_dir(source.path().join(format!("d{d}"))).expect("mkdir");
+        for f in 0..150u64 {
+            let (name, data) = (format!("d{d}/f{f:03}"), gen_data(d * 1000 + f, 500 + (f as usize * 131) % 20_000));
+            std::fs::write(source.path().join(&name), &data).expect("write the source");
+            files.push((name, data));
+        }
+    }
+    let tarball = source.path().join("tree.tar");
+    let made =
+        Command::new("tar").args(["-cf", "tree.tar", "d0", "d1", "d2", "d3"]).current_dir(source.path()).status();
+    assert!(made.expect("tar -c").success());
+
+    let cache = tempfile::tempdir().expect("cache dir");
+    let cache_dir = cache.path().to_str().expect("UTF-8").to_owned();
+    let args = ["--write-back", "--retry-window", "1", "--metadata-ttl", "60", "--cache-dir", &cache_dir];
+    let mut m = MountBuilder::new().bucket(b).endpoint(&own.server.endpoint).args(args).mount();
+    std::fs::create_dir(m.join("x")).expect("mkdir");
+    let untar = std::thread::spawn({
+        let (tarball, target) = (tarball.clone(), m.join("x"));
+        move || Command::new("tar").arg("-xf").arg(tarball).arg("-C").arg(target).output().expect("tar -x")
+    });
+    assert!(wait_until(Duration::from_secs(30), || keys_on(&own, b).len() >= 20), "tar stores nothing");
+    own.stop();
+    let untarred = untar.join().expect("tar thread");
+    assert!(untarred.status.success(), "tar: {}", String::from_utf8_lossy(&untarred.stderr));
+    m.signal(libc::SIGKILL);
+    assert!(m.wait_exit(Duration::from_secs(10)).is_some(), "daemon did not die");
+    drop(m);
+
+    own.start_again();
+    let stored_before = keys_on(&own, b).len();
+    assert!(stored_before < files.len(), "the store stopped before tar was done ({stored_before} stored)");
+    own.stop();
+    let endpoint = own.server.endpoint.clone();
+    // Mounted while the store is down: the mount waits for it (within --retry-window).
+    // (The mount's daemon lives as long as the thread that mounts it: this one.)
+    let restart = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(2));
+        own.start_again();
+        own
+    });
+    let again = MountBuilder::new().bucket(b).endpoint(&endpoint).args(["--cache-dir", &cache_dir]).mount();
+    let own = restart.join().expect("MinIO started again");
+    let client = own.client();
+    for (name, data) in &files {
+        let stored = block_on(async {
+            let object = client.get_object().bucket(b).key(format!("x/{name}")).send().await.expect(name);
+            object.body.collect().await.expect("body").into_bytes()
+        });
+        assert!(stored == data[..], "{name}: stored with its bytes");
+    }
+    assert_eq!(std::fs::read_dir(again.join("x/d3")).expect("ls").count(), 150);
+    let uploads = block_on(client.list_multipart_uploads().bucket(b).send()).expect("list uploads");
+    assert!(uploads.uploads().is_empty(), "no multipart upload left");
+}
+
+/// Until its marker is stored, a directory made with `--write-back` is shown as made,
+/// whatever the store says, even with `--metadata-ttl 0` (every lookup asks the store):
+/// it can be listed, entered and filled at once, and is stored by unmount.
+#[test]
+fn a_new_directory_shows_before_its_marker_is_stored() {
+    let b = create_bucket("wb-dir-held");
+    let proxy = ToxiProxy::to_minio();
+    let args = ["--write-back", "--metadata-ttl", "0"];
+    let m = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(args).mount();
+    // Every request waits 800 ms from now on: the marker is not stored for a while.
+    proxy.add("slow", Direction::Upstream, Toxic::Latency { latency_ms: 800, jitter_ms: 0 });
+    std::fs::create_dir(m.join("made")).expect("mkdir");
+    std::fs::set_permissions(m.join("made"), std::fs::Permissions::from_mode(0o750)).expect("chmod");
+    assert!(list_keys(&b, "").is_empty(), "the marker is not stored yet");
+    let shown = std::fs::metadata(m.join("made")).expect("stat before the marker is stored");
+    assert!(shown.is_dir());
+    assert_eq!(shown.permissions().mode() & 0o7777, 0o750);
+    let names: Vec<_> = std::fs::read_dir(m.path()).expect("ls").map(|e| e.expect("entry").file_name()).collect();
+    assert_eq!(names, ["made"]);
+    std::fs::create_dir(m.join("made/sub")).expect("mkdir inside");
+    std::fs::write(m.join("made/sub/file"), b"content").expect("write inside");
+    drop(m);
+    assert_eq!(list_keys(&b, ""), ["made/", "made/sub/", "made/sub/file"]);
+    assert_eq!(get(&b, "made/sub/file"), b"content");
 }

@@ -186,7 +186,8 @@ impl Fs {
                     if let Some(recorded) = self.record_in_write_back_log(*source, marker).await {
                         let metadata = Arc::new(metadata);
                         self.namespace.set_marker_metadata(ino, metadata.clone(), touched);
-                        self.markers.store_soon(ino, store.clone(), prefix.clone(), metadata, recorded);
+                        let held = self.namespace.hold_dir(ino);
+                        self.markers.store_soon(ino, store.clone(), prefix.clone(), metadata, recorded, held);
                         return Ok(());
                     }
                 }

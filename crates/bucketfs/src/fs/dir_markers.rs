@@ -1,12 +1,18 @@
 //! Directory markers that `--write-back` stores after the change has returned.
 //!
-//! `chmod`, `chown`, `utimens` and `user.*` xattrs of a directory live in its marker
-//! object, so each one used to cost a PUT before it returned: `tar -x` sets the owner,
-//! mode and times of every directory it made, two or three PUTs per directory, and waited
-//! for each. With `--write-back` the change is recorded in the write-back log (synced
-//! before it returns, as a closed file is, so the next mount stores it if this daemon
-//! dies) and shown at once; the marker is written a moment later ([`COALESCE`]), once for
-//! all the changes of that directory made meanwhile.
+//! A directory is its marker object (`DIR/`), written by `mkdir` and written again by
+//! each `chmod`, `chown`, `utimens` and `user.*` xattr change of the directory, which
+//! used to cost a PUT before it returned: `tar -x` makes each directory, fills it, then
+//! sets its owner, mode and times, three or four PUTs per directory, waited for one by
+//! one. With `--write-back` the change is recorded in the write-back log (synced before
+//! it returns, as a closed file is, so the next mount stores it if this daemon dies)
+//! and shown at once; the marker is written a moment later ([`COALESCE`]), once for all
+//! the changes of that directory made meanwhile. So `tar` into a new directory also
+//! goes on while the store is away: names in a directory just made are known to be
+//! free without asking it.
+//!
+//! Until it is written, the mount shows the directory as it was told (its existence,
+//! its attributes) whatever the store says ([`crate::namespace::Namespace::hold_dir`]).
 //!
 //! What would be overtaken by that write waits for it: `rmdir` of the directory (the
 //! write must not bring it back), `rename` of any directory (its markers move key by key)
@@ -21,13 +27,13 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::{watch, Notify};
 
-use crate::namespace::Ino;
+use crate::namespace::{HeldDir, Ino};
 use crate::store::{Metadata, ObjectStore};
 use crate::write::write_back::Recorded;
 
 /// How long a marker write waits for more changes of its directory: `tar` and `rsync`
 /// set a directory's owner, mode and times within a millisecond of each other.
-pub(super) const COALESCE: Duration = Duration::from_millis(20);
+pub(super) const COALESCE: Duration = Duration::from_millis(50);
 
 /// The marker writes not finished yet, by directory.
 #[derive(Default)]
@@ -61,6 +67,7 @@ impl PendingMarkers {
         prefix: String,
         metadata: Arc<Metadata>,
         recorded: Recorded,
+        held: HeldDir,
     ) {
         let mut by_dir = self.by_dir.lock();
         let before = by_dir.get(&dir).cloned();
@@ -68,7 +75,7 @@ impl PendingMarkers {
             let mut latest = waiting.latest.lock();
             if latest.is_some() {
                 *latest = Some((metadata, recorded));
-                return;
+                return; // `held` is the same hold as that write's
             }
         }
         let (end, ended) = watch::channel(());
@@ -99,6 +106,7 @@ impl PendingMarkers {
             let mut by_dir = by_dir.lock();
             if by_dir.get(&dir).is_some_and(|current| Arc::ptr_eq(current, &pending)) {
                 by_dir.remove(&dir);
+                held.release(); // else a later write of the directory holds it still
             }
             drop(end);
         });

@@ -236,6 +236,22 @@ impl DirState {
         }
     }
 
+    /// Keeps `ino` as this mount made it, whatever the store says, until
+    /// [`DirState::release`]: a directory whose marker is not stored yet.
+    pub fn hold(&mut self, ino: Ino) {
+        let Some(node) = self.inodes.get_mut(ino) else { return };
+        node.valid_until = None;
+        let (parent, name) = node.parent_and_name();
+        self.pending.entry(parent).or_default().insert(name);
+    }
+
+    /// Ends a [`DirState::hold`]: `ino` is trusted until `valid_until`, then asked for again.
+    pub fn release(&mut self, ino: Ino, valid_until: Instant) {
+        let Some(node) = self.inodes.get_mut(ino) else { return };
+        node.valid_until = Some(valid_until);
+        self.settled(ino);
+    }
+
     /// Enters an entry created (or being written) here: shown at once, in the cached
     /// listing too.
     pub fn enter_created(

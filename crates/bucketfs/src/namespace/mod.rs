@@ -64,6 +64,21 @@ pub struct Source {
     pub prefix: String,
 }
 
+/// A directory shown as this mount made it (see [`Namespace::hold_dir`]). Dropping it
+/// keeps the hold: only [`HeldDir::release`] ends it, once what was held is stored.
+pub struct HeldDir {
+    state: Arc<Mutex<DirState>>,
+    dir: Ino,
+    ttl: Duration,
+}
+
+impl HeldDir {
+    /// The directory is stored as shown: from now on the store is asked again, after the TTL.
+    pub fn release(self) {
+        self.state.lock().release(self.dir, Instant::now() + self.ttl);
+    }
+}
+
 pub struct Namespace {
     sources: Vec<Source>,
     /// The one lock: see `dir_state` (shared with the background flat listings).
@@ -594,6 +609,14 @@ impl Namespace {
             state.remember_listing(node.ino, Instant::now() + self.ttl, Vec::new());
         }
         node
+    }
+
+    /// Shows directory `dir` as this mount made it (its metadata, its existence) rather
+    /// than as the store has it, until the returned hold is released: for a marker
+    /// written after `mkdir` or `chmod` returned (`--write-back`).
+    pub fn hold_dir(&self, dir: Ino) -> HeldDir {
+        self.state.lock().hold(dir);
+        HeldDir { state: self.state.clone(), dir, ttl: self.ttl }
     }
 
     /// Whether files are being written directly in directory `dir`.

@@ -228,12 +228,17 @@ fn try_start_minio(bin: &Path, attempt: u32, tls: bool) -> Result<Minio, String>
     let kind = if tls { "tls-" } else { "" };
     let base = tmp_root().join(format!("bucketfs-test-minio-{}-{kind}{attempt}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
+    launch_minio(bin, &base, free_port(), tls, &format!("minio-keeper-{kind}{attempt}"))
+}
+
+/// Starts MinIO on `port` with its data and log under `base` (kept if there already) and
+/// waits until it serves S3 requests.
+fn launch_minio(bin: &Path, base: &Path, port: u16, tls: bool, keeper: &str) -> Result<Minio, String> {
     let data_dir = base.join("data");
     std::fs::create_dir_all(&data_dir).map_err(|e| format!("create {}: {e}", data_dir.display()))?;
     let log_path = base.join("minio.log");
-    let log = File::create(&log_path).map_err(|e| format!("create log: {e}"))?;
+    let log = File::options().create(true).append(true).open(&log_path).map_err(|e| format!("create log: {e}"))?;
     let log2 = log.try_clone().unwrap();
-    let port = free_port();
     let mut console_port = free_port();
     while console_port == port {
         console_port = free_port();
@@ -264,7 +269,7 @@ fn try_start_minio(bin: &Path, attempt: u32, tls: bool) -> Result<Minio, String>
         .env("MINIO_BROWSER", "off")
         .env("MINIO_UPDATE", "off");
     let certificate = if tls { Some(make_certificate(&base.join("certs"))?) } else { None };
-    let (pid, exit) = spawn_for_process_lifetime(cmd, &format!("minio-keeper-{kind}{attempt}"))?;
+    let (pid, exit) = spawn_for_process_lifetime(cmd, keeper)?;
 
     let scheme = if tls { "https" } else { "http" };
     let endpoint = format!("{scheme}://127.0.0.1:{port}");
@@ -306,6 +311,51 @@ fn try_start_minio(bin: &Path, attempt: u32, tls: bool) -> Result<Minio, String>
         }
     }
     Ok(m)
+}
+
+/// A MinIO of one test, which the test may stop and start again (same port, same data):
+/// for what a store outage does. Killed with the test process, like [`minio`].
+pub struct OwnMinio {
+    pub server: Minio,
+    base: tempfile::TempDir,
+}
+
+impl OwnMinio {
+    pub fn start() -> Self {
+        let base = tempfile::Builder::new().prefix("bucketfs-test-own-minio-").tempdir().expect("temporary directory");
+        let server = launch_minio(&minio_binary(), base.path(), free_port(), false, "own-minio-keeper")
+            .unwrap_or_else(|e| panic!("could not start MinIO: {e}"));
+        OwnMinio { server, base }
+    }
+
+    /// An S3 client of this server.
+    pub fn client(&self) -> aws_sdk_s3::Client {
+        s3_client_for(&self.server.endpoint, ACCESS_KEY, SECRET_KEY)
+    }
+
+    /// Stops the server (SIGTERM) and waits until it has exited.
+    pub fn stop(&self) {
+        unsafe { libc::kill(self.server.pid as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.server.exit_status().is_none() {
+            assert!(Instant::now() < deadline, "MinIO did not stop within 20 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the server again on its port, with its data.
+    pub fn start_again(&mut self) {
+        self.server = launch_minio(&minio_binary(), self.base.path(), self.server.port, false, "own-minio-keeper")
+            .unwrap_or_else(|e| panic!("could not start MinIO again: {e}"));
+    }
+}
+
+impl Drop for OwnMinio {
+    fn drop(&mut self) {
+        if self.server.exit_status().is_none() {
+            unsafe { libc::kill(self.server.pid as i32, libc::SIGKILL) };
+        }
+    }
 }
 
 fn health_live(port: u16) -> bool {
