@@ -365,3 +365,23 @@ fn hundred_files_open_for_writing_at_once() {
     assert!(peak < 1024 * 1024, "daemon peak RSS {peak} kB");
     eprintln!("daemon peak RSS after 100 concurrent writers: {} MiB", peak / 1024);
 }
+
+/// Each descriptor writes its own version of a file (the last close wins): `ftruncate`
+/// through one cuts that one's version, never another descriptor's.
+#[test]
+fn ftruncate_cuts_the_version_of_its_own_descriptor() {
+    let b = create_bucket("write-ftruncate-own");
+    let m = MountBuilder::new().bucket(&b).mount();
+    for round in 0..4 {
+        let name = format!("f{round}");
+        let first = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.join(&name));
+        let first = first.expect("open the first");
+        let second = OpenOptions::new().read(true).write(true).open(m.join(&name)).expect("open the second");
+        first.write_all_at(&[b'a'; 100], 0).expect("write through the first");
+        second.write_all_at(&[b'b'; 100], 0).expect("write through the second");
+        second.set_len(10).expect("ftruncate the second");
+        close(first).expect("close the first");
+        close(second).expect("close the second: its version is the last");
+        assert_eq!(get(&b, &name), [b'b'; 10], "round {round}");
+    }
+}

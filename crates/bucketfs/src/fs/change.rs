@@ -87,7 +87,7 @@ impl Fs {
         Self::check_changeable(&self.namespace.node(ino)?)?;
         let mut current = self.getattr(ino).await?;
         if let Some(size) = change.size {
-            current = self.truncate(ino, size).await?;
+            current = self.truncate(ino, size, change.handle).await?;
         }
         let type_bits = match current.kind {
             FileType::Directory => S_IFDIR,
@@ -218,10 +218,11 @@ impl Fs {
     }
 
     /// `truncate()`/`ftruncate()`. A file open with a staging file changes there (stored
-    /// at close); one being streamed can only keep its size. Without an open handle the
+    /// at close); one being streamed stores what was written and goes on in a staging
+    /// file (`Fs::store_and_continue_staged`). Without an open handle the
     /// object is replaced at once: by an empty one, or through a staging file that keeps
     /// the unchanged part by server-side copy.
-    async fn truncate(&self, ino: Ino, size: u64) -> Result<FileAttr, FsError> {
+    async fn truncate(&self, ino: Ino, size: u64, through: Option<u64>) -> Result<FileAttr, FsError> {
         self.check_writable()?;
         let node = self.namespace.getattr(ino).await?;
         let Location::File { source, key } = &node.location else {
@@ -230,7 +231,19 @@ impl Fs {
         if size == node.size {
             return Ok(self.attr(&node));
         }
-        let writer = self.writers.lock().iter().find(|(_, w)| w.ino == ino).map(|(h, w)| (*h, w.clone()));
+        // Each descriptor writes its own version of the file (the last close wins):
+        // `ftruncate` cuts its own; `truncate` by name one still being written, not one
+        // whose opener closed it already (`--write-back` keeps those until released).
+        let writer = {
+            let writers = self.writers.lock();
+            match through.and_then(|handle| writers.get(&handle).map(|w| (handle, w))) {
+                Some((handle, writer)) if writer.ino == ino => Some((handle, writer.clone())),
+                _ => writers
+                    .iter()
+                    .find(|(_, w)| w.ino == ino && !w.handed_off.load(Ordering::Acquire))
+                    .map(|(h, w)| (*h, w.clone())),
+            }
+        };
         if let Some((handle, mut writer)) = writer {
             if let Output::Streamed(_) = &writer.output {
                 // A multipart upload cannot be cut or extended behind what it sent.

@@ -107,6 +107,8 @@ pub struct AttrChange {
     pub size: Option<u64>,
     pub mtime: Option<SystemTime>,
     pub atime: Option<SystemTime>,
+    /// The descriptor it came through (`ftruncate`, `fchmod`), if any.
+    pub handle: Option<u64>,
 }
 
 pub struct Fs {

@@ -612,7 +612,7 @@ impl Filesystem for FuseAdapter {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<std::time::SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<std::time::SystemTime>,
         _chgtime: Option<std::time::SystemTime>,
         _bkuptime: Option<std::time::SystemTime>,
@@ -627,6 +627,7 @@ impl Filesystem for FuseAdapter {
             size,
             mtime: mtime.map(time_or_now),
             atime: atime.map(time_or_now),
+            handle: fh.map(|fh| fh.0),
         };
         self.spawn(span, move |fs| async move {
             match fs.setattr(ino.0, change).await {
