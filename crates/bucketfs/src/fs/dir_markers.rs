@@ -35,7 +35,8 @@ use crate::write::write_back::Recorded;
 /// set a directory's owner, mode and times within a millisecond of each other.
 pub(super) const COALESCE: Duration = Duration::from_millis(50);
 
-/// The marker writes not finished yet, by directory.
+/// The marker writes not finished yet, by directory. Locks: `by_dir` before a
+/// `PendingMarker::latest`, and neither is held while the namespace's is taken.
 #[derive(Default)]
 pub(super) struct PendingMarkers {
     by_dir: Arc<Mutex<HashMap<Ino, Arc<PendingMarker>>>>,
@@ -96,16 +97,22 @@ impl PendingMarkers {
                 match store.put(&prefix, Bytes::new(), &metadata, false).await {
                     Ok(_) => drop(recorded),
                     Err(error) => {
-                        tracing::warn!(key = prefix, "could not store the directory's new attributes: {error}");
+                        tracing::warn!(key = prefix, "could not store a directory's marker: {error}");
                         if error.is_transient() {
                             recorded.keep(); // the next mount tries again
                         }
                     }
                 }
             }
-            let mut by_dir = by_dir.lock();
-            if by_dir.get(&dir).is_some_and(|current| Arc::ptr_eq(current, &pending)) {
-                by_dir.remove(&dir);
+            let last = {
+                let mut by_dir = by_dir.lock();
+                let last = by_dir.get(&dir).is_some_and(|current| Arc::ptr_eq(current, &pending));
+                if last {
+                    by_dir.remove(&dir);
+                }
+                last
+            };
+            if last {
                 held.release(); // else a later write of the directory holds it still
             }
             drop(end);
