@@ -121,6 +121,8 @@ class Context:
         error = res.error
         seconds = res.seconds
         extra: dict = {}
+        if res.returned_seconds is not None:
+            extra["returned_seconds"] = res.returned_seconds  # the rest is the wait for the bucket
         if error is None and check is not None:
             error = check(res.stdout)
         if error is None and parse is not None:

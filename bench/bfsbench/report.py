@@ -43,6 +43,9 @@ def aggregate(records: list[dict], wl: str, case: str, tool: str) -> dict:
             values = [r["extra"][key] for r in ok if r["extra"].get(key) is not None]
             if values:
                 agg[key] = max(values)
+        returned = [r["extra"]["returned_seconds"] for r in ok if r["extra"].get("returned_seconds") is not None]
+        if returned:
+            agg["returned_median"] = statistics.median(returned)
         not_whole = [r["extra"]["not_whole"] for r in ok if r["extra"].get("not_whole")]
         if not_whole:
             agg["not_whole"] = f"{len(not_whole)}/{len(ok)} runs: {not_whole[0]}"
@@ -169,6 +172,8 @@ def _notes(r: dict) -> str:
         parts.append(f"from S3 {fmt_size(r['store_bytes'])}")
     if "daemon_cpu_seconds" in r:
         parts.append(f"daemon CPU {r['daemon_cpu_seconds']:.2f} s")
+    if r.get("returned_median") is not None:
+        parts.append(f"command returned at {fmt_secs(r['returned_median'])} (median)")
     if "whole_after_seconds" in r:
         parts.append(f"whole {fmt_secs(r['whole_after_seconds'])} after the fill")
     if r.get("not_whole"):
@@ -233,7 +238,8 @@ def markdown(meta: dict, tables: list[dict], chart_files: dict) -> str:
              "*warm* = the same command again right after, on the same mount.")
     L.append("- Writes through a mount are timed until every object has its full size in the "
              "bucket (polled with ListObjectsV2), so a tool that uploads after close() is not "
-             "credited for work it has not done. Whether a tool can write is found by trying; "
+             "credited for work it has not done (the notes say when the command itself returned). "
+             "Whether a tool can write is found by trying; "
              "a write that fails with EROFS marks its write rows *not supported yet*.")
     L.append("- Peak RSS: `VmHWM` of the FUSE daemon (reset through `/proc/PID/clear_refs` before "
              "each command), in MiB; the maximum over the runs. Reference rows show nothing there.")

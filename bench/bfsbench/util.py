@@ -144,6 +144,7 @@ class CmdResult:
     client_rss_kb: Optional[int] = None   # largest RSS among the command's processes
     daemon_rss_kb: Optional[int] = None   # peak RSS of the watched daemon during the command
     error: Optional[str] = None
+    returned_seconds: Optional[float] = None  # with `settle`: when the command itself exited
 
 
 def run_timed(cmd: str, *, env: dict, timeout: float, cwd: Optional[str] = None,
@@ -187,6 +188,7 @@ def run_timed(cmd: str, *, env: dict, timeout: float, cwd: Optional[str] = None,
             timer.cancel()
         proc.returncode = os.waitstatus_to_exitcode(status)
         error = None
+        returned = time.perf_counter() - t0 if settle is not None else None
         if proc.returncode == 0 and settle is not None and not timed_out.is_set():
             error = settle(deadline)
         t1 = time.perf_counter()
@@ -207,7 +209,7 @@ def run_timed(cmd: str, *, env: dict, timeout: float, cwd: Optional[str] = None,
         error = f"exit {proc.returncode}: {tail}"
     return CmdResult(ok=error is None, seconds=t1 - t0, returncode=proc.returncode, stdout=stdout,
                      stderr=stderr, timed_out=timed_out.is_set(), client_rss_kb=rusage.ru_maxrss,
-                     daemon_rss_kb=daemon_rss, error=error)
+                     daemon_rss_kb=daemon_rss, error=error, returned_seconds=returned)
 
 
 def run_quiet(argv: list[str], *, env: Optional[dict] = None, timeout: float = 60,
