@@ -271,9 +271,11 @@ pub struct MountArgs {
     #[arg(long, default_value = "16GiB", value_parser = parse_size, value_name = "BYTES")]
     pub staging_limit: u64,
     /// Return from close() before the file is uploaded, and upload in the background (up
-    /// to 32 files at once), like rclone's write-back. Faster for many small files, but an
-    /// upload that fails is only logged: use fsync() where an error must be seen. The
-    /// next operation on the file waits for its upload; unmount waits for all of them.
+    /// to 32 files at once), like rclone's write-back; mkdir and a directory's attribute
+    /// changes are stored just after they return too. Each is first synced to a log under
+    /// --cache-dir that the next mount stores if this daemon dies. Faster for many small
+    /// files, but an upload that fails is only logged: use fsync() where an error must be
+    /// seen. The next operation on the file waits for its upload; unmount waits for all.
     #[arg(long, conflicts_with = "read_only")]
     pub write_back: bool,
 
