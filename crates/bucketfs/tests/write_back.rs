@@ -34,6 +34,20 @@ fn write_many_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     expected
 }
 
+/// A `--cache-dir` for a mount and the next one (the write-back log lives there), and
+/// its path as an argument.
+fn temp_cache_dir() -> (tempfile::TempDir, String) {
+    let cache = tempfile::tempdir().expect("cache dir");
+    let path = cache.path().to_str().expect("UTF-8").to_owned();
+    (cache, path)
+}
+
+/// `kill -9` of the mount's daemon; returns once it is gone.
+fn kill_daemon(mut m: Mount) {
+    m.signal(libc::SIGKILL);
+    assert!(m.wait_exit(Duration::from_secs(10)).is_some(), "daemon did not die");
+}
+
 #[track_caller]
 fn assert_all_stored(bucket: &str, expected: &[(String, Vec<u8>)]) {
     assert_eq!(list_keys(bucket, "").len(), expected.len(), "every file is stored");
@@ -223,10 +237,9 @@ fn files_closed_before_a_killed_daemon_are_stored_by_the_next_mount() {
     let b = create_bucket("wb-journal");
     put(&b, "replaced", b"old content".to_vec());
     put(&b, "contested", b"v1".to_vec());
-    let cache = tempfile::tempdir().expect("cache dir");
-    let cache_dir = cache.path().to_str().expect("UTF-8").to_owned();
+    let (cache, cache_dir) = temp_cache_dir();
     let proxy = ToxiProxy::to_minio();
-    let mut m = MountBuilder::new()
+    let m = MountBuilder::new()
         .bucket(&b)
         .endpoint(&proxy.endpoint)
         .args(["--write-back", "--metadata-ttl", "60", "--cache-dir", &cache_dir])
@@ -248,9 +261,7 @@ fn files_closed_before_a_killed_daemon_are_stored_by_the_next_mount() {
             move || std::fs::write(path, data).expect("write and close")
         });
     }
-    m.signal(libc::SIGKILL);
-    assert!(m.wait_exit(Duration::from_secs(10)).is_some(), "daemon did not die");
-    drop(m);
+    kill_daemon(m);
     proxy.remove("hang");
     assert_eq!(get(&b, "replaced"), b"old content", "nothing was stored before the kill");
     let logs: Vec<u64> = std::fs::read_dir(cache.path().join("bucketfs-write-back"))
@@ -284,11 +295,10 @@ fn files_closed_before_a_killed_daemon_are_stored_by_the_next_mount() {
 #[test]
 fn every_file_closed_before_a_kill_mid_tree_is_stored() {
     let b = create_bucket("wb-kill-tree");
-    let cache = tempfile::tempdir().expect("cache dir");
-    let cache_dir = cache.path().to_str().expect("UTF-8").to_owned();
+    let (_cache, cache_dir) = temp_cache_dir();
     let proxy = ToxiProxy::to_minio();
     let args = ["--write-back", "--metadata-ttl", "60", "--part-size", "5MiB", "--cache-dir", &cache_dir];
-    let mut m = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(args).mount();
+    let m = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(args).mount();
     let names: Vec<String> = (0..400).map(|i| format!("f{i:03}")).collect();
     // Looked up now (missing, kept 60 s), so that creating them sends no request.
     for name in &names {
@@ -319,9 +329,7 @@ fn every_file_closed_before_a_kill_mid_tree_is_stored() {
         wait_until(Duration::from_secs(60), || closed.lock().expect("lock").len() >= 120),
         "120 files closed in time"
     );
-    m.signal(libc::SIGKILL);
-    assert!(m.wait_exit(Duration::from_secs(10)).is_some(), "daemon did not die");
-    drop(m);
+    kill_daemon(m);
     writer.join().expect("writer");
     let closed = closed.lock().expect("lock").clone();
     assert!(closed.len() < names.len(), "the kill came before the end");
@@ -388,11 +396,10 @@ fn directory_attribute_changes_are_stored_once_after_they_return() {
 #[test]
 fn directory_attributes_changed_before_a_kill_are_stored_by_the_next_mount() {
     let b = create_bucket("wb-dir-kill");
-    let cache = tempfile::tempdir().expect("cache dir");
-    let cache_dir = cache.path().to_str().expect("UTF-8").to_owned();
+    let (_cache, cache_dir) = temp_cache_dir();
     let proxy = ToxiProxy::to_minio();
     let args = ["--write-back", "--metadata-ttl", "60", "--cache-dir", &cache_dir];
-    let mut m = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(args).mount();
+    let m = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(args).mount();
     std::fs::create_dir(m.join("d")).expect("mkdir");
     assert!(std::fs::metadata(m.join("d")).is_ok());
     // From now on no request reaches the store: the marker's write hangs until the kill.
@@ -402,9 +409,7 @@ fn directory_attributes_changed_before_a_kill_are_stored_by_the_next_mount() {
         let dir = m.join("d");
         move || change_attributes(&dir, 0o750, mtime)
     });
-    m.signal(libc::SIGKILL);
-    assert!(m.wait_exit(Duration::from_secs(10)).is_some(), "daemon did not die");
-    drop(m);
+    kill_daemon(m);
     proxy.remove("hang");
     let again = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(["--cache-dir", &cache_dir]).mount();
     let stored = std::fs::metadata(again.join("d")).expect("stat");
@@ -444,10 +449,9 @@ fn untar_while_the_store_is_stopped_is_stored_by_the_next_mount() {
         Command::new("tar").args(["-cf", "tree.tar", "d0", "d1", "d2", "d3"]).current_dir(source.path()).status();
     assert!(made.expect("tar -c").success());
 
-    let cache = tempfile::tempdir().expect("cache dir");
-    let cache_dir = cache.path().to_str().expect("UTF-8").to_owned();
+    let (_cache, cache_dir) = temp_cache_dir();
     let args = ["--write-back", "--retry-window", "1", "--metadata-ttl", "60", "--cache-dir", &cache_dir];
-    let mut m = MountBuilder::new().bucket(b).endpoint(&own.server.endpoint).args(args).mount();
+    let m = MountBuilder::new().bucket(b).endpoint(&own.server.endpoint).args(args).mount();
     std::fs::create_dir(m.join("x")).expect("mkdir");
     let untar = std::thread::spawn({
         let (tarball, target) = (tarball.clone(), m.join("x"));
@@ -457,9 +461,7 @@ fn untar_while_the_store_is_stopped_is_stored_by_the_next_mount() {
     own.stop();
     let untarred = untar.join().expect("tar thread");
     assert!(untarred.status.success(), "tar: {}", String::from_utf8_lossy(&untarred.stderr));
-    m.signal(libc::SIGKILL);
-    assert!(m.wait_exit(Duration::from_secs(10)).is_some(), "daemon did not die");
-    drop(m);
+    kill_daemon(m);
 
     own.start_again();
     let stored_before = keys_on(&own, b).len();

@@ -19,7 +19,6 @@ use super::{
 use crate::namespace::{Copied, Ino, Location, NamespaceError, Node, ROOT_INO};
 use crate::store::{Metadata, StoreError};
 use crate::write::staging::Base;
-use crate::write::write_back::PendingFile;
 use crate::write::{copy_object, Output};
 
 impl Fs {
@@ -179,21 +178,11 @@ impl Fs {
                 }
                 change(&mut metadata);
                 metadata.content_type.get_or_insert_with(|| DIRECTORY_CONTENT_TYPE.into());
-                let store = self.namespace.store(*source);
-                if self.write_back.is_some() {
-                    // Stored a moment later, with the changes that follow (see `dir_markers`).
-                    let marker = PendingFile::marker(prefix.clone(), metadata.clone());
-                    if let Some(recorded) = self.record_in_write_back_log(*source, marker).await {
-                        let metadata = Arc::new(metadata);
-                        self.namespace.set_marker_metadata(ino, metadata.clone(), touched);
-                        let held = self.namespace.hold_dir(ino);
-                        self.markers.store_soon(ino, store.clone(), prefix.clone(), metadata, recorded, held);
-                        return Ok(());
-                    }
-                }
-                store.put(prefix, Bytes::new(), &metadata, false).await?;
-                self.namespace.set_marker_metadata(ino, Arc::new(metadata), touched);
-                Ok(())
+                self.write_marker(*source, prefix, metadata, false, |metadata| {
+                    self.namespace.set_marker_metadata(ino, metadata, touched);
+                    (ino, ())
+                })
+                .await
             }
             // The bucket root (or the root of a multiplexed mount) has no object to keep
             // attributes in: they are kept in memory until unmount, so that `tar x` and

@@ -27,13 +27,44 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::{watch, Notify};
 
+use super::error::FsError;
+use super::Fs;
 use crate::namespace::{HeldDir, Ino};
 use crate::store::{Metadata, ObjectStore};
-use crate::write::write_back::Recorded;
+use crate::write::write_back::{PendingFile, Recorded};
 
 /// How long a marker write waits for more changes of its directory: `tar` and `rsync`
 /// set a directory's owner, mode and times within a millisecond of each other.
 pub(super) const COALESCE: Duration = Duration::from_millis(50);
+
+impl Fs {
+    /// Writes directory marker `prefix` of `source` with `metadata` (`create_only`: a new
+    /// directory), and has `show` enter it in the namespace (it gives the directory's
+    /// inode and what to return). With `--write-back` it is logged, shown and stored just
+    /// after; else stored, then shown.
+    pub(super) async fn write_marker<T>(
+        &self,
+        source: usize,
+        prefix: &str,
+        metadata: Metadata,
+        create_only: bool,
+        show: impl FnOnce(Arc<Metadata>) -> (Ino, T),
+    ) -> Result<T, FsError> {
+        let store = self.namespace.store(source).clone();
+        if self.write_back.is_some() {
+            let marker = PendingFile::marker(prefix.to_owned(), metadata.clone());
+            if let Some(recorded) = self.record_in_write_back_log(source, marker).await {
+                let metadata = Arc::new(metadata);
+                let (dir, shown) = show(metadata.clone());
+                let held = self.namespace.hold_dir(dir);
+                self.markers.store_soon(dir, store, prefix.to_owned(), metadata, recorded, held);
+                return Ok(shown);
+            }
+        }
+        store.put(prefix, Bytes::new(), &metadata, create_only).await?;
+        Ok(show(Arc::new(metadata)).1)
+    }
+}
 
 /// The marker writes not finished yet, by directory. Locks: `by_dir` before a
 /// `PendingMarker::latest`, and neither is held while the namespace's is taken.

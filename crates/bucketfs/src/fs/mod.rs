@@ -813,21 +813,13 @@ impl Fs {
         }
         let mut metadata = self.new_entry_metadata(S_IFDIR | (mode & 0o7777), caller, Some(SystemTime::now()));
         metadata.content_type = Some(DIRECTORY_CONTENT_TYPE.into());
-        if self.write_back.is_some() {
-            // Its marker is stored a moment later, with the changes that follow (see
-            // `dir_markers`): `tar` makes a directory, fills it, then sets its attributes.
-            let marker = PendingFile::marker(prefix.clone(), metadata.clone());
-            if let Some(recorded) = self.record_in_write_back_log(source, marker).await {
-                let metadata = Arc::new(metadata);
-                let node = self.namespace.enter_dir(parent, name, source, prefix.clone(), metadata.clone());
-                let store = self.namespace.store(source).clone();
-                let held = self.namespace.hold_dir(node.ino);
-                self.markers.store_soon(node.ino, store, prefix, metadata, recorded, held);
-                return Ok(self.attr(&node));
-            }
-        }
-        self.namespace.store(source).put(&prefix, Bytes::new(), &metadata, true).await?;
-        Ok(self.attr(&self.namespace.enter_dir(parent, name, source, prefix, Arc::new(metadata))))
+        let node = self
+            .write_marker(source, &prefix, metadata, true, |metadata| {
+                let node = self.namespace.enter_dir(parent, name, source, prefix.clone(), metadata);
+                (node.ino, node)
+            })
+            .await?;
+        Ok(self.attr(&node))
     }
 
     pub async fn unlink(&self, parent: Ino, name: &str) -> Result<(), FsError> {

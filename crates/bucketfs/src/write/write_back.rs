@@ -377,6 +377,21 @@ mod tests {
         }
     }
 
+    /// A logged directory marker goes over the marker there (every marker has the same
+    /// empty bytes: its attributes tell them apart), and is not stored again once there.
+    #[tokio::test]
+    async fn a_replayed_marker_writes_its_attributes_over_the_marker() {
+        let store = MemoryStore::with_keys([("d/".to_owned(), Vec::new())]);
+        let mut metadata = Metadata::default();
+        metadata.user.insert("mode".into(), "16877".into());
+        let marker = PendingFile::marker("d/".into(), metadata.clone());
+        assert_eq!(replay(&store, &marker).await.expect("over the marker"), Replayed::Stored);
+        let stored = store.head("d/").await.expect("head").metadata.expect("metadata");
+        assert_eq!(stored.user, metadata.user);
+        assert_eq!(replay(&store, &marker).await.expect("again"), Replayed::AlreadyThere);
+        assert_eq!(replay(&store, &PendingFile::marker("e/".into(), metadata)).await.expect("new"), Replayed::Stored);
+    }
+
     /// A dead daemon's log is stored by a replay, once; a log another mount is replaying
     /// (locked) is left alone.
     #[tokio::test]
