@@ -11,8 +11,9 @@
 //!   same version share its backing file;
 //! - an open for writing reserves the page-cache mode *before* the file is opened (so
 //!   nothing is truncated or started for an open that is then refused), and is refused
-//!   with [`FsError::PassedThrough`] (ETXTBSY) while the inode is passed through, as is a
-//!   read-only open of a newer version then.
+//!   with [`FsError::PassedThrough`] (ETXTBSY) while the inode is passed through (after a
+//!   short wait for releases of handles already closed), as is a read-only open of a
+//!   newer version then.
 //!
 //! One lock, held only to decide.
 
@@ -25,6 +26,10 @@ use parking_lot::Mutex;
 
 use crate::fs::error::FsError;
 use crate::fs::Backing;
+
+/// How long an open for writing waits for the RELEASE of passed-through handles closed
+/// just before (the kernel sends it a moment after `close` returned) before ETXTBSY.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 pub enum Mode {
     Cached,
@@ -76,6 +81,22 @@ impl IoModes {
         }
         inode.cached += 1;
         Ok(())
+    }
+
+    /// [`IoModes::reserve`], waiting up to [`RELEASE_WAIT`] for the passed-through
+    /// handles to be released: `close` of a read handle returns before the kernel sends
+    /// its RELEASE (it has no FLUSH), so a program that reads a file, closes it and opens
+    /// it for writing would otherwise meet ETXTBSY from a handle already closed.
+    pub async fn reserve_after_releases(&self, ino: u64) -> Result<(), FsError> {
+        let deadline = tokio::time::Instant::now() + RELEASE_WAIT;
+        loop {
+            match self.reserve(ino) {
+                Err(FsError::PassedThrough) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                }
+                result => return result,
+            }
+        }
     }
 
     /// The reserved open of `ino` failed.

@@ -249,13 +249,13 @@ impl Filesystem for FuseAdapter {
         let span = request_span("open", ino, req);
         let caller = caller(req);
         let writing = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
-        if writing {
-            if let Err(e) = self.io_modes.reserve(ino.0) {
-                return reply.error(log_error("open", &e));
-            }
-        }
         let io_modes = self.io_modes.clone();
         self.spawn(span, move |fs| async move {
+            if writing {
+                if let Err(e) = io_modes.reserve_after_releases(ino.0).await {
+                    return reply.error(log_error("open", &e));
+                }
+            }
             let opened = match fs.open(ino.0, flags.0, caller).await {
                 Ok(opened) => opened,
                 Err(e) => {
