@@ -135,8 +135,19 @@ fn later_operations_wait_for_the_upload() {
     assert_eq!(get(&b, "rewritten"), b"version 29");
 }
 
+/// `bucketfs write-back ACTION MOUNTPOINT [ARGS]`: its standard output.
+fn write_back_command(m: &Mount, action: &str, args: &[&str]) -> String {
+    let mountpoint = m.path().to_str().expect("UTF-8");
+    let argv: Vec<&str> = ["write-back", action, mountpoint].into_iter().chain(args.iter().copied()).collect();
+    let (status, stdout, stderr) = run_bucketfs(&argv, Duration::from_secs(60));
+    assert!(status.success(), "bucketfs write-back {action}: {stderr}");
+    stdout
+}
+
 /// The trade-off of the option: a write the store refuses is not reported by close(). It
-/// is logged, the entry disappears, nothing is stored, and fsync() still reports it.
+/// is logged, the entry disappears, nothing is stored, and fsync() still reports it. The
+/// file stays in the write-back log, reported by `bucketfs status` and `bucketfs
+/// write-back list`, until discarded.
 #[test]
 fn refused_upload_after_close_is_logged_and_leaves_no_entry() {
     let b = create_bucket("wb-refused");
@@ -147,6 +158,12 @@ fn refused_upload_after_close_is_logged_and_leaves_no_entry() {
     let gone = wait_until(Duration::from_secs(10), || std::fs::metadata(m.join("refused")).is_err());
     assert!(gone, "the refused file must disappear\n{}", m.diagnostics());
     assert!(m.stderr().contains("upload failed"), "the failure is logged\n{}", m.diagnostics());
+    let listed = write_back_command(&m, "list", &[]);
+    assert!(listed.starts_with("refused (4 bytes): access denied"), "{listed}");
+    let (_, status, _) = run_bucketfs(&["status", m.path().to_str().expect("UTF-8")], Duration::from_secs(10));
+    assert!(status.contains(", 1 refused files (4 B;"), "{status}");
+    assert_eq!(write_back_command(&m, "discard", &["other"]), listed, "only the keys named are dropped");
+    assert_eq!(write_back_command(&m, "discard", &["refused"]), "no refused files\n");
 
     let mut file = File::create(m.join("synced")).expect("create");
     file.write_all(b"data").expect("write");
@@ -514,4 +531,59 @@ fn a_new_directory_shows_before_its_marker_is_stored() {
     drop(m);
     assert_eq!(list_keys(&b, ""), ["made/", "made/sub/", "made/sub/file"]);
     assert_eq!(get(&b, "made/sub/file"), b"content");
+}
+
+/// A file the store could not take within its retry window is kept in the write-back log
+/// (not only for the next mount): listed, and stored by `bucketfs write-back retry` once
+/// the store is back. `--write-back-limit` counts it: a close that would pass the limit
+/// is stored before it returns, so it reports the store's failure; once the refused file
+/// is stored, closes return early again.
+#[test]
+fn refused_files_count_against_the_limit_and_retry_stores_them() {
+    let mut own = OwnMinio::start();
+    let b = "wb-retry";
+    block_on(own.client().create_bucket().bucket(b).send()).expect("create bucket");
+    let (_cache, cache_dir) = temp_cache_dir();
+    let args = ["--write-back", "--retry-window", "1", "--write-back-limit", "64KiB", "--metadata-ttl", "60"];
+    let m = MountBuilder::new()
+        .bucket(b)
+        .endpoint(&own.server.endpoint)
+        .args(args)
+        .args(["--cache-dir", &cache_dir])
+        .mount();
+    // Looked up now (missing, kept 60 s), so that creating them sends no request.
+    for name in ["first", "second", "third"] {
+        assert!(std::fs::metadata(m.join(name)).is_err());
+    }
+    let first = gen_data(1, 40 << 10);
+    own.stop();
+    let written = File::create(m.join("first")).and_then(|mut file| {
+        file.write_all(&first)?;
+        close(file)
+    });
+    written.expect("close returns before the upload");
+    let refused = wait_until(Duration::from_secs(20), || !write_back_command(&m, "list", &[]).starts_with("no "));
+    assert!(refused, "the file is kept as refused\n{}", m.diagnostics());
+    let listed = write_back_command(&m, "list", &[]);
+    assert!(listed.starts_with(&format!("first ({} bytes): cannot reach", 40 << 10)), "{listed}");
+
+    let second = File::create(m.join("second")).and_then(|mut file| {
+        file.write_all(&gen_data(2, 40 << 10))?;
+        close(file)
+    });
+    assert_errno(second, libc::EIO, "no room in the log: the close stores, and reports the store's failure");
+
+    own.start_again();
+    assert_eq!(write_back_command(&m, "retry", &[]), "no refused files\n");
+    assert!(keys_on(&own, b) == ["first"], "stored by the retry");
+    let stored = block_on(async {
+        let object = own.client().get_object().bucket(b).key("first").send().await.expect("first");
+        object.body.collect().await.expect("body").into_bytes()
+    });
+    assert!(stored == first[..], "with its bytes");
+    std::fs::write(m.join("third"), gen_data(3, 40 << 10)).expect("room again");
+    drop(m);
+    let mut keys = keys_on(&own, b);
+    keys.sort();
+    assert_eq!(keys, ["first", "third"]);
 }

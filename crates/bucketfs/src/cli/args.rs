@@ -53,6 +53,38 @@ pub enum Command {
         #[command(subcommand)]
         action: CacheAction,
     },
+    /// List, store again, or drop the files closed with --write-back that the store
+    /// refused (kept in the write-back log until then).
+    WriteBack {
+        #[command(subcommand)]
+        action: WriteBackAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum WriteBackAction {
+    /// Print the refused files: key, size, the store's answer.
+    List {
+        /// The mount point.
+        mountpoint: PathBuf,
+    },
+    /// Store the refused files now, where nothing changed since their close (else as
+    /// KEY.conflict-TIME), and print those still refused.
+    Retry {
+        /// The mount point.
+        mountpoint: PathBuf,
+    },
+    /// Drop refused files from the log: they will never be stored.
+    Discard {
+        /// The mount point.
+        mountpoint: PathBuf,
+        /// The keys to drop.
+        #[arg(required_unless_present = "all")]
+        keys: Vec<String>,
+        /// Drop every refused file.
+        #[arg(long, conflicts_with = "keys")]
+        all: bool,
+    },
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -274,10 +306,16 @@ pub struct MountArgs {
     /// to 32 files at once), like rclone's write-back; mkdir and a directory's attribute
     /// changes are stored just after they return too. Each is first synced to a log under
     /// --cache-dir that the next mount stores if this daemon dies. Faster for many small
-    /// files, but an upload that fails is only logged: use fsync() where an error must be
-    /// seen. The next operation on the file waits for its upload; unmount waits for all.
+    /// files; an upload the store refuses is kept in that log and reported (`bucketfs
+    /// status`, `bucketfs write-back`): use fsync() where an error must be seen. The next
+    /// operation on the file waits for its upload; unmount waits for all.
     #[arg(long, conflicts_with = "read_only")]
     pub write_back: bool,
+    /// Most bytes the write-back log may hold: files closed and not stored yet, and
+    /// failed ones. A close waits while uploads free room; where failed files fill it, a
+    /// close stores its file before returning (and returns the store's error).
+    #[arg(long, default_value = "1GiB", value_parser = parse_size, value_name = "BYTES")]
+    pub write_back_limit: u64,
 
     /// Log level: error, warn, info, debug, trace (or a tracing filter such as bucketfs=debug).
     #[arg(long, default_value = "warn")]

@@ -9,6 +9,7 @@ mod mount_options;
 mod run;
 pub mod source;
 mod status;
+mod write_back;
 
 use clap::Parser;
 
@@ -41,6 +42,7 @@ pub fn main() -> i32 {
         Command::Status { mountpoint } => status::run(mountpoint.as_deref()),
         Command::Undelete { path } => mount::undelete(&path),
         Command::Cache { action } => cache_command(action),
+        Command::WriteBack { action } => write_back::run(action),
         Command::Run(args) => return run::run(*args),
     };
     match result {

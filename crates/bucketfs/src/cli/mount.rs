@@ -94,7 +94,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         part_size: args.part_size,
         staging,
         journal,
-        write_back_log: write_back_log.filter(|_| args.write_back),
+        write_back_log,
         write_back: args.write_back,
     };
     let namespace = namespace(&args, namespace_sources);
@@ -191,15 +191,26 @@ pub fn run(args: MountArgs) -> Result<()> {
 /// closed whose upload then failed, naming them.
 fn report_unstored(fs: &Fs) -> Result<()> {
     let (failed, more) = fs.unstored();
-    if failed.is_empty() && more == 0 {
+    let kept = fs.write_back_failed();
+    let mut parts = Vec::new();
+    if !failed.is_empty() || more > 0 {
+        let mut list: Vec<String> = failed.iter().map(|(key, error)| format!("{key} ({error})")).collect();
+        if more > 0 {
+            list.push(format!("and {more} more"));
+        }
+        parts.push(format!("{} closed file(s) could not be stored: {}", failed.len() + more, list.join(", ")));
+    }
+    if !kept.is_empty() {
+        let dir = fs.write_back_dir().map(|dir| dir.display().to_string()).unwrap_or_default();
+        parts.push(format!(
+            "{} file(s) closed with --write-back are kept in {dir} for the next mount of their bucket to store",
+            kept.len()
+        ));
+    }
+    if parts.is_empty() {
         return Ok(());
     }
-    let count = failed.len() + more;
-    let mut list: Vec<String> = failed.iter().map(|(key, error)| format!("{key} ({error})")).collect();
-    if more > 0 {
-        list.push(format!("and {more} more"));
-    }
-    let message = format!("{count} closed file(s) could not be stored: {}", list.join(", "));
+    let message = parts.join("; ");
     tracing::error!("{message}");
     bail!(message)
 }
@@ -536,7 +547,7 @@ fn recover_stopped_daemons(
             tracing::info!("aborted {aborted} unfinished uploads left by stopped daemons");
         }
     }
-    let log = WriteBackLog::open(&args.cache_dir).map_err(|e| warn("write-back log", e)).ok();
+    let log = WriteBackLog::open(&args.cache_dir, args.write_back_limit).map_err(|e| warn("write-back log", e)).ok();
     if let Some(log) = &log {
         let replayed = runtime.block_on(log.replay(&stores));
         if replayed > 0 {

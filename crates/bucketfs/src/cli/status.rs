@@ -91,12 +91,27 @@ impl MountState {
             None => "off".to_owned(),
         };
         let uptime = Duration::from_secs(self.started.elapsed().as_secs());
+        let write_back = match self.fs.write_back_usage() {
+            Some((held, limit)) => {
+                let refused = self.fs.write_back_failed();
+                let refused_bytes: u64 = refused.iter().map(|failed| failed.bytes).sum();
+                format!(
+                    "write-back log: {} of {}, {} refused files ({}; `bucketfs write-back list`)",
+                    size(held),
+                    size(limit),
+                    refused.len(),
+                    size(refused_bytes)
+                )
+            }
+            None => "write-back log: none".to_owned(),
+        };
         [
             format!("pid: {}", std::process::id()),
             format!("sources: {}", self.sources),
             format!("up: {}", humantime::format_duration(uptime)),
             format!("files open for writing: {writing}"),
             format!("uploads after close: {uploads} files, {} ({upload_bytes} bytes)", size(upload_bytes)),
+            write_back,
             format!("memory: {} of {}", size(self.memory.used()), size(self.memory.limit())),
             format!("data cache: {cache}"),
             format!(

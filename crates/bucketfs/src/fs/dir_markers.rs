@@ -129,9 +129,7 @@ impl PendingMarkers {
                     Ok(_) => drop(recorded),
                     Err(error) => {
                         tracing::warn!(key = prefix, "could not store a directory's marker: {error}");
-                        if error.is_transient() {
-                            recorded.keep(); // the next mount tries again
-                        }
+                        let _ = tokio::task::spawn_blocking(move || recorded.fail(&error.to_string())).await;
                     }
                 }
             }

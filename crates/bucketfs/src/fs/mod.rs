@@ -16,6 +16,7 @@ pub mod error;
 mod handles;
 mod rename;
 mod small_ahead;
+mod write_back;
 mod xattrs;
 
 use std::collections::HashMap;
@@ -35,7 +36,7 @@ use crate::read::{CacheLink, ReadConfig, ReadHandle};
 use crate::store::Metadata;
 use crate::write::journal::Journal;
 use crate::write::staging::{Base, Staged, StagingConfig};
-use crate::write::write_back::{PendingFile, Recorded, WriteBackLog};
+use crate::write::write_back::WriteBackLog;
 use crate::write::{Output, Upload, WriteError};
 use attrs::StoredAttrs;
 use dir_markers::PendingMarkers;
@@ -43,6 +44,7 @@ use error::FsError;
 use handles::{process_of, Reader, Writer};
 pub use handles::{Backing, Opened};
 use small_ahead::SmallFilesAhead;
+pub use write_back::WRITE_BACK;
 pub use xattrs::INDEX_REFRESH;
 
 const S_IFMT: u32 = libc::S_IFMT;
@@ -87,7 +89,8 @@ pub struct WriteConfig {
     pub staging: StagingConfig,
     /// Where uploads in progress are recorded (see `write::journal`).
     pub journal: Option<Arc<Journal>>,
-    /// Where `--write-back` records the files it closes (see `write::write_back`).
+    /// Where `--write-back` records the files it closes, and where files the store
+    /// refused are kept, also those a replay took over (see `write::write_back`).
     pub write_back_log: Option<Arc<WriteBackLog>>,
     /// `--write-back`: `close()` returns before the upload (see [`Fs::flush`]).
     pub write_back: bool,
@@ -584,47 +587,10 @@ impl Fs {
         if writer.opener != process_of(closer) {
             return Ok(());
         }
-        let Some(uploads) = &self.write_back else {
-            return self.commit_heard(&writer).await;
-        };
-        // Handed to the background only once the whole file is synced to the write-back
-        // log on local disk, so that the next mount stores it if this daemon dies first; a
-        // file too large for one PUT, or a staging file, is stored before close returns.
-        let Some(recorded) = self.record_write_back(&writer).await else {
-            return self.commit_heard(&writer).await;
-        };
-        let room = uploads.clone().acquire_owned().await;
-        let busy = writer.background.clone().lock_owned().await;
-        writer.handed_off.store(true, Ordering::Release);
-        let fs = self.clone();
-        tokio::spawn(async move {
-            match fs.commit_unheard(&writer).await {
-                // The store may answer later: the next mount tries again.
-                Err(FsError::Store(error)) if error.is_transient() => recorded.keep(),
-                _ => drop(recorded),
-            }
-            drop((busy, room));
-        });
-        Ok(())
-    }
-
-    /// The write-back log's record of `writer`'s whole file (see `write::write_back`), if
-    /// it is one PUT not stored yet and the log could take it.
-    async fn record_write_back(&self, writer: &Writer) -> Option<Recorded> {
-        let pending = writer.output.pending_whole().await?;
-        let source = match self.namespace.node(writer.ino).ok()?.location {
-            Location::File { source, .. } => source,
-            _ => return None,
-        };
-        self.record_in_write_back_log(source, pending).await
-    }
-
-    /// `file`, to be stored in `source`, appended to the write-back log and synced.
-    async fn record_in_write_back_log(&self, source: usize, file: PendingFile) -> Option<Recorded> {
-        let log = self.write_config.write_back_log.clone()?;
-        let location = self.namespace.store(source).location();
-        // An append and a sync: off the runtime's threads, which the uploads need.
-        tokio::task::spawn_blocking(move || log.record(location, &file)).await.ok()?
+        match &self.write_back {
+            Some(uploads) => self.hand_off(writer, uploads).await,
+            None => self.commit_heard(&writer).await,
+        }
     }
 
     /// `fsync()`: the object is in the bucket when this returns `Ok`.

@@ -25,7 +25,7 @@ use tokio::runtime::Handle;
 use tracing::Instrument as _;
 
 use crate::fs::error::FsError;
-use crate::fs::{AttrChange, Caller, Fs};
+use crate::fs::{AttrChange, Caller, Fs, WRITE_BACK};
 use crate::store::StoreError;
 use io_modes::{IoModes, Mode};
 
@@ -399,6 +399,9 @@ impl Filesystem for FuseAdapter {
         if let (true, Some(status)) = (ino == INodeNo::ROOT && name == STATUS, &self.status) {
             return reply_xattr(reply, size, status().as_bytes());
         }
+        if ino == INodeNo::ROOT && name == WRITE_BACK {
+            return reply_xattr(reply, size, self.fs.write_back_report().as_bytes());
+        }
         let Some(name) = name.to_str().map(str::to_owned) else {
             return reply.error(Errno::ENODATA);
         };
@@ -433,6 +436,19 @@ impl Filesystem for FuseAdapter {
         let span = request_span("setxattr", ino, req);
         if ino == INodeNo::ROOT && name == LOG_LEVEL {
             return reply_result(reply, self.set_log_level(req, value));
+        }
+        if ino == INodeNo::ROOT && name == WRITE_BACK {
+            // Discarding drops files: the daemon's own user or root only.
+            if req.uid() != 0 && req.uid() != nix::unistd::getuid().as_raw() {
+                return reply.error(Errno::EPERM);
+            }
+            let command = String::from_utf8_lossy(value).into_owned();
+            return self.spawn(span, move |fs| async move {
+                match fs.write_back_command(&command).await {
+                    Ok(()) => reply.ok(),
+                    Err(e) => reply.error(log_error("write-back", &e)),
+                }
+            });
         }
         if name == UNDELETE {
             let span = request_span("undelete", ino, req);

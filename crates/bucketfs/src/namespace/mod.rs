@@ -202,6 +202,11 @@ impl Namespace {
         self.ttl
     }
 
+    /// The stores of every source.
+    pub fn stores(&self) -> Vec<Arc<dyn ObjectStore>> {
+        self.sources.iter().map(|source| source.store.clone()).collect()
+    }
+
     pub fn store(&self, source: usize) -> &Arc<dyn ObjectStore> {
         &self.sources[source].store
     }

@@ -41,6 +41,8 @@ pub struct MemoryStore {
     pub heads: AtomicUsize,
     versions: AtomicUsize,
     uploads: Mutex<BTreeMap<String, Upload>>,
+    /// The store does not answer: HEAD and PUT fail as a stopped server's would.
+    pub away: std::sync::atomic::AtomicBool,
 }
 
 impl MemoryStore {
@@ -67,6 +69,13 @@ impl MemoryStore {
     /// The metadata `key` was last written with.
     pub fn metadata(&self, key: &str) -> Option<Metadata> {
         self.objects.lock().get(key).map(|s| (*s.metadata).clone())
+    }
+
+    fn answering(&self) -> Result<(), StoreError> {
+        match self.away.load(Ordering::Relaxed) {
+            true => Err(StoreError::Unreachable { endpoint: "memory".into(), detail: "away".into() }),
+            false => Ok(()),
+        }
     }
 
     /// Multipart uploads started and neither completed nor aborted.
@@ -185,6 +194,7 @@ impl ObjectStore for MemoryStore {
     }
 
     async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError> {
+        self.answering()?;
         self.heads.fetch_add(1, Ordering::Relaxed);
         Ok(Self::info(key, &self.current(key, None)?))
     }
@@ -216,6 +226,7 @@ impl ObjectStore for MemoryStore {
         metadata: &Metadata,
         create_only: bool,
     ) -> Result<Option<String>, StoreError> {
+        self.answering()?;
         if create_only && self.objects.lock().contains_key(key) {
             return Err(StoreError::AlreadyExists);
         }
@@ -269,6 +280,7 @@ impl ObjectStore for MemoryStore {
         parts: Vec<(i32, String)>,
         create_only: bool,
     ) -> Result<Option<String>, StoreError> {
+        self.answering()?;
         if create_only && self.objects.lock().contains_key(key) {
             return Err(StoreError::AlreadyExists);
         }

@@ -1,0 +1,123 @@
+//! `--write-back` at the file system's level: a closed file handed to the background
+//! once the write-back log (`write::write_back`) holds it, and what an operator does
+//! with the files the store refused (`bucketfs write-back`, through the root's
+//! attribute [`WRITE_BACK`]).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use super::error::FsError;
+use super::handles::Writer;
+use super::Fs;
+use crate::namespace::Location;
+use crate::write::write_back::{FailedFile, PendingFile, Recorded};
+
+/// On the mount's root: reading it lists the files closed with `--write-back` that the
+/// store refused; setting it to `retry`, or to `discard` (then keys, one per line; none
+/// for all), acts on them.
+pub const WRITE_BACK: &str = "bucketfs.write-back";
+
+impl Fs {
+    /// `close()` with `--write-back`: returns once the whole file is synced to the
+    /// write-back log on local disk (so the next mount stores it if this daemon dies), and
+    /// stores it in the background, at most `uploads` at once. A file too large for one
+    /// PUT, a staging file, or one the log has no room for is stored before it returns.
+    pub(super) async fn hand_off(
+        self: &Arc<Self>,
+        writer: Arc<Writer>,
+        uploads: &Arc<Semaphore>,
+    ) -> Result<(), FsError> {
+        let Some(recorded) = self.record_write_back(&writer).await else {
+            return self.commit_heard(&writer).await;
+        };
+        let room = uploads.clone().acquire_owned().await;
+        let busy = writer.background.clone().lock_owned().await;
+        writer.handed_off.store(true, Ordering::Release);
+        let fs = self.clone();
+        tokio::spawn(async move {
+            if let Err(FsError::Store(error)) = fs.commit_unheard(&writer).await {
+                // Refused after the store's own retries: kept and reported until stored
+                // (`bucketfs write-back retry`, or the next mount) or discarded.
+                let _ = tokio::task::spawn_blocking(move || recorded.fail(&error.to_string())).await;
+            }
+            drop((busy, room));
+        });
+        Ok(())
+    }
+
+    /// The write-back log's record of `writer`'s whole file, if it is one PUT not stored
+    /// yet and the log could take it.
+    async fn record_write_back(&self, writer: &Writer) -> Option<Recorded> {
+        let pending = writer.output.pending_whole().await?;
+        let source = match self.namespace.node(writer.ino).ok()?.location {
+            Location::File { source, .. } => source,
+            _ => return None,
+        };
+        self.record_in_write_back_log(source, pending).await
+    }
+
+    /// `file`, to be stored in `source`, appended to the write-back log and synced.
+    pub(super) async fn record_in_write_back_log(&self, source: usize, file: PendingFile) -> Option<Recorded> {
+        let log = self.write_config.write_back_log.as_ref()?;
+        log.record(self.namespace.store(source).location(), file).await
+    }
+
+    /// Files closed with `--write-back` that the store refused, kept in the log.
+    pub fn write_back_failed(&self) -> Vec<FailedFile> {
+        self.write_config.write_back_log.as_ref().map(|log| log.failed()).unwrap_or_default()
+    }
+
+    /// Where the write-back log is.
+    pub fn write_back_dir(&self) -> Option<&std::path::Path> {
+        self.write_config.write_back_log.as_ref().map(|log| log.dir())
+    }
+
+    /// The write-back log's bytes not stored yet (failed ones included), and its limit.
+    pub fn write_back_usage(&self) -> Option<(u64, u64)> {
+        self.write_config.write_back_log.as_ref().map(|log| log.usage())
+    }
+
+    /// Reading [`WRITE_BACK`]: a line per failed file, `KEY (BYTES bytes): ERROR`.
+    pub fn write_back_report(&self) -> String {
+        self.write_back_failed()
+            .iter()
+            .map(|failed| format!("{} ({} bytes): {}\n", failed.key.escape_debug(), failed.bytes, failed.error))
+            .collect()
+    }
+
+    /// Setting [`WRITE_BACK`]: `retry` stores the failed files where nothing changed since
+    /// (see `write::write_back`), `discard` drops those of the keys that follow, one per
+    /// line (every one without keys).
+    pub async fn write_back_command(&self, command: &str) -> Result<(), FsError> {
+        let before = self.write_back_failed();
+        let result = self.act_on_failed(command).await;
+        // The files now stored or dropped are no longer reported at exit.
+        let after: Vec<String> = self.write_back_failed().into_iter().map(|failed| failed.key).collect();
+        let mut unstored = self.unstored.lock();
+        for gone in before.iter().filter(|failed| !after.contains(&failed.key)) {
+            unstored.failed.remove(&gone.key);
+        }
+        result
+    }
+
+    async fn act_on_failed(&self, command: &str) -> Result<(), FsError> {
+        let log = self.write_config.write_back_log.as_ref().ok_or(FsError::NoAttribute)?;
+        let mut lines = command.lines();
+        match lines.next().map(str::trim) {
+            Some("retry") => {
+                let (stored, left) = log.retry_failed(&self.namespace.stores()).await;
+                tracing::info!("write-back retry: {stored} files stored, {left} still failed");
+                Ok(())
+            }
+            Some("discard") => {
+                let keys: Vec<String> = lines.map(str::to_owned).collect();
+                let discarded = log.discard_failed(&keys);
+                tracing::warn!("write-back: {discarded} failed files discarded on request");
+                Ok(())
+            }
+            _ => Err(FsError::Invalid("write-back command: retry, or discard [keys]")),
+        }
+    }
+}

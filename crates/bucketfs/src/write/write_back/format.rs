@@ -1,0 +1,91 @@
+//! The bytes of a write-back log file: what is appended, and how a file is read back.
+//!
+//! A record is a JSON line (its header) followed by the file's bytes; a done mark is a
+//! line `{"done":ID}`; a failed record's file ends with `{"failed":ID,"error":"…"}`. A
+//! file is read up to its first line that is not whole (a torn append: a power cut
+//! before `close` returned, or before the failure was noted).
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use crate::store::Metadata;
+
+/// A line of a log file.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub(super) enum Line {
+    Done { done: u64 },
+    Failed { failed: u64, error: String },
+    Record(Header),
+}
+
+/// The line before a file's bytes.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub(super) struct Header {
+    /// Numbers the records of one daemon in the order of their closes: a replay follows it.
+    pub id: u64,
+    pub len: u64,
+    /// The store, as `ObjectStore::location` names it.
+    pub location: String,
+    pub key: String,
+    pub create_only: bool,
+    pub replaces: Option<String>,
+    pub metadata: Metadata,
+}
+
+/// What a log file holds that is not done: its records in order, and why the failed
+/// ones failed.
+#[derive(Default)]
+pub(super) struct Parsed {
+    pub records: Vec<(Header, Bytes)>,
+    pub errors: HashMap<u64, String>,
+}
+
+/// The header line and the bytes of a record, as appended.
+pub(super) fn encode(header: &Header, data: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut record = serde_json::to_vec(&Line::Record(header.clone()))?;
+    record.push(b'\n');
+    record.extend_from_slice(data);
+    Ok(record)
+}
+
+/// A line without a record (done or failed).
+pub(super) fn line(line: &Line) -> std::io::Result<Vec<u8>> {
+    let mut bytes = serde_json::to_vec(line)?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+/// The records of a log file not marked done, in order; a torn last record is left out.
+pub(super) fn parse(bytes: &[u8]) -> Parsed {
+    let mut parsed = Parsed::default();
+    let mut done = std::collections::HashSet::new();
+    let mut at = 0;
+    while let Some(end) = bytes[at..].iter().position(|&b| b == b'\n').map(|n| at + n) {
+        match serde_json::from_slice::<Line>(&bytes[at..end]) {
+            Ok(Line::Done { done: id }) => {
+                done.insert(id);
+                at = end + 1;
+            }
+            Ok(Line::Failed { failed, error }) => {
+                parsed.errors.insert(failed, error);
+                at = end + 1;
+            }
+            Ok(Line::Record(header)) => {
+                let Some(data_end) = usize::try_from(header.len).ok().and_then(|len| (end + 1).checked_add(len)) else {
+                    break;
+                };
+                if data_end > bytes.len() {
+                    break; // torn: its close never returned
+                }
+                let data = Bytes::copy_from_slice(&bytes[end + 1..data_end]);
+                parsed.records.push((header, data));
+                at = data_end;
+            }
+            Err(_) => break,
+        }
+    }
+    parsed.records.retain(|(header, _)| !done.contains(&header.id));
+    parsed
+}

@@ -1,0 +1,491 @@
+//! The write-back log: files `--write-back` closed before storing them, kept on local
+//! disk so that the next mount stores what a killed daemon could not, and files whose
+//! upload the store refused, kept until they are stored or the user discards them.
+//!
+//! - **Segments**: each daemon appends to `<cache-dir>/bucketfs-write-back/DAEMON.N.log`
+//!   (DAEMON is `BOOT-PID-START`, as the upload journal's records, so a reused pid cannot
+//!   pass for a dead daemon). A record is a JSON line (see `format`) followed by the
+//!   file's bytes. `close` returns once its record is appended and `fdatasync`ed: one
+//!   sync per file, no file created or renamed, and closes on several threads share a
+//!   sync. Once a segment is past its size, appends go to the next one; a segment whose
+//!   records are all done is deleted (the current one emptied), so the disk holds about
+//!   what is not stored yet.
+//! - **Directory markers** written again with new attributes (`chmod` of a directory,
+//!   see `fs::dir_markers`) are records too: an empty file whose key ends in `/`; a
+//!   replay writes it over any marker of that key.
+//! - **Done** is a line `{"done":ID}` appended (not synced: a lost one only makes the next
+//!   mount find the bytes stored already).
+//! - **The limit** (`--write-back-limit`) counts the bytes of records not done, failed
+//!   ones included: a close waits for room while uploads run, and is stored before it
+//!   returns (the caller hears the outcome) where failed records leave no room for it.
+//! - **Failed**: a record the store refused (after the store's own retries) moves to a
+//!   file of its own, `DAEMON.failed-ID.log`, which ends with the error. It is reported
+//!   ([`WriteBackLog::failed`], `bucketfs status`) and stays until [`WriteBackLog::retry_failed`]
+//!   stores it or [`WriteBackLog::discard_failed`] drops it (`bucketfs write-back`); the
+//!   next mount tries it again.
+//! - **Replay** (`replay`, at every mount, before it answers): the records of dead
+//!   daemons are stored in the order of their closes, where nothing changed since.
+
+mod format;
+mod replay;
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+
+use super::journal::this_daemon;
+use crate::store::Metadata;
+use format::{Header, Line};
+pub use replay::Replayed;
+
+/// A file closed with `--write-back` and not stored yet, whole.
+#[derive(Clone, Debug)]
+pub struct PendingFile {
+    pub key: String,
+    pub data: Bytes,
+    pub metadata: Metadata,
+    /// A new file: it must not replace an object another client created.
+    pub create_only: bool,
+    /// The ETag of the object it replaces (`O_TRUNC` of an existing file).
+    pub replaces: Option<String>,
+}
+
+impl PendingFile {
+    /// A directory marker (`prefix` ends in `/`) written again with new attributes.
+    pub fn marker(prefix: String, metadata: Metadata) -> Self {
+        Self { key: prefix, data: Bytes::new(), metadata, create_only: false, replaces: None }
+    }
+
+    fn is_marker(&self) -> bool {
+        self.key.ends_with('/') && self.data.is_empty()
+    }
+
+    fn from_record(header: Header, data: Bytes) -> Self {
+        Self {
+            key: header.key,
+            data,
+            metadata: header.metadata,
+            create_only: header.create_only,
+            replaces: header.replaces,
+        }
+    }
+}
+
+/// A failed file, as reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedFile {
+    pub key: String,
+    /// The store, as `ObjectStore::location` names it.
+    pub location: String,
+    pub bytes: u64,
+    pub error: String,
+}
+
+/// Room in the log, in KiB (a semaphore counts in `u32`).
+type Room = OwnedSemaphorePermit;
+
+/// Locks: `log` and `failed` are never held together.
+#[derive(Debug)]
+pub struct WriteBackLog {
+    dir: PathBuf,
+    daemon: String,
+    /// The limit, in KiB.
+    limit_kib: u32,
+    /// A segment past this size takes no more records.
+    segment_bytes: u64,
+    /// What the limit leaves, in KiB: each record not done holds its part.
+    room: Arc<Semaphore>,
+    /// Numbers records in the order of their closes (failed ones taken over too).
+    next_id: AtomicU64,
+    /// The segment appends go to, opened at the first record.
+    log: Mutex<Option<Log>>,
+    failed: Mutex<BTreeMap<u64, Failed>>,
+    /// KiB the failed records hold: a close waiting for room gives up when they leave
+    /// none for it.
+    failed_kib: watch::Sender<u32>,
+}
+
+#[derive(Debug)]
+struct Log {
+    file: File,
+    seq: u64,
+    len: u64,
+    /// Records not done yet, per segment: at 0 a segment is deleted, the current emptied.
+    open: BTreeMap<u64, u64>,
+}
+
+#[derive(Debug)]
+struct Failed {
+    path: PathBuf,
+    report: FailedFile,
+    kib: u32,
+    /// Its part of the limit (none for a record taken over past the limit).
+    room: Option<Room>,
+}
+
+/// A record in the log; dropping it marks it done.
+pub struct Recorded {
+    log: Arc<WriteBackLog>,
+    id: u64,
+    seq: u64,
+    /// Where the record is in its segment.
+    offset: u64,
+    len: u64,
+    room: Option<Room>,
+    kept: bool,
+}
+
+impl Recorded {
+    /// The store refused the file (after its own retries): kept as a failed record, to be
+    /// reported and stored later (see the module documentation). Blocks on the disk.
+    pub fn fail(mut self, error: &str) {
+        let log = self.log.clone();
+        if let Err(io) = log.keep_failed(&mut self, error) {
+            tracing::warn!("write-back log: cannot keep a failed record apart ({io}); it stays for the next mount");
+            self.kept = true;
+        } // else dropped here: done in its segment
+    }
+}
+
+impl Drop for Recorded {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.log.done(self.seq, self.id);
+        }
+    }
+}
+
+/// The KiB a record of `bytes` takes from the limit (its header included, roughly).
+fn kib(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(1024) + 1).unwrap_or(u32::MAX)
+}
+
+impl WriteBackLog {
+    /// The logs under `cache_dir` (the directory is created if needed), holding at most
+    /// `limit` bytes of records not done.
+    pub fn open(cache_dir: &Path, limit: u64) -> std::io::Result<Arc<Self>> {
+        let dir = cache_dir.join("bucketfs-write-back");
+        std::fs::create_dir_all(&dir)?;
+        let limit_kib = u32::try_from(limit / 1024).unwrap_or(u32::MAX).max(1);
+        Ok(Arc::new(Self {
+            dir,
+            daemon: this_daemon(),
+            limit_kib,
+            segment_bytes: (limit / 4).clamp(1 << 20, 64 << 20),
+            room: Arc::new(Semaphore::new(limit_kib as usize)),
+            next_id: AtomicU64::new(0),
+            log: Mutex::new(None),
+            failed: Mutex::new(BTreeMap::new()),
+            failed_kib: watch::Sender::new(0),
+        }))
+    }
+
+    /// Appends `file` (to be stored at `location`) and syncs it, once the limit has room
+    /// for it. `None` (the caller stores the file itself) where failed records leave no
+    /// room, or the log cannot be written (with a warning).
+    pub async fn record(self: &Arc<Self>, location: String, file: PendingFile) -> Option<Recorded> {
+        let room = self.room_for(file.data.len() as u64).await?;
+        let log = self.clone();
+        // An append and a sync: off the runtime's threads, which the uploads need.
+        tokio::task::spawn_blocking(move || log.record_now(location, &file, room)).await.ok()?
+    }
+
+    /// Waits until records not done leave room for `bytes`; `None` if the failed ones
+    /// never would.
+    async fn room_for(&self, bytes: u64) -> Option<Room> {
+        let wanted = kib(bytes);
+        let mut failed = self.failed_kib.subscribe();
+        loop {
+            let failed_kib = *failed.borrow_and_update();
+            if wanted > self.limit_kib.saturating_sub(failed_kib) {
+                return None;
+            }
+            tokio::select! {
+                room = self.room.clone().acquire_many_owned(wanted) => return room.ok(),
+                changed = failed.changed() => changed.ok()?,
+            }
+        }
+    }
+
+    /// Appends and syncs now. Blocks on the disk.
+    fn record_now(self: &Arc<Self>, location: String, file: &PendingFile, room: Room) -> Option<Recorded> {
+        let appended = {
+            let mut log = self.log.lock();
+            self.append(&mut log, location, file)
+        };
+        // Synced outside the lock: closes on other threads append meanwhile, and one
+        // sync covers them all. A record that could not be synced is marked done when
+        // `recorded` drops: the caller stores the file itself.
+        let synced = appended.and_then(|(mut recorded, log_file)| {
+            recorded.room = Some(room);
+            log_file.sync_data()?;
+            Ok(recorded)
+        });
+        synced
+            .inspect_err(|error| {
+                tracing::warn!(key = file.key, "cannot record the closed file in {}: {error}", self.dir.display());
+            })
+            .ok()
+    }
+
+    fn segment_path(&self, seq: u64) -> PathBuf {
+        self.dir.join(format!("{}.{seq}.log", self.daemon))
+    }
+
+    /// Appends `file`'s record; returns it and a handle of its segment to sync it by.
+    fn append(
+        self: &Arc<Self>,
+        log: &mut Option<Log>,
+        location: String,
+        file: &PendingFile,
+    ) -> std::io::Result<(Recorded, File)> {
+        let full = log.as_ref().is_some_and(|log| log.len >= self.segment_bytes);
+        if log.is_none() || full {
+            let seq = log.as_ref().map_or(0, |log| log.seq + 1);
+            let segment = OpenOptions::new().create(true).append(true).open(self.segment_path(seq))?;
+            // The new name must survive a power cut too.
+            File::open(&self.dir)?.sync_all()?;
+            let mut open = BTreeMap::new();
+            if let Some(full) = log.take() {
+                open = full.open;
+                if open.get(&full.seq) == Some(&0) {
+                    // Nothing in it to store (emptying it failed): no record will delete it.
+                    open.remove(&full.seq);
+                    let _ = std::fs::remove_file(self.segment_path(full.seq));
+                }
+            }
+            open.insert(seq, 0);
+            *log = Some(Log { file: segment, seq, len: 0, open });
+        }
+        let Some(log) = log.as_mut() else { return Err(std::io::Error::other("no log file")) };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let header = Header {
+            id,
+            len: file.data.len() as u64,
+            location,
+            key: file.key.clone(),
+            create_only: file.create_only,
+            replaces: file.replaces.clone(),
+            metadata: file.metadata.clone(),
+        };
+        let record = format::encode(&header, &file.data)?;
+        let handle = log.file.try_clone()?;
+        log.file.write_all(&record)?;
+        let offset = log.len;
+        log.len += record.len() as u64;
+        *log.open.entry(log.seq).or_default() += 1;
+        let recorded =
+            Recorded { log: self.clone(), id, seq: log.seq, offset, len: record.len() as u64, room: None, kept: false };
+        Ok((recorded, handle))
+    }
+
+    fn done(&self, seq: u64, id: u64) {
+        let mut guard = self.log.lock();
+        let Some(log) = guard.as_mut() else { return };
+        let open = log.open.entry(seq).or_default();
+        *open = open.saturating_sub(1);
+        let result = if *open > 0 {
+            let mark = format::line(&Line::Done { done: id });
+            if seq == log.seq {
+                mark.and_then(|mark| log.file.write_all(&mark).map(|()| log.len += mark.len() as u64))
+            } else {
+                mark.and_then(|mark| OpenOptions::new().append(true).open(self.segment_path(seq))?.write_all(&mark))
+            }
+        } else if seq == log.seq {
+            // Nothing left to store in it: start the segment over.
+            log.len = 0;
+            log.file.set_len(0)
+        } else {
+            log.open.remove(&seq);
+            std::fs::remove_file(self.segment_path(seq))
+        };
+        if let Err(error) = result {
+            tracing::debug!("write-back log: marking record {id} done failed: {error} (a replay finds it stored)");
+        }
+    }
+
+    /// Copies `recorded` to a failed record's file of its own (synced), which takes over
+    /// its room.
+    fn keep_failed(&self, recorded: &mut Recorded, error: &str) -> std::io::Result<()> {
+        let mut bytes = vec![0; usize::try_from(recorded.len).map_err(std::io::Error::other)?];
+        File::open(self.segment_path(recorded.seq))?.read_exact_at(&mut bytes, recorded.offset)?;
+        let parsed = format::parse(&bytes);
+        let Some((header, _)) = parsed.records.into_iter().next() else {
+            return Err(std::io::Error::other("the record does not read back"));
+        };
+        let path = self.keep_failed_bytes(recorded.id, bytes, error)?;
+        tracing::warn!(key = header.key, "kept in the write-back log until it is stored or discarded: {error}");
+        self.insert_failed(recorded.id, path, header, error, recorded.room.take());
+        Ok(())
+    }
+
+    /// Writes a failed record's file: the record's bytes and the error, synced.
+    fn keep_failed_bytes(&self, id: u64, mut bytes: Vec<u8>, error: &str) -> std::io::Result<PathBuf> {
+        let path = self.dir.join(format!("{}.failed-{id}.log", self.daemon));
+        bytes.extend(format::line(&Line::Failed { failed: id, error: error.to_owned() })?);
+        let mut file = File::create(&path)?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+        File::open(&self.dir)?.sync_all()?;
+        Ok(path)
+    }
+
+    /// Notes a failed record kept in `path`; it holds `room` (taken now if `None`, where
+    /// the limit has it: a record taken over from a stopped daemon).
+    fn insert_failed(&self, id: u64, path: PathBuf, header: Header, error: &str, room: Option<Room>) {
+        let kib = kib(header.len);
+        let room = room.or_else(|| self.room.clone().try_acquire_many_owned(kib).ok());
+        let report =
+            FailedFile { key: header.key, location: header.location, bytes: header.len, error: error.to_owned() };
+        let mut all = self.failed.lock();
+        all.insert(id, Failed { path, report, kib, room });
+        self.failed_kib.send_replace(all.values().map(|f| f.kib).sum());
+    }
+
+    fn remove_failed(&self, ids: &[u64]) {
+        let mut all = self.failed.lock();
+        for id in ids {
+            if let Some(failed) = all.remove(id) {
+                let _ = std::fs::remove_file(&failed.path);
+            }
+        }
+        self.failed_kib.send_replace(all.values().map(|f| f.kib).sum());
+    }
+
+    /// Where the logs are.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The records kept as failed, in the order of their closes.
+    pub fn failed(&self) -> Vec<FailedFile> {
+        self.failed.lock().values().map(|failed| failed.report.clone()).collect()
+    }
+
+    /// Bytes of records not done (failed ones included), and the limit.
+    pub fn usage(&self) -> (u64, u64) {
+        let held = u64::from(self.limit_kib).saturating_sub(self.room.available_permits() as u64);
+        let past_limit: u64 = self.failed.lock().values().filter(|f| f.room.is_none()).map(|f| u64::from(f.kib)).sum();
+        ((held + past_limit) * 1024, u64::from(self.limit_kib) * 1024)
+    }
+
+    /// Drops the failed records of these keys (of every key if `keys` is empty); returns
+    /// how many.
+    pub fn discard_failed(&self, keys: &[String]) -> usize {
+        let ids: Vec<u64> = self
+            .failed
+            .lock()
+            .iter()
+            .filter(|(_, failed)| keys.is_empty() || keys.contains(&failed.report.key))
+            .map(|(id, _)| *id)
+            .collect();
+        self.remove_failed(&ids);
+        ids.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn pending(key: &str, data: &[u8]) -> PendingFile {
+        let data = Bytes::copy_from_slice(data);
+        PendingFile { key: key.into(), data, metadata: Metadata::default(), create_only: true, replaces: None }
+    }
+
+    fn keys(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
+        format::parse(bytes).records.into_iter().map(|(h, d)| (h.key, d.to_vec())).collect()
+    }
+
+    fn files(log: &WriteBackLog) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&log.dir)
+            .expect("dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().replace(&log.daemon, "D"))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Records read back in order with their bytes (any bytes, newlines too); those marked
+    /// done and a torn last record are left out; an emptied log holds nothing.
+    #[tokio::test]
+    async fn the_log_reads_back_what_is_not_done() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = WriteBackLog::open(dir.path(), 1 << 30).expect("open");
+        let first = log.record("loc".into(), pending("a", b"line\nbreak")).await.expect("a");
+        let second = log.record("loc".into(), pending("b", b"")).await.expect("b");
+        let third = log.record("loc".into(), pending("c", b"\x00\xff")).await.expect("c");
+        let path = log.segment_path(0);
+        let mut bytes = std::fs::read(&path).expect("log");
+        bytes.truncate(bytes.len() - 1);
+        let (a, b) = (("a".to_owned(), b"line\nbreak".to_vec()), ("b".to_owned(), Vec::new()));
+        assert_eq!(keys(&bytes), [a.clone(), b], "a torn last record is left out");
+        drop(second);
+        let c = ("c".to_owned(), vec![0, 255]);
+        assert_eq!(keys(&std::fs::read(&path).expect("log")), [a, c], "a record marked done is left out");
+        drop((first, third));
+        assert_eq!(std::fs::metadata(&path).expect("log").len(), 0, "emptied once nothing is open");
+    }
+
+    /// Past its size a segment takes no more records; one whose records are all done is
+    /// deleted; a failed record moves to a file of its own, reported, until discarded.
+    #[tokio::test]
+    async fn segments_are_deleted_once_done_and_failed_records_kept_apart() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = WriteBackLog::open(dir.path(), 4 << 20).expect("open"); // 1 MiB segments
+        let big = vec![7; 600 << 10];
+        let a = log.record("loc".into(), pending("a", &big)).await.expect("a");
+        let b = log.record("loc".into(), pending("b", &big)).await.expect("b");
+        let c = log.record("loc".into(), pending("c", &big)).await.expect("c");
+        assert_eq!(files(&log), ["D.0.log", "D.1.log"]);
+        drop(a);
+        assert_eq!(files(&log), ["D.0.log", "D.1.log"], "b is still in segment 0");
+        tokio::task::spawn_blocking(move || b.fail("refused")).await.expect("fail");
+        assert_eq!(files(&log), ["D.1.log", "D.failed-1.log"], "segment 0 deleted, b kept apart");
+        let failed = log.failed();
+        assert_eq!((failed[0].key.as_str(), failed[0].bytes, failed[0].error.as_str()), ("b", 600 << 10, "refused"));
+        let kept = format::parse(&std::fs::read(log.dir.join(format!("{}.failed-1.log", log.daemon))).expect("read"));
+        assert_eq!((kept.records[0].1.len(), kept.errors[&1].as_str()), (600 << 10, "refused"));
+        drop(c);
+        assert_eq!(files(&log), ["D.1.log", "D.failed-1.log"], "the current segment is emptied, not deleted");
+        assert_eq!(std::fs::metadata(log.segment_path(1)).expect("segment").len(), 0);
+        assert!(log.usage().0 >= 600 << 10, "the failed record counts");
+        assert_eq!(log.discard_failed(&["other".into()]), 0);
+        assert_eq!(log.discard_failed(&["b".into()]), 1);
+        assert_eq!(files(&log), ["D.1.log"]);
+        assert_eq!(log.usage().0, 0);
+    }
+
+    /// A close waits while records not done fill the limit, and is refused (stored by its
+    /// caller) where failed records leave no room for it.
+    #[tokio::test]
+    async fn a_close_waits_for_room_and_failed_records_leave_none() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = WriteBackLog::open(dir.path(), 100 << 10).expect("open");
+        let data = vec![1; 60 << 10];
+        assert!(log.record("loc".into(), pending("too big", &vec![0; 200 << 10])).await.is_none());
+        let first = log.record("loc".into(), pending("a", &data)).await.expect("a");
+        let waiting = tokio::spawn({
+            let log = log.clone();
+            let data = data.clone();
+            async move { log.record("loc".into(), pending("b", &data)).await.is_some() }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "no room while a is not stored");
+        tokio::task::spawn_blocking(move || first.fail("refused")).await.expect("fail");
+        let refused = tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("not waiting for ever");
+        assert!(!refused.expect("joined"), "the failed record leaves no room");
+        log.discard_failed(&[]);
+        assert!(log.record("loc".into(), pending("c", &data)).await.is_some(), "room again");
+    }
+}
