@@ -227,7 +227,11 @@ fn whole_cached_files_are_passed_through() {
         let m = cached_mount(&b, cache.path(), &[]);
         assert!(m.log_text().contains("FUSE passthrough on"), "{}", m.log_text());
         assert_file_content(&m.join("f"), MIB, &data);
-        assert!(!m.log_text().contains(PASSED), "not whole in the cache at the first open");
+        let passed: Vec<String> = m.log_text().lines().filter(|l| l.contains(PASSED)).map(str::to_owned).collect();
+        // Which process opened it (the span's pid), should another one have: a flake seen
+        // once in a dozen runs of the suite.
+        let me = std::process::id();
+        assert!(passed.is_empty(), "not whole in the cache at the first open (this test is pid {me}): {passed:#?}");
         // Checked as a whole after its last block was written, for the next open.
         let checked = || m.log_text().contains("object whole and checked");
         assert!(wait_until(Duration::from_secs(20), checked), "never checked whole");
