@@ -79,11 +79,12 @@ impl Fs {
         self.write_config.write_back_log.as_ref().map(|log| log.usage())
     }
 
-    /// Reading [`WRITE_BACK`]: a line per failed file, `KEY (BYTES bytes): ERROR`.
+    /// Reading [`WRITE_BACK`]: a line per failed file, `KEY (BYTES bytes): ERROR` (control
+    /// characters of the key escaped, so that a line is a file).
     pub fn write_back_report(&self) -> String {
         self.write_back_failed()
             .iter()
-            .map(|failed| format!("{} ({} bytes): {}\n", failed.key.escape_debug(), failed.bytes, failed.error))
+            .map(|failed| format!("{} ({} bytes): {}\n", printable(&failed.key), failed.bytes, failed.error))
             .collect()
     }
 
@@ -120,4 +121,9 @@ impl Fs {
             _ => Err(FsError::Invalid("write-back command: retry, or discard [keys]")),
         }
     }
+}
+
+/// `key` with its control characters (a newline, a tab) escaped, the rest as it is.
+fn printable(key: &str) -> String {
+    key.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
