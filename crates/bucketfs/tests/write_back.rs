@@ -163,7 +163,7 @@ fn refused_upload_after_close_is_logged_and_leaves_no_entry() {
     let (_, status, _) = run_bucketfs(&["status", m.path().to_str().expect("UTF-8")], Duration::from_secs(10));
     assert!(status.contains(", 1 refused files (4 B;"), "{status}");
     assert_eq!(write_back_command(&m, "discard", &["other"]), listed, "only the keys named are dropped");
-    assert_eq!(write_back_command(&m, "discard", &["refused"]), "no refused files\n");
+    assert_eq!(write_back_command(&m, "discard", &["--all"]), "no refused files\n");
 
     let mut file = File::create(m.join("synced")).expect("create");
     file.write_all(b"data").expect("write");

@@ -129,7 +129,7 @@ impl PendingMarkers {
                     Ok(_) => drop(recorded),
                     Err(error) => {
                         tracing::warn!(key = prefix, "could not store a directory's marker: {error}");
-                        let _ = tokio::task::spawn_blocking(move || recorded.fail(&error.to_string())).await;
+                        recorded.fail(error.to_string()).await;
                     }
                 }
             }

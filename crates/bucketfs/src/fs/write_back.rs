@@ -40,7 +40,7 @@ impl Fs {
             if let Err(FsError::Store(error)) = fs.commit_unheard(&writer).await {
                 // Refused after the store's own retries: kept and reported until stored
                 // (`bucketfs write-back retry`, or the next mount) or discarded.
-                let _ = tokio::task::spawn_blocking(move || recorded.fail(&error.to_string())).await;
+                recorded.fail(error.to_string()).await;
             }
             drop((busy, room));
         });
@@ -92,34 +92,28 @@ impl Fs {
     /// (see `write::write_back`), `discard` drops those of the keys that follow, one per
     /// line (every one without keys).
     pub async fn write_back_command(&self, command: &str) -> Result<(), FsError> {
-        let before = self.write_back_failed();
-        let result = self.act_on_failed(command).await;
-        // The files now stored or dropped are no longer reported at exit.
-        let after: Vec<String> = self.write_back_failed().into_iter().map(|failed| failed.key).collect();
-        let mut unstored = self.unstored.lock();
-        for gone in before.iter().filter(|failed| !after.contains(&failed.key)) {
-            unstored.failed.remove(&gone.key);
-        }
-        result
-    }
-
-    async fn act_on_failed(&self, command: &str) -> Result<(), FsError> {
-        let log = self.write_config.write_back_log.as_ref().ok_or(FsError::NoAttribute)?;
+        let log = self.write_config.write_back_log.as_ref().ok_or(FsError::ReadOnly)?;
         let mut lines = command.lines();
-        match lines.next().map(str::trim) {
+        let gone = match lines.next().map(str::trim) {
             Some("retry") => {
                 let (stored, left) = log.retry_failed(&self.namespace.stores()).await;
-                tracing::info!("write-back retry: {stored} files stored, {left} still failed");
-                Ok(())
+                tracing::info!("write-back retry: {} files stored, {left} still failed", stored.len());
+                stored
             }
             Some("discard") => {
                 let keys: Vec<String> = lines.map(str::to_owned).collect();
                 let discarded = log.discard_failed(&keys);
-                tracing::warn!("write-back: {discarded} failed files discarded on request");
-                Ok(())
+                tracing::warn!("write-back: {} failed files discarded on request", discarded.len());
+                discarded
             }
-            _ => Err(FsError::Invalid("write-back command: retry, or discard [keys]")),
+            _ => return Err(FsError::Invalid("write-back command: retry, or discard [keys]")),
+        };
+        // Stored or dropped: no longer reported at exit.
+        let mut unstored = self.unstored.lock();
+        for key in gone {
+            unstored.failed.remove(&key);
         }
+        Ok(())
     }
 }
 

@@ -5,8 +5,6 @@
 //! file is read up to its first line that is not whole (a torn append: a power cut
 //! before `close` returned, or before the failure was noted).
 
-use std::collections::HashMap;
-
 use bytes::Bytes;
 
 use crate::store::Metadata;
@@ -34,17 +32,17 @@ pub(super) struct Header {
     pub metadata: Metadata,
 }
 
-/// What a log file holds that is not done: its records in order, and why the failed
-/// ones failed.
+/// What a log file holds that is not done: its records in order. (A failed record's
+/// error line is for whoever reads the file: a retry gets an answer of its own.)
 #[derive(Default)]
 pub(super) struct Parsed {
     pub records: Vec<(Header, Bytes)>,
-    pub errors: HashMap<u64, String>,
 }
 
 /// The header line and the bytes of a record, as appended.
 pub(super) fn encode(header: &Header, data: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut record = serde_json::to_vec(&Line::Record(header.clone()))?;
+    // `Line::Record` is untagged: it is written as the header itself (no copy of it).
+    let mut record = serde_json::to_vec(header)?;
     record.push(b'\n');
     record.extend_from_slice(data);
     Ok(record)
@@ -68,10 +66,7 @@ pub(super) fn parse(bytes: &[u8]) -> Parsed {
                 done.insert(id);
                 at = end + 1;
             }
-            Ok(Line::Failed { failed, error }) => {
-                parsed.errors.insert(failed, error);
-                at = end + 1;
-            }
+            Ok(Line::Failed { .. }) => at = end + 1,
             Ok(Line::Record(header)) => {
                 let Some(data_end) = usize::try_from(header.len).ok().and_then(|len| (end + 1).checked_add(len)) else {
                     break;

@@ -145,8 +145,13 @@ pub struct Recorded {
 
 impl Recorded {
     /// The store refused the file (after its own retries): kept as a failed record, to be
-    /// reported and stored later (see the module documentation). Blocks on the disk.
-    pub fn fail(mut self, error: &str) {
+    /// reported and stored later (see the module documentation).
+    pub async fn fail(self, error: String) {
+        // A read, a write and syncs: off the runtime's threads, as the append.
+        let _ = tokio::task::spawn_blocking(move || self.fail_now(&error)).await;
+    }
+
+    fn fail_now(mut self, error: &str) {
         let log = self.log.clone();
         if let Err(io) = log.keep_failed(&mut self, error) {
             tracing::warn!("write-back log: cannot keep a failed record apart ({io}); it stays for the next mount");
@@ -378,17 +383,17 @@ impl WriteBackLog {
     }
 
     /// Drops the failed records of these keys (of every key if `keys` is empty); returns
-    /// how many.
-    pub fn discard_failed(&self, keys: &[String]) -> usize {
-        let ids: Vec<u64> = self
+    /// their keys.
+    pub fn discard_failed(&self, keys: &[String]) -> Vec<String> {
+        let dropped: Vec<(u64, String)> = self
             .failed
             .lock()
             .iter()
             .filter(|(_, failed)| keys.is_empty() || keys.contains(&failed.report.key))
-            .map(|(id, _)| *id)
+            .map(|(id, failed)| (*id, failed.report.key.clone()))
             .collect();
-        self.remove_failed(&ids);
-        ids.len()
+        self.remove_failed(&dropped.iter().map(|(id, _)| *id).collect::<Vec<_>>());
+        dropped.into_iter().map(|(_, key)| key).collect()
     }
 }
 
@@ -450,18 +455,20 @@ mod tests {
         assert_eq!(files(&log), ["D.0.log", "D.1.log"]);
         drop(a);
         assert_eq!(files(&log), ["D.0.log", "D.1.log"], "b is still in segment 0");
-        tokio::task::spawn_blocking(move || b.fail("refused")).await.expect("fail");
+        b.fail("refused".into()).await;
         assert_eq!(files(&log), ["D.1.log", "D.failed-1.log"], "segment 0 deleted, b kept apart");
         let failed = log.failed();
         assert_eq!((failed[0].key.as_str(), failed[0].bytes, failed[0].error.as_str()), ("b", 600 << 10, "refused"));
-        let kept = format::parse(&std::fs::read(log.dir.join(format!("{}.failed-1.log", log.daemon))).expect("read"));
-        assert_eq!((kept.records[0].1.len(), kept.errors[&1].as_str()), (600 << 10, "refused"));
+        let kept_bytes = std::fs::read(log.dir.join(format!("{}.failed-1.log", log.daemon))).expect("read");
+        assert!(kept_bytes.ends_with(b"{\"failed\":1,\"error\":\"refused\"}\n"), "the file says why");
+        let kept = format::parse(&kept_bytes);
+        assert_eq!(kept.records[0].1.len(), 600 << 10);
         drop(c);
         assert_eq!(files(&log), ["D.1.log", "D.failed-1.log"], "the current segment is emptied, not deleted");
         assert_eq!(std::fs::metadata(log.segment_path(1)).expect("segment").len(), 0);
         assert!(log.usage().0 >= 600 << 10, "the failed record counts");
-        assert_eq!(log.discard_failed(&["other".into()]), 0);
-        assert_eq!(log.discard_failed(&["b".into()]), 1);
+        assert!(log.discard_failed(&["other".into()]).is_empty());
+        assert_eq!(log.discard_failed(&["b".into()]), ["b"]);
         assert_eq!(files(&log), ["D.1.log"]);
         assert_eq!(log.usage().0, 0);
     }
@@ -482,7 +489,7 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!waiting.is_finished(), "no room while a is not stored");
-        tokio::task::spawn_blocking(move || first.fail("refused")).await.expect("fail");
+        first.fail("refused".into()).await;
         let refused = tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("not waiting for ever");
         assert!(!refused.expect("joined"), "the failed record leaves no room");
         log.discard_failed(&[]);

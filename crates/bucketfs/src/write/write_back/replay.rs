@@ -144,9 +144,9 @@ impl WriteBackLog {
     }
 
     /// Tries to store the failed records again, in order (see the module documentation);
-    /// returns how many were stored and how many are left. After a store did not answer
-    /// within its retry window, its other records are left untried.
-    pub async fn retry_failed(&self, stores: &[Arc<dyn ObjectStore>]) -> (usize, usize) {
+    /// returns the keys stored and how many records are left. After a store did not
+    /// answer within its retry window, its other records are left untried.
+    pub async fn retry_failed(&self, stores: &[Arc<dyn ObjectStore>]) -> (Vec<String>, usize) {
         let failed: Vec<(u64, PathBuf, String)> = self
             .failed
             .lock()
@@ -166,7 +166,7 @@ impl WriteBackLog {
             match replay(&**store, &pending).await {
                 Ok(outcome) => {
                     tracing::info!(key = pending.key, "a failed file retried: {outcome:?}");
-                    stored.push(id);
+                    stored.push((id, pending.key));
                 }
                 Err(error) => {
                     tracing::warn!(key = pending.key, "a failed file retried: {error}");
@@ -179,8 +179,8 @@ impl WriteBackLog {
                 }
             }
         }
-        self.remove_failed(&stored);
-        (stored.len(), self.failed.lock().len())
+        self.remove_failed(&stored.iter().map(|(id, _)| *id).collect::<Vec<_>>());
+        (stored.into_iter().map(|(_, key)| key).collect(), self.failed.lock().len())
     }
 }
 
@@ -402,9 +402,9 @@ mod tests {
         assert!(failed[0].error.contains("away"), "{failed:?}");
         assert!(failed[1].error.starts_with("not tried"), "{failed:?}");
         assert!(log.usage().0 > 0);
-        assert_eq!(log.retry_failed(&stores).await, (0, 2), "still away");
+        assert_eq!(log.retry_failed(&stores).await, (vec![], 2), "still away");
         store.away.store(false, std::sync::atomic::Ordering::Relaxed);
-        assert_eq!(log.retry_failed(&stores).await, (2, 0));
+        assert_eq!(log.retry_failed(&stores).await, (vec!["a".to_owned(), "b".to_owned()], 0));
         assert_eq!(&store.get_range("b", 0..1, None).await.expect("stored")[..], b"b");
         assert!(log.failed().is_empty());
         assert_eq!(std::fs::read_dir(dir.path().join("bucketfs-write-back")).expect("dir").count(), 0);
