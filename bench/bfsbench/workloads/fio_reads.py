@@ -103,6 +103,17 @@ class FioReads(Workload):
         return f"env {assigns} fio --output-format=json {q(str(JOBS / job))}"
 
     @staticmethod
+    def _checked(expected_bytes: int):
+        """A parser of fio's output that fails the run where fio read other than the case's bytes
+        (the reference sends exactly those: a job that read more would be timed for other work)."""
+        def parse(out: str):
+            seconds, extra = FioReads._parse_fio(out)
+            if extra["io_bytes"] != expected_bytes:
+                raise ValueError(f"fio read {extra['io_bytes']} bytes, the case is {expected_bytes}")
+            return seconds, extra
+        return parse
+
+    @staticmethod
     def _parse_fio(out: str):
         # fio prints notes before the JSON; the JSON object starts at the first '{' line.
         text = out[out.index("\n{") + 1:] if not out.startswith("{") else out
@@ -151,19 +162,21 @@ class FioReads(Workload):
             return
         m = ctx.fresh_cold(tool, BUCKET)
         self.measure("seq_1t", tool, rep, self._fio("seq.fio", FILE=str(m.path / _key(0)), SIZE=str(s)),
-                     mount=m, parse=self._parse_fio)
+                     mount=m, parse=self._checked(s))
         m = ctx.fresh_cold(tool, BUCKET)
         files = {f"FILE{i}": str(m.path / _key(i)) for i in range(THREADS)}
         self.measure("seq_4t", tool, rep, self._fio("seq_threads.fio", SIZE=str(s), **files),
-                     mount=m, parse=self._parse_fio)
+                     mount=m, parse=self._checked(s * THREADS))
         for cid, bs in (("rand_256k", 256 * 1024), ("rand_4k", 4096)):
             m = ctx.fresh_cold(tool, BUCKET)
             log = self._iolog(m.path / _key(0), self.offsets[bs], bs, cid)
             self.measure(cid, tool, rep, self._fio("replay.fio", IOLOG=str(log), BS=str(bs)), mount=m,
-                         parse=self._parse_fio)
+                         parse=self._checked(len(self.offsets[bs]) * bs))
         m = ctx.fresh_cold(tool, BUCKET)
-        self.measure("skip17", tool, rep, self._fio("skip.fio", FILE=str(m.path / _key(0)), SIZE=str(s)),
-                     mount=m, parse=self._parse_fio)
+        reads = len(self._skip_offsets())
+        self.measure("skip17", tool, rep, self._fio("skip.fio", FILE=str(m.path / _key(0)), SIZE=str(s),
+                                                    READS=str(reads)),
+                     mount=m, parse=self._checked(reads * SKIP_BLOCK))
         for _ in range(TTFB_REPEATS):
             m = ctx.fresh_cold(tool, BUCKET)
             self.measure("ttfb", tool, rep, self._fio("ttfb.fio", FILE=str(m.path / _key(1))), mount=m,
