@@ -68,6 +68,7 @@ pub fn run(args: MountArgs) -> Result<()> {
 
     let namespace_sources = runtime.block_on(connect_sources(&args, &sources))?;
     let memory_limit = args.memory_limit.unwrap_or_else(default_memory_limit);
+    crate::store::buffer_pool::POOL.set_limit((memory_limit / 8) as usize);
     let read_config = ReadConfig {
         part_size: args.part_size.max(64 * 1024),
         initial_window: 1024 * 1024,
@@ -113,6 +114,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         loop {
             every.tick().await;
             sweeper.sweep();
+            crate::store::buffer_pool::POOL.release_idle();
             // glibc keeps freed small blocks (the entries just dropped) for reuse; give
             // what it can back, so a mount that walked a huge tree once shrinks again.
             // SAFETY: malloc_trim only returns free heap pages to the system.

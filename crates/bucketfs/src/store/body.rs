@@ -21,6 +21,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::watch;
 
+use super::buffer_pool::POOL;
 use super::StoreError;
 
 pub struct RangeBody {
@@ -180,8 +181,8 @@ unsafe impl Sync for Buffer {}
 
 impl Buffer {
     fn new(len: usize) -> Self {
-        // Uninitialised: a byte is read only once written.
-        let mut memory = std::mem::ManuallyDrop::new(Vec::<u8>::with_capacity(len));
+        // Uninitialised (or a pooled buffer's old bytes): a byte is read only once written.
+        let mut memory = std::mem::ManuallyDrop::new(POOL.take(len));
         Self { start: memory.as_mut_ptr(), len, capacity: memory.capacity() }
     }
 
@@ -196,8 +197,9 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        // SAFETY: the allocation `new` made, with its capacity; u8 needs no drop.
-        unsafe { drop(Vec::from_raw_parts(self.start, 0, self.capacity)) }
+        // SAFETY: the allocation `new` took, with its capacity; u8 needs no drop. No
+        // reader holds a slice: each holds the `Arc` this is dropped from.
+        POOL.give_back(unsafe { Vec::from_raw_parts(self.start, 0, self.capacity) })
     }
 }
 

@@ -9,6 +9,7 @@
 //! The store knows nothing about inodes or file names: keys in, bytes and listings out.
 
 mod body;
+pub mod buffer_pool;
 mod listing_metadata;
 #[cfg(test)]
 pub mod memory;
