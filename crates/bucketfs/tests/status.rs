@@ -40,6 +40,7 @@ fn status_reports_every_mount_and_what_it_is_doing() {
     let (_, other, _) = run_bucketfs(&["status", plain.path().to_str().expect("UTF-8")], Duration::from_secs(10));
     assert!(other.contains("files open for writing: 1"), "{other}");
     assert!(other.contains("data cache: off"), "{other}");
+    assert!(other.contains("write-back: off"), "no --write-back and nothing logged: {other}");
     drop(open);
 
     let (status, _, stderr) = run_bucketfs(&["status", "/tmp"], Duration::from_secs(10));

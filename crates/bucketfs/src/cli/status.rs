@@ -92,6 +92,8 @@ impl MountState {
         };
         let uptime = Duration::from_secs(self.started.elapsed().as_secs());
         let write_back = match self.fs.write_back_usage() {
+            // Without --write-back the log only ever holds files a replay could not store.
+            Some((0, _)) if !self.fs.write_back_on() => "write-back: off".to_owned(),
             Some((held, limit)) => {
                 let refused = self.fs.write_back_failed();
                 let refused_bytes: u64 = refused.iter().map(|failed| failed.bytes).sum();
@@ -103,7 +105,7 @@ impl MountState {
                     size(refused_bytes)
                 )
             }
-            None => "write-back log: none".to_owned(),
+            None => "write-back: off".to_owned(),
         };
         [
             format!("pid: {}", std::process::id()),

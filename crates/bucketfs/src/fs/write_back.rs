@@ -74,6 +74,11 @@ impl Fs {
         self.write_config.write_back_log.as_ref().map(|log| log.dir())
     }
 
+    /// `--write-back`: close() returns before the upload.
+    pub fn write_back_on(&self) -> bool {
+        self.write_config.write_back
+    }
+
     /// The write-back log's bytes not stored yet (failed ones included), and its limit.
     pub fn write_back_usage(&self) -> Option<(u64, u64)> {
         self.write_config.write_back_log.as_ref().map(|log| log.usage())
