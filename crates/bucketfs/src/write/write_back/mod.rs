@@ -34,7 +34,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -108,9 +108,12 @@ pub struct WriteBackLog {
     /// The segment appends go to, opened at the first record.
     log: Mutex<Option<Log>>,
     failed: Mutex<BTreeMap<u64, Failed>>,
-    /// KiB the failed records hold: a close waiting for room gives up when they leave
-    /// none for it.
+    /// KiB the failed records hold, stranded ones included: a close waiting for room
+    /// gives up when they leave none for it.
     failed_kib: watch::Sender<u32>,
+    /// KiB of failed records that could not be kept apart: they stay in their segments
+    /// (for the next mount) and hold their part of the limit until this daemon exits.
+    stranded_kib: AtomicU32,
 }
 
 #[derive(Debug)]
@@ -156,6 +159,7 @@ impl Recorded {
         if let Err(io) = log.keep_failed(&mut self, error) {
             tracing::warn!("write-back log: cannot keep a failed record apart ({io}); it stays for the next mount");
             self.kept = true;
+            log.strand(self.room.take());
         } // else dropped here: done in its segment
     }
 }
@@ -190,6 +194,7 @@ impl WriteBackLog {
             log: Mutex::new(None),
             failed: Mutex::new(BTreeMap::new()),
             failed_kib: watch::Sender::new(0),
+            stranded_kib: AtomicU32::new(0),
         }))
     }
 
@@ -352,7 +357,7 @@ impl WriteBackLog {
             FailedFile { key: header.key, location: header.location, bytes: header.len, error: error.to_owned() };
         let mut all = self.failed.lock();
         all.insert(id, Failed { path, report, kib, room });
-        self.failed_kib.send_replace(all.values().map(|f| f.kib).sum());
+        self.publish_failed_kib(&all);
     }
 
     fn remove_failed(&self, ids: &[u64]) {
@@ -362,7 +367,23 @@ impl WriteBackLog {
                 let _ = std::fs::remove_file(&failed.path);
             }
         }
-        self.failed_kib.send_replace(all.values().map(|f| f.kib).sum());
+        self.publish_failed_kib(&all);
+    }
+
+    /// A failed record left in its segment: its bytes stay on disk, so its part of the
+    /// limit is never given back (`forget`), and closes waiting for room count it.
+    fn strand(&self, room: Option<Room>) {
+        if let Some(room) = room {
+            let kib = u32::try_from(room.num_permits()).unwrap_or(u32::MAX);
+            room.forget();
+            self.stranded_kib.fetch_add(kib, Ordering::Relaxed);
+            self.publish_failed_kib(&self.failed.lock());
+        }
+    }
+
+    fn publish_failed_kib(&self, all: &BTreeMap<u64, Failed>) {
+        let kept: u32 = all.values().map(|f| f.kib).sum();
+        self.failed_kib.send_replace(kept.saturating_add(self.stranded_kib.load(Ordering::Relaxed)));
     }
 
     /// Where the logs are.
@@ -494,5 +515,23 @@ mod tests {
         assert!(!refused.expect("joined"), "the failed record leaves no room");
         log.discard_failed(&[]);
         assert!(log.record("loc".into(), pending("c", &data)).await.is_some(), "room again");
+    }
+
+    /// A failed record that cannot be copied apart (here its segment is gone) stays
+    /// counted: its bytes are still on disk for the next mount, so the limit never gets
+    /// them back and a close that needs them is refused rather than left waiting.
+    #[tokio::test]
+    async fn a_failed_record_left_in_its_segment_keeps_its_room() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = WriteBackLog::open(dir.path(), 100 << 10).expect("open");
+        let data = vec![1; 60 << 10];
+        let first = log.record("loc".into(), pending("a", &data)).await.expect("a");
+        std::fs::remove_file(log.segment_path(0)).expect("remove the segment");
+        first.fail("refused".into()).await;
+        assert!(log.failed().is_empty(), "not kept apart");
+        assert!(log.usage().0 >= 60 << 10, "still counted: {:?}", log.usage());
+        let second = log.record("loc".into(), pending("b", &data));
+        let refused = tokio::time::timeout(Duration::from_secs(10), second).await.expect("not waiting for ever");
+        assert!(refused.is_none(), "no room left for b");
     }
 }
