@@ -316,3 +316,34 @@ fn a_create_over_a_key_the_index_has_not_seen_yet_does_not_overwrite_it() {
     assert_errno(close(file), libc::EEXIST, "close of a create over a key another client stored");
     assert_eq!(get(&bucket, "d/theirs"), b"their bytes", "their object stays");
 }
+
+/// An indexed directory's listing is kept by the kernel: a walk done again sends no
+/// READDIR(PLUS); a change through the mount shows at once (the kernel drops its copy of
+/// the directory it changed); a key added behind the mount shows after a refresh.
+#[test]
+fn a_walk_done_again_is_served_by_the_kernel() {
+    let bucket = create_bucket("index-kernel-cache");
+    let keys: Vec<String> = (0..30).map(|i| format!("d{}/e{}/f{i}", i % 3, i % 5)).collect();
+    fill(&bucket, &keys);
+    let cache = tempfile::tempdir().expect("cache dir");
+    let address = format!("127.0.0.1:{}", free_port());
+    let m = indexed(&bucket, cache.path()).args(["--metrics-addr", &address]).mount();
+    refresh(&m);
+    let readdirs = || {
+        let samples = scrape(&address);
+        value(&samples, r#"bucketfs_fuse_requests_total{op="readdirplus"}"#)
+            + value(&samples, r#"bucketfs_fuse_requests_total{op="readdir"}"#)
+    };
+    let first = find_names(&m);
+    let before = readdirs();
+    assert!(before > 0.0, "the first walk reads the directories");
+    assert_eq!(find_names(&m), first);
+    assert_eq!(readdirs(), before, "the second walk is answered by the kernel");
+
+    std::fs::write(m.join("d0/new"), b"x").expect("create through the mount");
+    assert_eq!(find_names(&m), first + 1, "a name created through the mount shows at once");
+    put(&bucket, "d1/behind", b"y".to_vec());
+    assert_eq!(find_names(&m), first + 1, "not before a refresh");
+    refresh(&m);
+    assert_eq!(find_names(&m), first + 2, "after a refresh");
+}

@@ -158,6 +158,13 @@ pub fn run(args: MountArgs) -> Result<()> {
     config.n_threads = Some(FUSE_THREADS);
     config.clone_fd = true;
     let notifier = adapter.notifier();
+    if let Some(indexes) = &indexes {
+        runtime.spawn(crate::fuse::drop_cached_listings_after_refreshes(
+            fs.clone(),
+            notifier.clone(),
+            indexes.refreshes(),
+        ));
+    }
     let mut session = fuser::Session::new(adapter, &mountpoint, &config)
         .with_context(|| format!("cannot mount on {}", mountpoint.display()))?;
     let _ = notifier.set(session.notifier());

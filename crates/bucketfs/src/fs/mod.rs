@@ -924,12 +924,20 @@ impl Fs {
         Opened { handle, keep_cache: false, backing: None }
     }
 
-    pub fn opendir(&self, ino: Ino) -> Result<u64, FsError> {
+    /// A handle to read directory `ino`, and whether the kernel may keep its listing
+    /// across opens (served from the index: see [`Self::held_indexed_dirs`]).
+    pub fn opendir(&self, ino: Ino) -> Result<(u64, bool), FsError> {
         let stream = self.namespace.list(ino)?;
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
         let cursor = DirCursor { stream, window_start: 2, window: Vec::new() };
         self.dirs.lock().insert(handle, Arc::new(tokio::sync::Mutex::new(cursor)));
-        Ok(handle)
+        Ok((handle, self.namespace.is_indexed_dir(ino)))
+    }
+
+    /// The directories whose listings the kernel may keep (from the index) and holds: a
+    /// refresh may change any of them, so the kernel is told to drop them after each.
+    pub fn held_indexed_dirs(&self) -> Vec<Ino> {
+        self.namespace.held_indexed_dirs()
     }
 
     /// Entries from index `offset` on; an empty result means the end of the directory.

@@ -332,7 +332,14 @@ impl Filesystem for FuseAdapter {
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         crate::metrics::fuse_request("opendir");
         match self.fs.opendir(ino.0) {
-            Ok(handle) => reply.opened(FileHandle(handle), FopenFlags::empty()),
+            // A listing from the index changes only through this mount (the kernel then
+            // drops its copy itself: the directory's iversion changed) or at a refresh
+            // (see `drop_cached_listings_after_refreshes`): the kernel keeps it across
+            // opens, and a walk done again costs OPENDIR and RELEASEDIR only.
+            Ok((handle, true)) => {
+                reply.opened(FileHandle(handle), FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE)
+            }
+            Ok((handle, false)) => reply.opened(FileHandle(handle), FopenFlags::empty()),
             Err(e) => reply.error(log_error("opendir", &e)),
         }
     }
@@ -724,5 +731,26 @@ impl Filesystem for FuseAdapter {
                 Err(e) => reply.error(log_error("symlink", &e)),
             }
         });
+    }
+}
+
+/// After each index refresh, tells the kernel to drop the listings it keeps of indexed
+/// directories (every one it holds: a refresh is rare, and telling which changed would
+/// cost a comparison of every listing). Runs for the mount's life.
+pub async fn drop_cached_listings_after_refreshes(
+    fs: Arc<Fs>,
+    notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
+    mut refreshes: tokio::sync::watch::Receiver<u64>,
+) {
+    while refreshes.changed().await.is_ok() {
+        let Some(notifier) = notifier.get().cloned() else { continue };
+        let dirs = fs.held_indexed_dirs();
+        let _ = tokio::task::spawn_blocking(move || {
+            for dir in dirs {
+                // ENOENT: the kernel forgot it meanwhile; nothing to drop.
+                let _ = notifier.inval_inode(INodeNo(dir), 0, 0);
+            }
+        })
+        .await;
     }
 }

@@ -227,6 +227,16 @@ impl InodeTable {
         self.nodes.insert(node.ino, node);
     }
 
+    /// The directories of `source` the kernel holds a reference to (and the roots).
+    pub fn held_dirs_of(&self, source: usize) -> Vec<Ino> {
+        self.nodes
+            .values()
+            .filter(|n| n.lookups > 0 || n.ino == ROOT_INO)
+            .filter(|n| matches!(&n.location, Location::Dir { source: s, .. } if *s == source))
+            .map(|n| n.ino)
+            .collect()
+    }
+
     /// The kernel dropped `count` references to `ino`; true if that was the last one and
     /// the inode left the table. An entry still fresh stays until the sweep: the kernel
     /// forgets under memory pressure, not because the entry changed, and a kept listing of

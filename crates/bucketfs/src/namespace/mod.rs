@@ -388,6 +388,24 @@ impl Namespace {
         })
     }
 
+    /// Whether `dir`'s listing comes from the index (`--index`, built): such a listing
+    /// changes only through this mount or at a refresh, so the kernel may keep it.
+    pub fn is_indexed_dir(&self, dir: Ino) -> bool {
+        let Some(indexes) = self.indexes() else { return false };
+        match self.node(dir).map(|node| node.location) {
+            Ok(Location::Dir { source, prefix }) => indexes.dir(source, &prefix).is_some(),
+            _ => false,
+        }
+    }
+
+    /// The directories of indexed sources the kernel holds: what a refresh may have
+    /// changed under the kernel's cached listings.
+    pub fn held_indexed_dirs(&self) -> Vec<Ino> {
+        let Some(indexes) = self.indexes() else { return Vec::new() };
+        let state = self.state.lock();
+        (0..indexes.sources()).flat_map(|source| state.inodes.held_dirs_of(source)).collect()
+    }
+
     /// Counts one more `what` in `dir`; returns how many there were within the TTL (0
     /// when nothing is cached, TTL 0).
     fn count(&self, what: Counted, dir: Ino, now: Instant) -> u32 {

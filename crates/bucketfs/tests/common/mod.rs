@@ -16,6 +16,7 @@
 //! * `procfs`: mountinfo, processes by command line, peak RSS;
 //! * `data`: deterministic data, sha256, byte comparisons; `files`: positional reads, listings,
 //!   errno checks through the mount; `wait`: bounded waits;
+//! * `metrics`: a scrape of the daemon's `--metrics-addr` endpoint;
 //! * `tree`: walks of a mount (`find`) against the model ListObjectsV2 of the bucket gives.
 //!
 //! Environment knobs:
@@ -29,6 +30,7 @@
 
 mod data;
 mod files;
+mod metrics;
 mod minio;
 mod mount;
 mod procfs;
@@ -43,8 +45,8 @@ mod wait;
 // Everything is reachable as `common::NAME`, whichever file it lives in.
 #[allow(unused_imports)]
 pub use self::{
-    data::*, files::*, minio::*, mount::*, procfs::*, relay::*, request_log::*, s3::*, sts::*, toxiproxy::*, tree::*,
-    wait::*,
+    data::*, files::*, metrics::*, minio::*, mount::*, procfs::*, relay::*, request_log::*, s3::*, sts::*,
+    toxiproxy::*, tree::*, wait::*,
 };
 
 use std::sync::OnceLock;

@@ -140,6 +140,16 @@ impl Indexes {
         self.slots.get(source)?.state.lock().index.as_ref()?.dir(prefix)
     }
 
+    /// How many sources are indexed (all of the mount's).
+    pub fn sources(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Changes once each refresh has swapped its trees in.
+    pub fn refreshes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.refreshes.subscribe()
+    }
+
     /// A change made through the mount in `source`.
     pub fn record(&self, source: usize, change: Change) {
         if let Some(slot) = self.slots.get(source) {
