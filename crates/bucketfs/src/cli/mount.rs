@@ -68,7 +68,6 @@ pub fn run(args: MountArgs) -> Result<()> {
 
     let namespace_sources = runtime.block_on(connect_sources(&args, &sources))?;
     let memory_limit = args.memory_limit.unwrap_or_else(default_memory_limit);
-    crate::store::buffer_pool::POOL.set_limit((memory_limit / 8) as usize);
     let read_config = ReadConfig {
         part_size: args.part_size.max(64 * 1024),
         initial_window: 1024 * 1024,
@@ -101,6 +100,9 @@ pub fn run(args: MountArgs) -> Result<()> {
     let namespace = namespace(&args, namespace_sources);
     let indexes = namespace.indexes().cloned();
     let memory = MemoryLimiter::new(memory_limit);
+    let budget = memory.clone();
+    crate::store::buffer_pool::POOL
+        .set_limit((memory_limit / 8) as usize, move || budget.limit().saturating_sub(budget.used()));
     let mut fs = Fs::new(namespace, presentation, read_config, write_config, memory.clone());
     if let Some(dir) = &args.cache {
         let cache = open_data_cache(dir, args.cache_size)?;

@@ -8,11 +8,14 @@
 //! faulted in, to the next GET instead.
 //!
 //! Bounded: it holds at most [`limit`](BufferPool::set_limit) bytes (an eighth of the
-//! mount's memory limit, at most 64 MiB), only buffers of at least 1 MiB, and gives
-//! everything back to the system when a sweep finds it unused since the previous sweep
+//! mount's memory limit, at most 64 MiB) and never more than the memory budget leaves
+//! free at the time (so reserved and pooled bytes together stay within the limit: under
+//! load the pool stays empty), only buffers of at least 1 MiB, and gives everything back
+//! to the system when a sweep finds it unused since the previous sweep
 //! ([`BufferPool::release_idle`]), so an idle mount holds none.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 
@@ -25,19 +28,30 @@ pub struct BufferPool {
     limit: AtomicUsize,
     /// A buffer was taken from the pool since the last sweep.
     used: AtomicBool,
+    /// Bytes the mount's memory budget leaves free (none set: no bound but `limit`).
+    budget_free: OnceLock<FreeBytes>,
 }
+
+type FreeBytes = Box<dyn Fn() -> u64 + Send + Sync>;
 
 /// The pool every GET body of this process draws from.
 pub static POOL: BufferPool = BufferPool::new();
 
 impl BufferPool {
     const fn new() -> Self {
-        Self { free: Mutex::new(Vec::new()), limit: AtomicUsize::new(DEFAULT_LIMIT), used: AtomicBool::new(false) }
+        Self {
+            free: Mutex::new(Vec::new()),
+            limit: AtomicUsize::new(DEFAULT_LIMIT),
+            used: AtomicBool::new(false),
+            budget_free: OnceLock::new(),
+        }
     }
 
-    /// Caps the bytes the pool keeps (set once at mount from the memory limit).
-    pub fn set_limit(&self, bytes: usize) {
+    /// Caps the bytes the pool keeps (set once at mount from the memory limit), and
+    /// never past what the memory budget leaves free (`budget_free`).
+    pub fn set_limit(&self, bytes: usize, budget_free: impl Fn() -> u64 + Send + Sync + 'static) {
         self.limit.store(bytes.min(DEFAULT_LIMIT), Ordering::Relaxed);
+        let _ = self.budget_free.set(Box::new(budget_free));
         self.trim_to(self.limit.load(Ordering::Relaxed));
     }
 
@@ -62,7 +76,9 @@ impl BufferPool {
             return;
         }
         buffer.clear();
-        let limit = self.limit.load(Ordering::Relaxed);
+        let free_in_budget =
+            self.budget_free.get().map_or(usize::MAX, |free| usize::try_from(free()).unwrap_or(usize::MAX));
+        let limit = self.limit.load(Ordering::Relaxed).min(free_in_budget);
         let mut free = self.free.lock();
         let held: usize = free.iter().map(Vec::capacity).sum();
         if held + buffer.capacity() <= limit {
@@ -100,7 +116,9 @@ mod tests {
     #[test]
     fn a_freed_buffer_is_reused_within_the_limit_and_released_when_idle() {
         let pool = BufferPool::new();
-        pool.set_limit(20 * MIB);
+        let budget_free = std::sync::Arc::new(AtomicUsize::new(usize::MAX));
+        let budget = budget_free.clone();
+        pool.set_limit(20 * MIB, move || budget.load(Ordering::Relaxed) as u64);
         let first = pool.take(8 * MIB);
         let address = first.as_ptr();
         pool.give_back(first);
@@ -118,5 +136,9 @@ mod tests {
         assert_eq!(pool.held(), 8 * MIB, "used since the last sweep: kept");
         pool.release_idle();
         assert_eq!(pool.held(), 0, "unused for a sweep: given back");
+        budget_free.store(12 * MIB, Ordering::Relaxed);
+        pool.give_back(Vec::with_capacity(8 * MIB));
+        pool.give_back(Vec::with_capacity(8 * MIB));
+        assert_eq!(pool.held(), 8 * MIB, "no more than the memory budget leaves free");
     }
 }
