@@ -744,9 +744,11 @@ pub async fn drop_cached_listings_after_refreshes(
 ) {
     while refreshes.changed().await.is_ok() {
         let Some(notifier) = notifier.get().cloned() else { continue };
-        let dirs = fs.held_indexed_dirs();
+        let fs = fs.clone();
+        // A walk of the whole inode table, then one write to /dev/fuse per directory:
+        // off the runtime's threads.
         let _ = tokio::task::spawn_blocking(move || {
-            for dir in dirs {
+            for dir in fs.held_indexed_dirs() {
                 // ENOENT: the kernel forgot it meanwhile; nothing to drop.
                 let _ = notifier.inval_inode(INodeNo(dir), 0, 0);
             }

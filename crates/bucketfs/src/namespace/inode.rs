@@ -227,12 +227,12 @@ impl InodeTable {
         self.nodes.insert(node.ino, node);
     }
 
-    /// The directories of `source` the kernel holds a reference to (and the roots).
-    pub fn held_dirs_of(&self, source: usize) -> Vec<Ino> {
+    /// The bucket directories the kernel holds a reference to (and the root).
+    pub fn held_dirs(&self) -> Vec<Ino> {
         self.nodes
             .values()
             .filter(|n| n.lookups > 0 || n.ino == ROOT_INO)
-            .filter(|n| matches!(&n.location, Location::Dir { source: s, .. } if *s == source))
+            .filter(|n| matches!(n.location, Location::Dir { .. }))
             .map(|n| n.ino)
             .collect()
     }

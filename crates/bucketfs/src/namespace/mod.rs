@@ -398,12 +398,13 @@ impl Namespace {
         }
     }
 
-    /// The directories of indexed sources the kernel holds: what a refresh may have
-    /// changed under the kernel's cached listings.
+    /// The directories of indexed sources the kernel holds (with `--index` every source
+    /// is indexed): what a refresh may have changed under the kernel's cached listings.
     pub fn held_indexed_dirs(&self) -> Vec<Ino> {
-        let Some(indexes) = self.indexes() else { return Vec::new() };
-        let state = self.state.lock();
-        (0..indexes.sources()).flat_map(|source| state.inodes.held_dirs_of(source)).collect()
+        if self.indexes().is_none() {
+            return Vec::new();
+        }
+        self.state.lock().inodes.held_dirs()
     }
 
     /// Counts one more `what` in `dir`; returns how many there were within the TTL (0

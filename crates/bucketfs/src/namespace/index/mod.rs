@@ -140,11 +140,6 @@ impl Indexes {
         self.slots.get(source)?.state.lock().index.as_ref()?.dir(prefix)
     }
 
-    /// How many sources are indexed (all of the mount's).
-    pub fn sources(&self) -> usize {
-        self.slots.len()
-    }
-
     /// Changes once each refresh has swapped its trees in.
     pub fn refreshes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.refreshes.subscribe()
