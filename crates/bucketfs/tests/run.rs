@@ -123,7 +123,10 @@ fn outputs_the_store_refuses_fail_run_and_are_named() {
     // once; a shell's `>` would close an empty file first, whose refusal the write after
     // it reports); the upload fails afterwards, where only the daemon sees it.
     let script = "cp /etc/hostname out/refused.txt && echo closed";
-    let args = ["--write-back", &outs, "--", "sh", "-c", script];
+    // The refused file is kept in the write-back log: in a directory of this test's.
+    let cache = tempfile::tempdir().expect("cache dir");
+    let cache_dir = cache.path().to_str().expect("utf-8 path");
+    let args = ["--write-back", "--cache-dir", cache_dir, &outs, "--", "sh", "-c", script];
     let child = run_command(&args, Some(&read_only)).spawn().expect("spawn");
     let output = wait_with_timeout_output(child, Duration::from_secs(60));
     let (status, stderr) = (output.status, String::from_utf8_lossy(&output.stderr).into_owned());
@@ -131,4 +134,7 @@ fn outputs_the_store_refuses_fail_run_and_are_named() {
     assert_eq!(status.code(), Some(1), "run failed though the command succeeded: {stderr}");
     assert!(stderr.contains("refused.txt"), "the file is named: {stderr}");
     assert!(list_keys(&bucket, "").is_empty());
+    let kept = std::fs::read_dir(cache.path().join("bucketfs-write-back")).expect("the write-back log");
+    let kept: Vec<_> = kept.flatten().filter(|e| e.file_name().to_string_lossy().contains(".failed-")).collect();
+    assert_eq!(kept.len(), 1, "the refused file is kept for a retry by the next mount");
 }

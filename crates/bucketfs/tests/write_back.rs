@@ -73,7 +73,8 @@ fn unmount_waits_for_uploads_left_running_by_close() {
 #[test]
 fn bucketfs_unmount_returns_once_everything_is_stored() {
     let b = create_bucket("wb-unmount-cmd");
-    let bg = MountBuilder::new().bucket(&b).arg("--write-back").mount_background();
+    let (cache, cache_dir) = temp_cache_dir();
+    let bg = MountBuilder::new().bucket(&b).args(["--write-back", "--cache-dir", &cache_dir]).mount_background();
     assert!(bg.status.is_some_and(|s| s.success()), "{}", bg.diagnostics());
     let expected = write_many_files(&bg.path);
     let (status, _, stderr) =
@@ -81,6 +82,9 @@ fn bucketfs_unmount_returns_once_everything_is_stored() {
     assert!(status.success(), "bucketfs unmount failed: {stderr}");
     assert_all_stored(&b, &expected);
     assert!(bg.daemon_pids().is_empty(), "the daemon has exited");
+    let left: Vec<_> =
+        std::fs::read_dir(cache.path().join("bucketfs-write-back")).expect("log dir").flatten().collect();
+    assert!(left.is_empty(), "everything stored, so no log is left: {left:?}");
 }
 
 /// What follows a close on the same file waits for its upload: a rewrite lands after

@@ -636,6 +636,9 @@ impl Fs {
         for writer in writers {
             let _kept_for_unstored = self.commit_unheard(&writer).await;
         }
+        if let Some(log) = &self.write_config.write_back_log {
+            log.remove_done_segments();
+        }
     }
 
     /// Makes the deleted file `name` in `parent` current again from its latest version, on

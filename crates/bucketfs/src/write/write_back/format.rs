@@ -1,9 +1,12 @@
-//! The bytes of a write-back log file: what is appended, and how a file is read back.
+//! The bytes of a write-back log file: what is written, and how a file is read back.
 //!
-//! A record is a JSON line (its header) followed by the file's bytes; a done mark is a
-//! line `{"done":ID}`; a failed record's file ends with `{"failed":ID,"error":"…"}`. A
-//! file is read up to its first line that is not whole (a torn append: a power cut
-//! before `close` returned, or before the failure was noted).
+//! A record is a JSON line (its header, with the CRC-32 of the file's bytes) followed by
+//! the file's bytes; a done mark is a line `{"done":ID}`; a failed record's file ends
+//! with `{"failed":ID,"error":"…"}`. A segment is written over zeros laid ahead of its
+//! records (see the log), so a file is read up to the first of: a zero byte where a line
+//! would start (nothing written there yet), a line that is not whole, or a record whose
+//! bytes do not match its checksum (a torn write: a power cut before `close` returned,
+//! which may leave any of the record's pages unwritten, or before a failure was noted).
 
 use bytes::Bytes;
 
@@ -30,6 +33,18 @@ pub(super) struct Header {
     pub create_only: bool,
     pub replaces: Option<String>,
     pub metadata: Metadata,
+    /// CRC-32 of the file's bytes, as read back (`encode` writes it); records written
+    /// before it existed have none.
+    #[serde(default, skip_serializing)]
+    pub crc: Option<u32>,
+}
+
+/// A header as written: with the checksum of the bytes that follow it.
+#[derive(serde::Serialize)]
+struct Checked<'a> {
+    #[serde(flatten)]
+    header: &'a Header,
+    crc: u32,
 }
 
 /// What a log file holds that is not done: its records in order. (A failed record's
@@ -42,7 +57,7 @@ pub(super) struct Parsed {
 /// The header line and the bytes of a record, as appended.
 pub(super) fn encode(header: &Header, data: &[u8]) -> std::io::Result<Vec<u8>> {
     // `Line::Record` is untagged: it is written as the header itself (no copy of it).
-    let mut record = serde_json::to_vec(header)?;
+    let mut record = serde_json::to_vec(&Checked { header, crc: crc32fast::hash(data) })?;
     record.push(b'\n');
     record.extend_from_slice(data);
     Ok(record)
@@ -55,12 +70,14 @@ pub(super) fn line(line: &Line) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// The records of a log file not marked done, in order; a torn last record is left out.
+/// The records of a log file not marked done, in order, up to the end of what was
+/// written (see the module documentation): a torn last record is left out.
 pub(super) fn parse(bytes: &[u8]) -> Parsed {
     let mut parsed = Parsed::default();
     let mut done = std::collections::HashSet::new();
     let mut at = 0;
-    while let Some(end) = bytes[at..].iter().position(|&b| b == b'\n').map(|n| at + n) {
+    while bytes.get(at).is_some_and(|&b| b != 0) {
+        let Some(end) = bytes[at..].iter().position(|&b| b == b'\n').map(|n| at + n) else { break };
         match serde_json::from_slice::<Line>(&bytes[at..end]) {
             Ok(Line::Done { done: id }) => {
                 done.insert(id);
@@ -74,8 +91,11 @@ pub(super) fn parse(bytes: &[u8]) -> Parsed {
                 if data_end > bytes.len() {
                     break; // torn: its close never returned
                 }
-                let data = Bytes::copy_from_slice(&bytes[end + 1..data_end]);
-                parsed.records.push((header, data));
+                let data = &bytes[end + 1..data_end];
+                if header.crc.is_some_and(|crc| crc != crc32fast::hash(data)) {
+                    break; // torn inside: some of its pages never reached the disk
+                }
+                parsed.records.push((header, Bytes::copy_from_slice(data)));
                 at = data_end;
             }
             Err(_) => break,
