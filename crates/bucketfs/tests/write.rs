@@ -122,12 +122,14 @@ fn create_race_loser_gets_eexist() {
 }
 
 /// A write that the store refuses (here: the bucket was deleted under the mount) is
-/// reported at close, and no phantom file remains.
+/// reported at close, and no phantom file remains, nor a record of its multipart upload
+/// (gone with the bucket) for later mounts to abort.
 #[test]
 fn refused_upload_is_reported_and_leaves_no_entry() {
     let b = create_bucket("write-refused");
     put(&b, "keep", b"k".to_vec());
-    let m = MountBuilder::new().bucket(&b).mount();
+    let cache = tempfile::tempdir().expect("cache dir");
+    let m = MountBuilder::new().bucket(&b).args(["--cache-dir", cache.path().to_str().expect("utf-8")]).mount();
     let mut file = File::create(m.join("doomed")).expect("create");
     file.write_all(&gen_data(5, 12 * MIB)).expect("write");
     delete(&b, "keep");
@@ -136,6 +138,9 @@ fn refused_upload_is_reported_and_leaves_no_entry() {
     assert!(matches!(error.raw_os_error(), Some(libc::EIO) | Some(libc::ENOENT)), "{error}");
     drop(file);
     assert_errno(std::fs::metadata(m.join("doomed")), libc::ENOENT, "failed file is gone");
+    let records: Vec<_> =
+        std::fs::read_dir(cache.path().join("bucketfs-uploads")).expect("journal").flatten().collect();
+    assert!(records.is_empty(), "upload records left: {records:?}");
 }
 
 /// Go, Java, Node and thread pools close a file on another thread than the one that

@@ -780,8 +780,9 @@ impl ObjectStore for S3Store {
 
     async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
         match self.retrying("ABORT-MULTIPART", key, || self.abort_upload_once(key, upload_id)).await {
-            // Gone already: what an abort is for (also when an earlier attempt's answer was lost).
-            Err(StoreError::UploadGone) => Ok(()),
+            // Gone already: what an abort is for (also when an earlier attempt's answer was
+            // lost). A deleted bucket took its uploads with it.
+            Err(StoreError::UploadGone | StoreError::NoSuchBucket(_)) => Ok(()),
             other => other,
         }
     }
