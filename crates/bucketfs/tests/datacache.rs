@@ -70,6 +70,43 @@ fn cached_bytes_are_the_objects_and_a_remount_reads_them_without_a_get() {
     assert!(status.1.contains(&format!("{} objects", sizes.len() - 1)), "the empty object is not cached: {status:?}");
 }
 
+/// Files written through a mount with `--cache` (those of one PUT: up to `--part-size`)
+/// enter the cache once stored: the same mount and a new one read them back without a
+/// GET, byte for byte; a larger file is not cached by its writing.
+#[test]
+fn files_written_through_the_mount_are_read_back_from_the_cache() {
+    let b = create_bucket("dc-written");
+    let cache = tempfile::tempdir_in("/var/tmp").expect("cache dir");
+    let sizes = [1, 64 * KIB + 1, 3 * BLOCK + 17, 8 * MIB - 1, 8 * MIB + 1];
+    let writer = cached_mount(&b, cache.path(), &[]);
+    for (i, size) in sizes.iter().enumerate() {
+        std::fs::write(writer.join(format!("w{i}")), gen_data(50 + i as u64, *size)).expect("write");
+    }
+    let check = |m: &Mount, round: &str| {
+        for (i, size) in sizes.iter().enumerate() {
+            let (sha, len) = sha256_file(&m.join(format!("w{i}")), 128 * KIB).expect("read");
+            assert_eq!((len, sha), (*size as u64, sha256_hex(&gen_data(50 + i as u64, *size))), "{round}: w{i}");
+        }
+    };
+    // The cache is written in the background after close (and checked whole).
+    let cached = || status_line(cache.path()).contains(" 4 objects, 4 whole,");
+    assert!(wait_until(Duration::from_secs(20), cached), "{}", status_line(cache.path()));
+    let before = gets(&writer).len();
+    check(&writer, "the writing mount");
+    let read_back: Vec<_> = m_gets_of(&writer)[before..].to_vec();
+    assert!(read_back.iter().all(|(key, _)| key == "w4"), "only the multipart file was fetched: {read_back:?}");
+    drop(writer);
+    let m = cached_mount(&b, cache.path(), &[]);
+    check(&m, "a new mount");
+    let fetched: Vec<_> = m_gets_of(&m).into_iter().map(|(key, _)| key).collect();
+    assert!(fetched.iter().all(|key| key == "w4"), "only the multipart file was fetched: {fetched:?}");
+}
+
+/// The GETs a mount sent, with their keys.
+fn m_gets_of(m: &Mount) -> Vec<(String, Option<(u64, u64)>)> {
+    m.s3_requests().into_iter().filter(|r| r.op == "GET").map(|r| (r.key.clone(), r.range)).collect()
+}
+
 /// Small files read through a mount (`grep -r` over a directory of them) are cached too,
 /// and a remount reads them all with no request per file: their metadata comes with the
 /// listings, their content from the cache.

@@ -174,6 +174,24 @@ impl DataCache {
         }
     }
 
+    /// Stores the whole content of `id` (a file just written through a mount): in one
+    /// file if small, else block by block, then checks it, so that the next open reads
+    /// the cache file by passthrough. Blocks on the disk.
+    pub fn store_whole(&self, id: &ObjectId, content: &[u8]) {
+        if content.len() as u64 != id.size {
+            return;
+        }
+        if id.size <= small::SMALL_OBJECT {
+            return self.store_small(id, content);
+        }
+        for (index, block) in content.chunks(BLOCK_SIZE as usize).enumerate() {
+            self.store_block(id, index as u64, block);
+        }
+        if let Some(files) = self.files(id) {
+            self.check_whole(id, &files);
+        }
+    }
+
     /// Counts `needed` more bytes for the object at `stem`, evicting others to make
     /// room; false (said once in the log) if there is none or counting failed.
     fn reserve(&self, stem: &Path, needed: u64) -> Option<Writing<'_>> {

@@ -722,6 +722,12 @@ impl Fs {
         match writer.output.commit().await {
             Ok(stored) => {
                 self.unstored.lock().failed.remove(&writer.output.key());
+                // What is written through a mount with `--cache` enters the cache once
+                // stored, so reading it back costs no GET: files of one PUT (a larger
+                // file's parts were freed as they were sent).
+                if let (Some(Some(etag)), Some(bytes)) = (&stored, writer.output.take_stored_bytes().await) {
+                    self.cache_written(writer.ino, writer.output.key(), bytes, etag.clone());
+                }
                 // Nothing stored: an unchanged staging file; the object is as it was.
                 let etag = match stored {
                     Some(etag) => etag,
@@ -746,6 +752,15 @@ impl Fs {
                 Err(error.into())
             }
         }
+    }
+
+    /// Puts `bytes`, just stored at `key` as `etag`, into the data cache, in the background.
+    fn cache_written(&self, ino: Ino, key: String, bytes: Bytes, etag: String) {
+        let (Some(cache), Ok(node)) = (self.data_cache.clone(), self.namespace.node(ino)) else { return };
+        let Location::File { source, .. } = node.location else { return };
+        let location = self.namespace.store(source).location();
+        let id = ObjectId { location, key, etag, size: bytes.len() as u64 };
+        tokio::task::spawn_blocking(move || cache.store_whole(&id, &bytes));
     }
 
     pub async fn release(&self, handle: u64) {
@@ -919,6 +934,7 @@ impl Fs {
         let store = self.namespace.store(source).clone();
         let config = &self.write_config;
         Upload::new(store, key, create_only, config.part_size, self.memory.clone(), config.staging.clone(), metadata)
+            .keeping_stored_bytes(self.data_cache.is_some())
     }
 
     fn add_writer(&self, writer: Writer) -> Opened {

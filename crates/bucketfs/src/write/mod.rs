@@ -109,6 +109,9 @@ struct State {
     metadata: Metadata,
     /// The metadata the multipart upload was started with.
     started_with: Option<Metadata>,
+    /// The bytes of a file stored in one PUT, kept where asked
+    /// ([`Upload::keeping_stored_bytes`]) until taken.
+    stored_bytes: Option<Bytes>,
 }
 
 pub struct Upload {
@@ -123,6 +126,8 @@ pub struct Upload {
     memory: Arc<MemoryLimiter>,
     /// Where part buffers spill when memory is short, and where uploads are recorded.
     staging: StagingConfig,
+    /// Keep the bytes of a file stored in one PUT for [`Upload::take_stored_bytes`].
+    keep_stored_bytes: bool,
     state: Mutex<State>,
 }
 
@@ -139,7 +144,32 @@ impl Upload {
         let state = State { metadata, ..State::default() };
         let key = parking_lot::Mutex::new(key);
         let part_size = part_size.max(MIN_PART);
-        Self { store, key, create_only, replaces: None, part_size, memory, staging, state: Mutex::new(state) }
+        let keep_stored_bytes = false;
+        Self {
+            store,
+            key,
+            create_only,
+            replaces: None,
+            part_size,
+            memory,
+            staging,
+            keep_stored_bytes,
+            state: Mutex::new(state),
+        }
+    }
+
+    /// Keeps the bytes of the file, if it is stored in one PUT, until
+    /// [`Upload::take_stored_bytes`] (for the data cache): no copy, they are the PUT's.
+    pub fn keeping_stored_bytes(mut self, keep: bool) -> Self {
+        self.keep_stored_bytes = keep;
+        self
+    }
+
+    /// The bytes of the file once stored in one PUT (see [`Upload::keeping_stored_bytes`]).
+    pub async fn take_stored_bytes(&self) -> Option<Bytes> {
+        let mut state = self.state.lock().await;
+        let stored = matches!(state.outcome, Some(Ok(Some(_))));
+        state.stored_bytes.take().filter(|_| stored)
     }
 
     /// The file replaces the object at ETag `etag` (`O_TRUNC` of an existing file).
@@ -273,6 +303,7 @@ impl Upload {
         };
         if outcome.is_err() {
             self.abort(&mut state).await;
+            state.stored_bytes = None;
         }
         state.stored_size = if outcome.is_ok() && !state.discarded { size } else { 0 };
         state.outcome = Some(outcome.clone());
@@ -322,6 +353,9 @@ impl Upload {
             request_id: None,
         })?;
         let Some(mut multipart) = state.multipart.take() else {
+            if self.keep_stored_bytes {
+                state.stored_bytes = Some(buffer.clone());
+            }
             return self.store.put(&key, buffer, &state.metadata, create_only).await;
         };
         if !buffer.is_empty() {
@@ -501,6 +535,14 @@ impl Output {
 
     pub fn is_staged(&self) -> bool {
         matches!(self, Output::Staged(_))
+    }
+
+    /// See [`Upload::take_stored_bytes`]; `None` for a staging file.
+    pub async fn take_stored_bytes(&self) -> Option<Bytes> {
+        match self {
+            Output::Streamed(upload) => upload.take_stored_bytes().await,
+            Output::Staged(_) => None,
+        }
     }
 
     /// See [`Upload::pending_whole`]; `None` for a staging file.
