@@ -144,18 +144,8 @@ impl Upload {
         let state = State { metadata, ..State::default() };
         let key = parking_lot::Mutex::new(key);
         let part_size = part_size.max(MIN_PART);
-        let keep_stored_bytes = false;
-        Self {
-            store,
-            key,
-            create_only,
-            replaces: None,
-            part_size,
-            memory,
-            staging,
-            keep_stored_bytes,
-            state: Mutex::new(state),
-        }
+        let state = Mutex::new(state);
+        Self { store, key, create_only, replaces: None, part_size, memory, staging, keep_stored_bytes: false, state }
     }
 
     /// Keeps the bytes of the file, if it is stored in one PUT, until
