@@ -287,7 +287,8 @@ pub struct MountArgs {
     #[arg(long, default_value = "/var/tmp", value_name = "DIR")]
     pub cache_dir: PathBuf,
     /// Keep the blocks of objects read in DIR, on local disk, for later reads and later
-    /// mounts: every mount using DIR shares it (see docs/SEMANTICS.md, "Data cache").
+    /// mounts, and files written in one PUT once stored: every mount using DIR shares it
+    /// (see docs/SEMANTICS.md, "Data cache").
     #[arg(long, value_name = "DIR")]
     pub cache: Option<PathBuf>,
     /// Most bytes the data cache (--cache) may take on disk, all mounts using it
