@@ -312,9 +312,9 @@ impl WriteBackLog {
         let offset = segment.end;
         log.file.write_all_at(&record, offset)?;
         segment.end += record.len() as u64;
-        if segment.end > log.zeroed {
-            // Synced with this record: the next records overwrite these zeros.
-            log.file.write_all_at(&vec![0; ZEROS_AHEAD as usize], segment.end)?;
+        // Synced with this record: the next records overwrite these zeros. Only a saving:
+        // if they cannot be written, the next record extends the file as an append does.
+        if segment.end > log.zeroed && log.file.write_all_at(&vec![0; ZEROS_AHEAD as usize], segment.end).is_ok() {
             log.zeroed = segment.end + ZEROS_AHEAD;
         }
         segment.open += 1;
