@@ -188,7 +188,15 @@ impl DataCache {
             self.store_block(id, index as u64, block);
         }
         if let Some(files) = self.files(id) {
-            self.check_whole(id, &files);
+            self.check_once_complete(id, &files);
+        }
+    }
+
+    /// Checks `id` whole (see [`DataCache::check_whole`]) if its map lists every block and
+    /// no check stamped it yet: after the blocks that may have completed it were written.
+    pub fn check_once_complete(&self, id: &ObjectId, files: &CachedFiles) {
+        if files.lists_every_block(id).unwrap_or(false) && !files.is_stamped().unwrap_or(false) {
+            self.check_whole(id, files);
         }
     }
 

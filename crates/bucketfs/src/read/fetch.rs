@@ -175,9 +175,7 @@ async fn store_fetched_blocks(link: &Arc<CacheLink>, origin: u64, body: &RangeBo
         // The object may be whole now: check it once, so that the next open reads it
         // straight from the cache file.
         if let Some(files) = link.files() {
-            if files.lists_every_block(&link.id).unwrap_or(false) && !files.is_stamped().unwrap_or(false) {
-                link.check_whole(&files);
-            }
+            link.cache.check_once_complete(&link.id, &files);
         }
     })
     .await;
