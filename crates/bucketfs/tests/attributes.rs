@@ -140,6 +140,9 @@ fn attributes_stored_by_others_show() {
     assert_eq!(dir.modified().expect("mtime"), at(1_500_000_000));
     let script = std::fs::metadata(m.join("dir/script")).expect("stat");
     assert_eq!(script.modified().expect("mtime"), at(1_577_934_245) + Duration::from_millis(500));
+    // Files advertise 1 MiB reads; directories glibc's own buffer (see SEMANTICS, blksize).
+    assert_eq!(script.blksize(), 1 << 20);
+    assert_eq!(dir.blksize(), 32 << 10);
 
     // Every entry of a larger directory, listed then stat'ed, shows its stored mode.
     let listing = run(Command::new("ls").arg("-l").arg(m.join("many")));

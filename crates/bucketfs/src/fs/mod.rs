@@ -59,6 +59,9 @@ const S_IFBLK: u32 = libc::S_IFBLK;
 const DIRECTORY_CONTENT_TYPE: &str = "application/x-directory";
 /// Objects copied (then deleted) at once when renaming a directory.
 const RENAME_CONCURRENCY: usize = 16;
+/// `st_blksize` of files and of directories (see `Fs::attr`).
+const FILE_BLKSIZE: u32 = 1024 * 1024;
+const DIR_BLKSIZE: u32 = 32 * 1024;
 
 /// Ownership and permission bits shown for entries whose metadata does not set them.
 #[derive(Clone, Debug)]
@@ -1070,7 +1073,15 @@ impl Fs {
             } else {
                 0
             },
-            blksize: 1024 * 1024,
+            blksize: match kind {
+                // glibc sizes a directory stream's buffer by `st_blksize`, and the kernel
+                // sizes each READDIR by that buffer, allocating and mapping it anew per call:
+                // 1 MiB made a cold `find` over an indexed linux-5.12.13 tree 1.45 s, 32 KiB
+                // (glibc's own default) 1.19 s; `ls -f` of 100,000 entries is no slower.
+                FileType::Directory => DIR_BLKSIZE,
+                // Programs that size their reads by it (`cp`, stdio) read in 1 MiB.
+                _ => FILE_BLKSIZE,
+            },
             flags: 0,
         }
     }
