@@ -106,16 +106,18 @@ def test_smoke_run_writes_a_table_per_workload(tmp_path):
     assert {c["id"] for c in tree["cases"] if c.get("ref2") == "local"} == \
         {"find_cold", "find_warm", "ls_lr", "du"}
     # The cached group's measured rows say what the cache took on disk (bucketfs's within its
-    # cap) and what MinIO sent during the timed read.
+    # cap), what MinIO sent during the timed read, and how it compares with the local read
+    # timed next to it.
     cached = next(t for t in data["tables"] if t["workload"] == "cached")
     for case in cached["cases"]:
         for r in case["rows"]:
             if r["status"] != "ok":
                 continue
             assert r["cache_disk_bytes"] > 0 and r["store_bytes"] >= 0, (case["id"], r)
+            assert r["x_paired_local"] > 0 and r["paired_runs"] == r["ok_runs"], (case["id"], r)
             if r["tool"] == "bucketfs":
                 assert r["cache_disk_bytes"] <= r["cache_cap"], (case["id"], r)
-    assert "cache on disk" in summary
+    assert "cache on disk" in summary and "× paired local" in summary
     assert re.search(r"\| cores \| \d+", summary) and "| kernel |" in summary
 
     # The report can be rebuilt from results.json alone.

@@ -43,6 +43,12 @@ def aggregate(records: list[dict], wl: str, case: str, tool: str) -> dict:
             values = [r["extra"][key] for r in ok if r["extra"].get(key) is not None]
             if values:
                 agg[key] = max(values)
+        # The `cached` workload: each run over the local read timed next to it.
+        paired = [r["seconds"] / r["extra"]["paired_local_seconds"] for r in ok
+                  if r["extra"].get("paired_local_seconds")]
+        if paired:
+            agg["x_paired_local"] = statistics.median(paired)
+            agg["paired_runs"] = len(paired)
         returned = [r["extra"]["returned_seconds"] for r in ok if r["extra"].get("returned_seconds") is not None]
         if returned:
             agg["returned_median"] = statistics.median(returned)
@@ -165,6 +171,9 @@ def _notes(r: dict) -> str:
                      f"max {fmt_secs(r['lat_max'])}")
     if r.get("outputs"):
         parts.append("output " + ", ".join(f"`{o}`" for o in r["outputs"]))
+    if r.get("x_paired_local") is not None:
+        parts.append(f"**× paired local {_ratio(r['x_paired_local'])}** "
+                     f"(median of {r['paired_runs']})")
     if "cache_disk_bytes" in r:
         cap = f"cap {fmt_size(r['cache_cap'])}" if r.get("cache_cap") else "no cap"
         parts.append(f"cache on disk {fmt_size(r['cache_disk_bytes'])} ({cap})")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -49,8 +50,11 @@ class CachedReads(Workload):
             "bytes the cache directory takes on disk once the tool is unmounted, against its "
             "cap; the bytes MinIO sent during the timed read (near 0: served by the cache); "
             "the daemon's CPU time during it (near 0: the kernel read the cache file without "
-            "the daemon). Reference: the same command on a local copy of the data on the same "
-            "disk, page cache dropped.")
+            "the daemon); **× paired local**: the median over the runs of the run's time / "
+            "the time of the same command on the local copy timed next to it (page cache "
+            "dropped before each; the local read goes first in even repetitions, second in odd "
+            "ones), which compares the two in the same state of the machine. Reference: the "
+            "same command on a local copy of the data on the same disk, page cache dropped.")
     chart_metric = "throughput"
 
     def make_cases(self) -> list[Case]:
@@ -143,17 +147,34 @@ class CachedReads(Workload):
             m = ctx.mounts.fresh(cached, BUCKET, purpose="cache fill" if remount else "")
             ctx.sh(self._command(cid, m.path), timeout=self.p.timeout)
             filled = tool.wait_until_cached(cached.cache_dir, objects, CACHED_TIMEOUT)
+            # The local read paired with this one, in the same state (page cache dropped just
+            # before), before it in even repetitions and after it in odd ones, so that neither
+            # is always the first large read after a drop (see the README: on the development
+            # VM those are bimodal whatever reads them).
+            local_first = rep % 2 == 0
+            paired_local = self._time_local(cid) if local_first else None
             if remount:
                 m = ctx.fresh_cold(cached, BUCKET)
             else:
                 ctx.drop_caches()
             rec = self._measure_cached(cid, cached, rep, m)
+            if not local_first:
+                paired_local = self._time_local(cid)
+            rec["extra"]["paired_local_seconds"] = paired_local
         finally:
             ctx.mounts.unmount(cached, BUCKET)
             on_disk = disk_bytes(cached.cache_dir) if cached.cache_dir.exists() else None
             shutil.rmtree(cached.cache_dir, ignore_errors=True)
         rec["extra"].update(filled, cache_disk_bytes=on_disk,
                             cache_cap=self.cap if tool.caps_data_cache else None)
+
+    def _time_local(self, cid: str) -> float:
+        """Seconds the case's command takes on the local copy, page cache dropped (untimed
+        by the harness: recorded with the tool's run it is paired with)."""
+        self.ctx.drop_caches()
+        t0 = time.perf_counter()
+        self.ctx.sh(self._command(cid, self.local), timeout=self.p.timeout)
+        return time.perf_counter() - t0
 
     def _measure_cached(self, cid: str, tool: Tool, rep: int, m: Mount) -> dict:
         """Times the case's command on mount `m`, and records what the store sent and the
