@@ -339,6 +339,10 @@ fn a_walk_done_again_is_served_by_the_kernel() {
     assert!(before > 0.0, "the first walk reads the directories");
     assert_eq!(find_names(&m), first);
     assert_eq!(readdirs(), before, "the second walk is answered by the kernel");
+    // Every directory is in the index: the kernel opens them without asking (one OPENDIR,
+    // answered ENOSYS, for the whole mount).
+    let opendirs = value(&scrape(&address), r#"bucketfs_fuse_requests_total{op="opendir"}"#);
+    assert_eq!(opendirs, 1.0, "directories opened through OPENDIR");
 
     std::fs::write(m.join("d0/new"), b"x").expect("create through the mount");
     assert_eq!(find_names(&m), first + 1, "a name created through the mount shows at once");
@@ -346,4 +350,38 @@ fn a_walk_done_again_is_served_by_the_kernel() {
     assert_eq!(find_names(&m), first + 1, "not before a refresh");
     refresh(&m);
     assert_eq!(find_names(&m), first + 2, "after a refresh");
+}
+
+/// Directories of an indexed mount are read without handles (fs/dirs.rs): with more such
+/// reads in progress at once than the daemon keeps cursors for (64), a read whose cursor
+/// was dropped goes on where it was, and every directory lists each of its names once.
+#[test]
+fn interleaved_directory_reads_each_list_every_name_once() {
+    let bucket = create_bucket("idxinterleave");
+    // Long names: a first READDIRPLUS (32 KiB) holds about 90 of each directory's 100.
+    let stem = "n".repeat(200);
+    let keys: Vec<String> =
+        (0..70).flat_map(|d| (0..100).map(move |f| format!("d{d:02}/{}{f:03}", "n".repeat(200)))).collect();
+    fill(&bucket, &keys);
+    let cache = tempfile::tempdir().expect("cache dir");
+    let m = indexed(&bucket, cache.path()).mount();
+    refresh(&m);
+    let name =
+        |entry: std::io::Result<std::fs::DirEntry>| entry.expect("entry").file_name().into_string().expect("utf-8");
+    let mut readers: Vec<_> =
+        (0..70).map(|d| std::fs::read_dir(m.join(format!("d{d:02}"))).expect("opendir")).collect();
+    // One name from each: every read has had its first reply and is in progress.
+    let mut seen: Vec<Vec<String>> = readers.iter_mut().map(|r| vec![name(r.next().expect("a first name"))]).collect();
+    for (reader, names) in readers.into_iter().zip(&mut seen) {
+        names.extend(reader.map(name));
+    }
+    for (d, names) in seen.iter().enumerate() {
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        let expected: Vec<String> = (0..100).map(|f| format!("{stem}{f:03}")).collect();
+        let missing = expected.iter().filter(|n| unique.binary_search(n).is_err()).count();
+        assert!(unique == expected, "d{d:02}: {missing} names missing, {} listed", unique.len());
+        assert_eq!(names.len(), 100, "d{d:02}: a name listed twice");
+    }
 }

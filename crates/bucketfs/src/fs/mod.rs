@@ -12,6 +12,7 @@
 pub mod attrs;
 mod change;
 mod dir_markers;
+mod dirs;
 pub mod error;
 mod handles;
 mod rename;
@@ -31,7 +32,7 @@ use tokio::sync::Semaphore;
 
 use crate::datacache::{DataCache, ObjectId};
 use crate::memory::MemoryLimiter;
-use crate::namespace::{DirStream, History, Ino, Listed, Location, Namespace, Node};
+use crate::namespace::{History, Ino, Location, Namespace, Node};
 use crate::read::{CacheLink, ReadConfig, ReadHandle};
 use crate::store::Metadata;
 use crate::write::journal::Journal;
@@ -40,6 +41,7 @@ use crate::write::write_back::WriteBackLog;
 use crate::write::{Output, Upload, WriteError};
 use attrs::StoredAttrs;
 use dir_markers::PendingMarkers;
+pub use dirs::{DirEntry, NO_HANDLE};
 use error::FsError;
 use handles::{process_of, Reader, Writer};
 pub use handles::{Backing, Opened};
@@ -125,7 +127,7 @@ pub struct Fs {
     writers: Mutex<HashMap<u64, Arc<Writer>>>,
     memory: Arc<MemoryLimiter>,
     files: Mutex<HashMap<u64, (Ino, Reader)>>,
-    dirs: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<DirCursor>>>>,
+    dirs: dirs::OpenDirs,
     /// ETag each file had when last opened: if it is unchanged, the kernel may keep the
     /// pages it cached from an earlier open.
     opened_etags: Mutex<HashMap<Ino, String>>,
@@ -158,26 +160,6 @@ impl Unstored {
     const KEPT: usize = 10_000;
 }
 
-/// An entry returned by `readdir`, with the offset that resumes after it.
-pub struct DirEntry {
-    pub offset: u64,
-    pub name: String,
-    pub attr: FileAttr,
-    /// `attr` is final; if not (stored attributes not fetched yet), it must not be cached.
-    pub attr_complete: bool,
-    /// What `attr` was made from (see [`Fs::add_lookup_of`]).
-    node: Node,
-}
-
-/// The state of one open directory: a window of entries from the listing stream.
-/// Entry `i` of the directory (0 = `.`, 1 = `..`) has offset `i + 1`.
-struct DirCursor {
-    stream: DirStream,
-    /// Index of `window[0]` in the directory.
-    window_start: u64,
-    window: Vec<Listed>,
-}
-
 impl Fs {
     pub fn new(
         namespace: Namespace,
@@ -195,7 +177,7 @@ impl Fs {
             writers: Mutex::new(HashMap::new()),
             memory,
             files: Mutex::new(HashMap::new()),
-            dirs: Mutex::new(HashMap::new()),
+            dirs: dirs::OpenDirs::new(),
             opened_etags: Mutex::new(HashMap::new()),
             unlinked: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
@@ -946,62 +928,10 @@ impl Fs {
         Opened { handle, keep_cache: false, backing: None }
     }
 
-    /// A handle to read directory `ino`, and whether the kernel may keep its listing
-    /// across opens (served from the index: see [`Self::held_indexed_dirs`]).
-    pub fn opendir(&self, ino: Ino) -> Result<(u64, bool), FsError> {
-        let stream = self.namespace.list(ino)?;
-        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        let cursor = DirCursor { stream, window_start: 2, window: Vec::new() };
-        self.dirs.lock().insert(handle, Arc::new(tokio::sync::Mutex::new(cursor)));
-        Ok((handle, self.namespace.is_indexed_dir(ino)))
-    }
-
     /// The directories whose listings the kernel may keep (from the index) and holds: a
     /// refresh may change any of them, so the kernel is told to drop them after each.
     pub fn held_indexed_dirs(&self) -> Vec<Ino> {
         self.namespace.held_indexed_dirs()
-    }
-
-    /// Entries from index `offset` on; an empty result means the end of the directory.
-    pub async fn readdir(&self, handle: u64, offset: u64) -> Result<Vec<DirEntry>, FsError> {
-        let cursor = self.dirs.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?;
-        let mut cursor = cursor.lock().await;
-        let mut out = Vec::new();
-        for (index, name, ino) in [(0, ".", cursor.stream.dir), (1, "..", cursor.stream.parent)] {
-            if offset <= index {
-                let node = self.namespace.node(ino)?;
-                out.push(self.dir_entry(index + 1, name.to_owned(), &node));
-            }
-        }
-        let wanted = offset.max(2);
-        if wanted < cursor.window_start {
-            // rewinddir() or a seek back: list again from the start.
-            let dir = cursor.stream.dir;
-            *cursor = DirCursor { stream: self.namespace.list(dir)?, window_start: 2, window: Vec::new() };
-        }
-        while wanted >= cursor.window_start + cursor.window.len() as u64 {
-            let DirCursor { stream, .. } = &mut *cursor;
-            let batch = stream.next_batch(&self.namespace).await?;
-            if batch.is_empty() {
-                return Ok(out);
-            }
-            cursor.window_start += cursor.window.len() as u64;
-            cursor.window = batch;
-        }
-        let skip = (wanted - cursor.window_start) as usize;
-        for (i, listed) in cursor.window.iter().enumerate().skip(skip) {
-            out.push(self.dir_entry(cursor.window_start + i as u64 + 1, listed.name.clone(), &listed.node));
-        }
-        Ok(out)
-    }
-
-    fn dir_entry(&self, offset: u64, name: String, node: &Node) -> DirEntry {
-        let attr_complete = node.metadata.is_some() || self.presentation.attributes_from_listing;
-        DirEntry { offset, name, attr: self.attr(node), attr_complete, node: node.clone() }
-    }
-
-    pub fn releasedir(&self, handle: u64) {
-        self.dirs.lock().remove(&handle);
     }
 
     /// The attributes of a negative entry (inode 0): "no such name", cacheable.

@@ -60,6 +60,9 @@ pub struct FuseAdapter {
     status: Option<Status>,
     /// Sends the kernel invalidations; set once the session exists (see [`Self::notifier`]).
     notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
+    /// Decided at the first OPENDIR, for the whole session: whether directories are
+    /// opened without OPENDIR (every one is served from the index; see fs/dirs.rs).
+    without_opendir: std::sync::OnceLock<bool>,
 }
 
 impl FuseAdapter {
@@ -72,6 +75,7 @@ impl FuseAdapter {
             set_log_level: None,
             status: None,
             notifier: Arc::default(),
+            without_opendir: std::sync::OnceLock::new(),
         }
     }
 
@@ -331,6 +335,14 @@ impl Filesystem for FuseAdapter {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         crate::metrics::fuse_request("opendir");
+        // The kernel takes ENOSYS as "no OPENDIR/RELEASEDIR from now on" and opens every
+        // directory itself, keeping its listing (FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE): what
+        // an indexed directory gets below anyway. A mount still building its first index
+        // lists from the store meanwhile, and keeps OPENDIR for its whole life.
+        if *self.without_opendir.get_or_init(|| self.fs.lists_every_dir_from_the_index()) {
+            tracing::debug!("every directory is served from the index: directories are opened without OPENDIR");
+            return reply.error(Errno::ENOSYS);
+        }
         match self.fs.opendir(ino.0) {
             // A listing from the index changes only through this mount (the kernel then
             // drops its copy itself: the directory's iversion changed) or at a refresh
@@ -347,7 +359,7 @@ impl Filesystem for FuseAdapter {
     fn readdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let span = request_span("readdir", ino, req);
         self.spawn(span, move |fs| async move {
-            match fs.readdir(fh.0, offset).await {
+            match fs.readdir(ino.0, fh.0, offset).await {
                 Ok(entries) => {
                     for entry in entries {
                         if reply.add(entry.attr.ino, entry.offset, entry.attr.kind, &entry.name) {
@@ -364,7 +376,7 @@ impl Filesystem for FuseAdapter {
     fn readdirplus(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         let span = request_span("readdirplus", ino, req);
         self.spawn(span, move |fs| async move {
-            match fs.readdir(fh.0, offset).await {
+            match fs.readdir(ino.0, fh.0, offset).await {
                 Ok(entries) => {
                     for entry in entries {
                         // An entry whose stored attributes are not known yet is not cached:

@@ -398,6 +398,12 @@ impl Namespace {
         }
     }
 
+    /// Whether every directory is listed from the index: an `--index` mount whose
+    /// indexes are all built, without the `.versions` views (listed from the store).
+    pub fn lists_every_dir_from_the_index(&self) -> bool {
+        !self.show_versions && self.indexes().is_some_and(|indexes| indexes.all_built())
+    }
+
     /// The directories of indexed sources the kernel holds (with `--index` every source
     /// is indexed): what a refresh may have changed under the kernel's cached listings.
     pub fn held_indexed_dirs(&self) -> Vec<Ino> {

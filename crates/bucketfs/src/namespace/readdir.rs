@@ -48,6 +48,25 @@ pub struct DirStream {
 }
 
 impl DirStream {
+    /// Starts the stream of an indexed directory after its first `served` entries (a
+    /// read resumed without the stream it began with: see fs/dirs.rs); false when the
+    /// index does not cover the directory, whose stream then starts at its beginning.
+    pub fn resume_indexed_at(&mut self, namespace: &Namespace, served: usize) -> bool {
+        let (Some((source, prefix)), None) = (&self.inner, &self.history) else { return false };
+        let Some(listing) = namespace.indexes().and_then(|indexes| indexes.dir(*source, prefix)) else {
+            return false;
+        };
+        let start = served.min(listing.len());
+        // Files being written come after the listing: those it holds before `start` were
+        // served with it, and the first `served - len` of the others after it.
+        self.pending.retain(|name| listing.position(name).is_none_or(|at| at >= start));
+        for _ in 0..served - start {
+            self.pending.pop_first();
+        }
+        self.indexed = Some((listing, start));
+        true
+    }
+
     pub fn is_done(&self) -> bool {
         self.done
     }

@@ -135,6 +135,12 @@ impl Indexes {
         index.has_dir(prefix).then(|| index.lookup(prefix, name))
     }
 
+    /// Whether every source's index is built (loaded or listed): then every directory of
+    /// the mount is in one.
+    pub fn all_built(&self) -> bool {
+        self.slots.iter().all(|slot| slot.state.lock().index.is_some())
+    }
+
     /// The listing of directory `prefix` of `source`, if the index covers it.
     pub fn dir(&self, source: usize, prefix: &str) -> Option<Arc<DirListing>> {
         self.slots.get(source)?.state.lock().index.as_ref()?.dir(prefix)

@@ -131,6 +131,11 @@ impl DirListing {
         (start..self.entries.len()).take(count).map(|at| self.name(at).to_owned()).collect()
     }
 
+    /// Where `name` is in the listing, if it is here.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.find(name).ok()
+    }
+
     pub fn get(&self, name: &str, prefix: &str) -> Option<Indexed> {
         self.find(name).ok().map(|at| self.decode(at, prefix, name))
     }
