@@ -89,7 +89,10 @@ fn mount_t_fuse_bucketfs_and_an_fstab_line_mount_with_their_options() {
     let mountpoint = dir.path().canonicalize().expect("canonical");
     let _cleanup = UnmountOnDrop(mountpoint.clone());
     let mnt = mountpoint.to_str().expect("UTF-8");
-    let store = format!("endpoint-url={},force-path-style,region={REGION}", minio().endpoint);
+    // The daemons log to a file of the test's (by default: under /var/tmp, for ever).
+    let log = tempfile::NamedTempFile::new().expect("log file");
+    let store =
+        format!("endpoint-url={},force-path-style,region={REGION},log-file={}", minio().endpoint, log.path().display());
 
     // `mount -t`, with what s3fs and rclone users write, and what mount(8) adds.
     let options = format!("{store},allow_other,noexec,uid=1234,gid=2345,umask=027,_netdev,nofail,x-systemd.automount");

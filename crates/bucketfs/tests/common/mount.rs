@@ -245,6 +245,12 @@ impl MountBuilder {
         self
     }
 
+    /// Whether the test says where a background daemon logs (`--log-file`, or the
+    /// `--cache-dir` holding `bucketfs-logs/`).
+    fn chooses_where_logs_go(&self) -> bool {
+        self.extra.iter().any(|arg| arg == "--log-file" || arg == "--cache-dir")
+    }
+
     fn command(&self, mountpoint: &Path) -> (Command, Vec<OsString>) {
         let mut cmd = bucketfs_command(&self.access_key, &self.secret_key);
         if let Some(token) = &self.session_token {
@@ -293,6 +299,12 @@ impl MountBuilder {
             let file = log.path().to_string_lossy().into_owned();
             builder = builder.args(["--log-level", "bucketfs=debug", "--log-file", &file]);
         }
+        // A background daemon would log under the default cache directory (/var/tmp).
+        let daemon_log = (!builder.foreground && !builder.chooses_where_logs_go()).then(|| {
+            let log = tempfile::NamedTempFile::new().unwrap();
+            builder = std::mem::take(&mut builder).args(["--log-file", &log.path().to_string_lossy()]);
+            log
+        });
         let (mut cmd, args) = builder.command(&path);
         cmd.stdout(Stdio::from(stdout.reopen().unwrap())).stderr(Stdio::from(stderr.reopen().unwrap()));
         unsafe {
@@ -308,7 +320,18 @@ impl MountBuilder {
         }
         let started = Instant::now();
         let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", bucketfs_bin()));
-        Launched { child, dir, path, mounts_before, stderr, stdout, args, request_log, started }
+        Launched {
+            child,
+            dir,
+            path,
+            mounts_before,
+            stderr,
+            stdout,
+            args,
+            request_log,
+            _daemon_log: daemon_log,
+            started,
+        }
     }
 
     /// Starts `bucketfs mount --foreground ...` and waits until the mount point shows up in
@@ -429,6 +452,10 @@ impl MountBuilder {
         let path = dir.path().canonicalize().unwrap();
         let log_dir = tempfile::Builder::new().prefix("bucketfs-bg-log-").tempdir().unwrap();
         let log_file = log_dir.path().join("bucketfs.log");
+        if !self.chooses_where_logs_go() {
+            // Else the daemon logs under the default cache directory (/var/tmp), for ever.
+            self = self.args(["--log-file", &log_file.to_string_lossy()]);
+        }
         let stderr = tempfile::NamedTempFile::new().unwrap();
         let (mut cmd, args) = self.command(&path);
         let out = stderr.reopen().unwrap();
@@ -478,6 +505,8 @@ struct Launched {
     stdout: tempfile::NamedTempFile,
     args: Vec<OsString>,
     request_log: Option<tempfile::NamedTempFile>,
+    /// Where a background daemon logs, when the test did not say.
+    _daemon_log: Option<tempfile::NamedTempFile>,
     started: Instant,
 }
 
