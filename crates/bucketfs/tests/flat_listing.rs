@@ -115,3 +115,27 @@ fn a_walk_lists_metadata_only_while_files_attributes_are_wanted() {
         .collect();
     assert!(late_heads.is_empty(), "files listed with their metadata were HEADed: {late_heads:?}");
 }
+
+/// A walk through a subtree larger than what a flat listing lists ahead of it (8 pages)
+/// gets the whole subtree from the one listing that follows the walk: no directory below
+/// is listed on its own.
+#[test]
+fn a_walk_through_a_large_subtree_is_served_by_one_flat_listing() {
+    let bucket = create_bucket("flat-large");
+    let keys: Vec<String> = (0..10)
+        .flat_map(|d| (0..1000).map(move |f| format!("top/big/d{d}/f{f:04}")))
+        .chain(["top/f".to_owned()])
+        .collect();
+    put_many(&bucket, keys.iter().map(|k| (k.clone(), Vec::new())).collect(), 64);
+    let m = MountBuilder::new().bucket(&bucket).request_log().mount();
+    let out = std::process::Command::new("find").arg(m.path()).output().expect("find");
+    assert!(out.status.success(), "find: {}", String::from_utf8_lossy(&out.stderr));
+    // The files, 10 directories, big/, top/ and the mount point.
+    assert_eq!(out.stdout.iter().filter(|b| **b == b'\n').count(), keys.len() + 13);
+    let log = m.log_text();
+    let own: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" s3 LIST") && l.contains("recursive=false") && l.contains("top/big/"))
+        .collect();
+    assert!(own.is_empty(), "{} directories below top/big/ listed on their own: {own:?}", own.len());
+}

@@ -370,6 +370,10 @@ impl Namespace {
         let (pending, cached) = {
             let mut state = self.state.lock();
             state.subtree_jobs.note_listed(dir, now);
+            if let Some((source, prefix)) = &inner {
+                // A walk got this far: a flat listing running over it may list further.
+                state.subtree_jobs.note_reached(*source, prefix);
+            }
             (state.pending_names(dir), state.fresh_listing(dir, now).map(|names| (names, 0)))
         };
         Ok(DirStream {
