@@ -56,6 +56,9 @@ const PAGES_PER_JOB: usize = 8;
 const SIBLINGS_AHEAD: usize = 16;
 /// Jobs running at once, per mount; a window finding this many running starts no more.
 const JOBS_AT_ONCE: usize = 32;
+/// Longest a job ahead of its walk waits for it (less if the TTL is shorter): it holds
+/// one of the [`JOBS_AT_ONCE`] places and the partial directories it listed meanwhile.
+const LONGEST_WAIT_FOR_THE_WALK: Duration = Duration::from_secs(30);
 /// Flat LIST requests in flight at once, all jobs together.
 const LISTS_IN_FLIGHT: usize = 8;
 /// How long after a file's stored attributes were last fetched flat listings still ask
@@ -209,7 +212,8 @@ impl Job {
     /// subtree gets it from one paged listing, however large, and one that left costs
     /// those pages at most. A job no walk entered ends after those pages (the jobs of the
     /// siblings ahead must not hold the places of the next window's); one waiting for
-    /// its walk that long (the TTL: what it listed would be stale by then) ends too.
+    /// its walk as long as the TTL (what it listed would be stale by then), or 30 s at
+    /// most, ends too.
     async fn run(self, progress: watch::Sender<Progress>, mut reached: watch::Receiver<String>) {
         let lists = self.state.lock().subtree_jobs.lists.clone();
         let mut filler = SubtreeFiller::new(self.dir, self.prefix.clone());
@@ -227,7 +231,7 @@ impl Job {
                     break;
                 }
                 let caught_up = reached.wait_for(|reached| ahead(reached, &page_ends) < PAGES_PER_JOB);
-                match tokio::time::timeout(self.ttl, caught_up).await {
+                match tokio::time::timeout(self.ttl.min(LONGEST_WAIT_FOR_THE_WALK), caught_up).await {
                     Ok(Ok(_)) => {}
                     Ok(Err(_)) => {
                         why = "the mount is going away";
