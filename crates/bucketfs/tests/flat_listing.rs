@@ -118,7 +118,7 @@ fn a_walk_lists_metadata_only_while_files_attributes_are_wanted() {
 
 /// A walk through a subtree larger than what a flat listing lists ahead of it (8 pages)
 /// gets the whole subtree from the one listing that follows the walk: no directory below
-/// is listed on its own.
+/// is listed on its own; and a walk that stops costs those 8 pages at most.
 #[test]
 fn a_walk_through_a_large_subtree_is_served_by_one_flat_listing() {
     let bucket = create_bucket("flat-large");
@@ -138,4 +138,14 @@ fn a_walk_through_a_large_subtree_is_served_by_one_flat_listing() {
         .filter(|l| l.contains(" s3 LIST") && l.contains("recursive=false") && l.contains("top/big/"))
         .collect();
     assert!(own.is_empty(), "{} directories below top/big/ listed on their own: {own:?}", own.len());
+    drop(m);
+
+    // A window no walk goes on into (`ls top; ls top/big`) lists 8 pages of it at most.
+    let m = MountBuilder::new().bucket(&bucket).request_log().mount();
+    for dir in ["top", "top/big"] {
+        assert!(std::process::Command::new("ls").arg(m.join(dir)).output().expect("ls").status.success());
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let flat = m.log_text().lines().filter(|l| l.contains(" s3 LIST") && l.contains("recursive=true")).count();
+    assert!((1..=8).contains(&flat), "{flat} pages of flat listing for a walk that stopped");
 }

@@ -41,7 +41,7 @@ use crate::write::write_back::WriteBackLog;
 use crate::write::{Output, Upload, WriteError};
 use attrs::StoredAttrs;
 use dir_markers::PendingMarkers;
-pub use dirs::{DirEntry, NO_HANDLE};
+pub use dirs::DirEntry;
 use error::FsError;
 use handles::{process_of, Reader, Writer};
 pub use handles::{Backing, Opened};

@@ -133,12 +133,14 @@ impl SubtreeJobs {
         self.listed.get(&dir).is_some_and(|at| now.duration_since(*at) <= ttl)
     }
 
+    /// The running job whose subtree holds directory `prefix`.
+    fn covering_job(&self, source: usize, prefix: &str) -> Option<&Running> {
+        self.running.iter().find(|job| job.source == source && prefix.starts_with(job.prefix.as_str()))
+    }
+
     /// The progress of a running job whose subtree holds directory `prefix`.
     fn covering(&self, source: usize, prefix: &str) -> Option<watch::Receiver<Progress>> {
-        self.running
-            .iter()
-            .find(|job| job.source == source && prefix.starts_with(job.prefix.as_str()))
-            .map(|job| job.progress.clone())
+        self.covering_job(source, prefix).map(|job| job.progress.clone())
     }
 
     fn start(&mut self, source: usize, prefix: &str) -> Option<(watch::Sender<Progress>, watch::Receiver<String>)> {
@@ -155,8 +157,7 @@ impl SubtreeJobs {
     /// The walk needs that directory's whole range listed (a flat listing completes a
     /// directory only once past its subtree), so it counts as being at the range's end.
     pub fn note_reached(&self, source: usize, prefix: &str) {
-        let covering = self.running.iter().find(|job| job.source == source && prefix.starts_with(job.prefix.as_str()));
-        if let Some(job) = covering {
+        if let Some(job) = self.covering_job(source, prefix) {
             // The first key after every key starting with `prefix` ("a/" → "a0": '/' + 1).
             let end = format!("{}0", prefix.strip_suffix('/').unwrap_or(prefix));
             job.reached.send_if_modified(|reached| {
