@@ -6,8 +6,9 @@
 //! sets its owner, mode and times, three or four PUTs per directory, waited for one by
 //! one. With `--write-back` the change is recorded in the write-back log (synced before
 //! it returns, as a closed file is, so the next mount stores it if this daemon dies)
-//! and shown at once; the marker is written a moment later ([`COALESCE`]), once for all
-//! the changes of that directory made meanwhile. So `tar` into a new directory also
+//! and shown at once; the marker is written a moment after the last change
+//! ([`COALESCE`], at most [`LONGEST_COALESCE`] after the first), once for all the
+//! changes of that directory made meanwhile. So `tar` into a new directory also
 //! goes on while the store is away: names in a directory just made are known to be
 //! free without asking it.
 //!
@@ -33,9 +34,12 @@ use crate::namespace::{HeldDir, Ino};
 use crate::store::{Metadata, ObjectStore};
 use crate::write::write_back::{PendingFile, Recorded};
 
-/// How long a marker write waits for more changes of its directory: `tar` and `rsync`
-/// set a directory's owner, mode and times within a millisecond of each other.
+/// How long a marker write waits for more changes of its directory after the last one:
+/// `tar` and `rsync` set a directory's owner, mode and times within a millisecond of
+/// each other (more on a loaded machine, as each change is synced to the log first).
 pub(super) const COALESCE: Duration = Duration::from_millis(50);
+/// Longest a marker write waits for changes that keep coming.
+const LONGEST_COALESCE: Duration = Duration::from_secs(1);
 
 impl Fs {
     /// Writes directory marker `prefix` of `source` with `metadata` (`create_only`: a new
@@ -80,6 +84,8 @@ struct PendingMarker {
     ended: watch::Receiver<()>,
     /// Cuts the wait for more changes short: somebody waits for the write.
     hurry: Notify,
+    /// Another change was taken in: the wait for more starts again.
+    changed: Notify,
 }
 
 impl PendingMarker {
@@ -107,21 +113,34 @@ impl PendingMarkers {
             let mut latest = waiting.latest.lock();
             if latest.is_some() {
                 *latest = Some((metadata, recorded));
+                waiting.changed.notify_one();
                 return; // `held` is the same hold as that write's
             }
         }
         let (end, ended) = watch::channel(());
-        let pending =
-            Arc::new(PendingMarker { latest: Mutex::new(Some((metadata, recorded))), ended, hurry: Notify::new() });
+        let pending = Arc::new(PendingMarker {
+            latest: Mutex::new(Some((metadata, recorded))),
+            ended,
+            hurry: Notify::new(),
+            changed: Notify::new(),
+        });
         by_dir.insert(dir, pending.clone());
         let by_dir = self.by_dir.clone();
         tokio::spawn(async move {
             if let Some(before) = before {
                 before.ended().await; // the same key: in the order of the changes
             }
-            tokio::select! {
-                _ = tokio::time::sleep(COALESCE) => {}
-                _ = pending.hurry.notified() => {}
+            let waiting_since = tokio::time::Instant::now();
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(COALESCE) => break,
+                    _ = pending.hurry.notified() => break,
+                    _ = pending.changed.notified() => {
+                        if waiting_since.elapsed() >= LONGEST_COALESCE {
+                            break;
+                        }
+                    }
+                }
             }
             let taken = pending.latest.lock().take();
             if let Some((metadata, recorded)) = taken {
