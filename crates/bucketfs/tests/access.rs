@@ -56,7 +56,8 @@ fn sh_as_nobody(script: &str) {
 /// set-group-ID bit when the file is group-executable, in the mount and in the store; a
 /// write by root keeps them. Write-only descriptors write straight through (the kernel
 /// leaves the bits to the daemon there), so both a new file and one opened again are
-/// checked.
+/// checked; so are `chown`, `truncate` and `open(O_TRUNC)`, which the kernel leaves to
+/// the daemon too.
 #[test]
 fn a_write_by_another_user_drops_set_id_bits() {
     use std::os::unix::fs::PermissionsExt;
@@ -82,6 +83,26 @@ fn a_write_by_another_user_drops_set_id_bits() {
         let stored = stored_metadata(&b, name);
         assert_eq!(stored.get("mode"), Some(&(libc::S_IFREG | after).to_string()), "{name}: stored {stored:?}");
         assert_eq!(std::fs::read(m.join(name)).expect("read"), b"by root, root again, nobody");
+    }
+
+    // What else takes them (the kernel leaves it to the daemon, FUSE_HANDLE_KILLPRIV_V2):
+    // a chown, by root too, of a file but not of a directory; a truncate, and an
+    // open(O_TRUNC), by nobody. A chmod by root after them sets them again.
+    std::fs::write(m.join("chowned"), b"x").expect("write");
+    set_mode("chowned", 0o6755);
+    std::os::unix::fs::chown(m.join("chowned"), Some(NOBODY), None).expect("chown");
+    assert_eq!(mode_of("chowned"), 0o755, "after chown by root\n{}", m.diagnostics());
+    std::fs::create_dir(m.join("dir")).expect("mkdir");
+    set_mode("dir", 0o2775);
+    std::os::unix::fs::chown(m.join("dir"), Some(NOBODY), None).expect("chown dir");
+    assert_eq!(mode_of("dir"), 0o2775, "a directory keeps set-group-ID through chown");
+    for (name, how) in [("truncated", "truncate -s 1"), ("emptied", ": >")] {
+        std::fs::write(m.join(name), b"by root").expect("write");
+        set_mode(name, 0o6777);
+        sh_as_nobody(&format!("{how} '{}'", m.join(name).display()));
+        assert_eq!(mode_of(name), 0o777, "{name}: after `{how}` by nobody\n{}", m.diagnostics());
+        let stored = stored_metadata(&b, name);
+        assert_eq!(stored.get("mode"), Some(&(libc::S_IFREG | 0o777).to_string()), "{name}: stored {stored:?}");
     }
 
     // A file nobody creates and then makes set-user-ID, written again by nobody.

@@ -14,7 +14,8 @@ use fuser::{FileAttr, FileType};
 use super::attrs::StoredAttrs;
 use super::error::FsError;
 use super::{
-    xattrs, AttrChange, Fs, DIRECTORY_CONTENT_TYPE, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFREG, S_IFSOCK,
+    without_set_id_bits, xattrs, AttrChange, Fs, DIRECTORY_CONTENT_TYPE, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK,
+    S_IFREG, S_IFSOCK,
 };
 use crate::namespace::{Copied, Ino, Location, NamespaceError, Node, ROOT_INO};
 use crate::store::{Metadata, StoreError};
@@ -97,8 +98,15 @@ impl Fs {
             FileType::BlockDevice => S_IFBLK,
             _ => S_IFREG,
         };
+        let mode = match change.mode {
+            Some(mode) if change.drop_set_id && current.kind != FileType::Directory => Some(without_set_id_bits(mode)),
+            None if change.drop_set_id && current.kind != FileType::Directory => {
+                Some(without_set_id_bits(current.perm))
+            }
+            mode => mode,
+        };
         let mut wanted = StoredAttrs {
-            mode: change.mode.filter(|&mode| mode != current.perm).map(|mode| type_bits | u32::from(mode)),
+            mode: mode.filter(|&mode| mode != current.perm).map(|mode| type_bits | u32::from(mode)),
             uid: change.uid.filter(|&uid| uid != current.uid),
             gid: change.gid.filter(|&gid| gid != current.gid),
             mtime: change.mtime.filter(|&mtime| mtime != current.mtime),
@@ -113,27 +121,24 @@ impl Fs {
         Ok(self.attr(&self.namespace.node(ino)?))
     }
 
-    /// A write by a caller without CAP_FSETID: the file loses its set-user-ID bit, and
-    /// its set-group-ID bit if it is group-executable (without group execute, that bit
-    /// marks mandatory locking, not a privilege), as on a local file system. The kernel
-    /// does it itself for writes through the page cache, and asks it of the daemon for
-    /// writes sent straight through (write-only descriptors). Costs nothing when the file
-    /// has no such bit, as nearly every file.
-    pub(super) async fn drop_set_id_bits(&self, ino: Ino) -> Result<(), FsError> {
-        let perm = u32::from(self.attr(&self.namespace.node(ino)?).perm);
-        let mut kept = perm & !libc::S_ISUID;
-        if perm & libc::S_IXGRP != 0 {
-            kept &= !libc::S_ISGID;
-        }
-        if kept != perm {
+    /// A write by a caller without CAP_FSETID, or an `open(O_TRUNC)` by one: the file
+    /// loses its set-ID bits ([`without_set_id_bits`]). The kernel does it itself for
+    /// writes through the page cache unless it leaves it to the daemon (as for writes
+    /// sent straight through, and for all of them once it was told at init that the
+    /// daemon handles it). Costs nothing when the file has no such bit, as nearly every
+    /// file.
+    pub async fn drop_set_id_bits(&self, ino: Ino) -> Result<(), FsError> {
+        let perm = self.attr(&self.namespace.node(ino)?).perm;
+        if without_set_id_bits(perm) != perm {
             let change = AttrChange {
-                mode: Some(kept as u16),
+                mode: None,
                 uid: None,
                 gid: None,
                 size: None,
                 mtime: None,
                 atime: None,
                 handle: None,
+                drop_set_id: true,
             };
             self.setattr(ino, change).await?;
         }

@@ -117,6 +117,22 @@ pub struct AttrChange {
     pub atime: Option<SystemTime>,
     /// The descriptor it came through (`ftruncate`, `fchmod`), if any.
     pub handle: Option<u64>,
+    /// The file loses its set-ID bits with this change (a `chown`, or a `truncate` by a
+    /// caller without CAP_FSETID, where the kernel leaves that to the daemon): see
+    /// [`without_set_id_bits`].
+    pub drop_set_id: bool,
+}
+
+/// Permission bits `perm` without what a write, `truncate` or `chown` takes away: the
+/// set-user-ID bit, and the set-group-ID bit if the file is group-executable (without
+/// group execute that bit marks mandatory locking, not a privilege), as a local file
+/// system does.
+pub fn without_set_id_bits(perm: u16) -> u16 {
+    let mut kept = u32::from(perm) & !libc::S_ISUID;
+    if kept & libc::S_IXGRP != 0 {
+        kept &= !libc::S_ISGID;
+    }
+    kept as u16
 }
 
 pub struct Fs {
@@ -1019,5 +1035,19 @@ impl Fs {
             },
             flags: 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_set_id_bits;
+
+    #[test]
+    fn set_group_id_goes_only_from_group_executable_files() {
+        assert_eq!(without_set_id_bits(0o6755), 0o755);
+        assert_eq!(without_set_id_bits(0o4644), 0o644);
+        assert_eq!(without_set_id_bits(0o2755), 0o755);
+        assert_eq!(without_set_id_bits(0o2745), 0o2745, "no group execute: a locking mark, kept");
+        assert_eq!(without_set_id_bits(0o1777), 0o1777, "the sticky bit stays");
     }
 }

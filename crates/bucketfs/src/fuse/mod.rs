@@ -63,6 +63,9 @@ pub struct FuseAdapter {
     /// Decided at the first OPENDIR, for the whole session: whether directories are
     /// opened without OPENDIR (every one is served from the index; see fs/dirs.rs).
     without_opendir: std::sync::OnceLock<bool>,
+    /// The kernel took FUSE_HANDLE_KILLPRIV_V2 at init: dropping set-ID bits on `chown`,
+    /// `truncate` and `open(O_TRUNC)` is the daemon's (see [`FuseAdapter::init`]).
+    set_id_bits_are_ours: bool,
 }
 
 impl FuseAdapter {
@@ -76,6 +79,7 @@ impl FuseAdapter {
             status: None,
             notifier: Arc::default(),
             without_opendir: std::sync::OnceLock::new(),
+            set_id_bits_are_ours: false,
         }
     }
 
@@ -184,6 +188,13 @@ fn reply_result(reply: ReplyEmpty, result: Result<(), Errno>) {
     }
 }
 
+/// Whether the caller may keep set-ID bits through a write or truncate (the kernel's
+/// CAP_FSETID, which the request does not carry): taken to be root's uid, so a root
+/// process that dropped that capability keeps them, as it would not on a local disk.
+fn may_keep_set_id(req: &Request) -> bool {
+    req.uid() == 0
+}
+
 fn caller(req: &Request) -> Caller {
     Caller { thread: req.pid(), uid: req.uid(), gid: req.gid() }
 }
@@ -219,6 +230,11 @@ impl Filesystem for FuseAdapter {
                 tracing::debug!("kernel does not offer {wanted:?}");
             }
         }
+        // The daemon drops set-ID bits itself (writes, chown, truncate, open(O_TRUNC) by
+        // callers without CAP_FSETID). Otherwise the kernel asks for `security.capability`
+        // before writes and re-reads the attributes (GETATTR) before every `chown`, to
+        // work out a mode to send: two requests per file of `tar x`.
+        self.set_id_bits_are_ours = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2).is_ok();
         if self.passthrough_wanted {
             // Reads of files whole in the data cache go from the kernel to the cache file.
             let granted =
@@ -269,6 +285,7 @@ impl Filesystem for FuseAdapter {
         let span = request_span("open", ino, req);
         let caller = caller(req);
         let writing = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
+        let drop_set_id = self.set_id_bits_are_ours && flags.0 & libc::O_TRUNC != 0 && !may_keep_set_id(req);
         let io_modes = self.io_modes.clone();
         self.spawn(span, move |fs| async move {
             if writing {
@@ -288,6 +305,11 @@ impl Filesystem for FuseAdapter {
             let handle = FileHandle(opened.handle);
             let fopen = if opened.keep_cache { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() };
             if writing {
+                if drop_set_id {
+                    if let Err(e) = fs.drop_set_id_bits(ino.0).await {
+                        tracing::warn!(ino = ino.0, "open(O_TRUNC): could not drop the set-ID bits: {e}");
+                    }
+                }
                 io_modes.opened(ino.0, opened.handle, true);
                 return reply.opened(handle, fopen | written_straight(flags.0));
             }
@@ -674,6 +696,11 @@ impl Filesystem for FuseAdapter {
         reply: ReplyAttr,
     ) {
         let span = request_span("setattr", ino, req);
+        // What the kernel asks with FATTR_KILL_SUIDGID, which fuser does not pass on: set
+        // for every chown of a non-directory (the daemon skips directories), and for a
+        // truncate by a caller without CAP_FSETID.
+        let drop_set_id =
+            self.set_id_bits_are_ours && (uid.is_some() || gid.is_some() || (size.is_some() && !may_keep_set_id(req)));
         let change = AttrChange {
             mode: mode.map(|m| (m & 0o7777) as u16),
             uid,
@@ -682,6 +709,7 @@ impl Filesystem for FuseAdapter {
             mtime: mtime.map(time_or_now),
             atime: atime.map(time_or_now),
             handle: fh.map(|fh| fh.0),
+            drop_set_id,
         };
         self.spawn(span, move |fs| async move {
             match fs.setattr(ino.0, change).await {
