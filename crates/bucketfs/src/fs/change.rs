@@ -130,17 +130,7 @@ impl Fs {
     pub async fn drop_set_id_bits(&self, ino: Ino) -> Result<(), FsError> {
         let perm = self.attr(&self.namespace.node(ino)?).perm;
         if without_set_id_bits(perm) != perm {
-            let change = AttrChange {
-                mode: None,
-                uid: None,
-                gid: None,
-                size: None,
-                mtime: None,
-                atime: None,
-                handle: None,
-                drop_set_id: true,
-            };
-            self.setattr(ino, change).await?;
+            self.setattr(ino, AttrChange { drop_set_id: true, ..AttrChange::default() }).await?;
         }
         Ok(())
     }

@@ -106,7 +106,7 @@ pub struct WriteConfig {
 const WRITE_BACK_UPLOADS: usize = 32;
 
 /// What a `setattr` asks to change.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct AttrChange {
     /// Permission bits (`& 0o7777`).
     pub mode: Option<u16>,
