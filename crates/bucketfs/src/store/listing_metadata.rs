@@ -16,6 +16,7 @@
 //! refuse. An object whose `<Contents>` has no `<UserMetadata>` keeps `metadata: None`
 //! and is HEADed as before: an absent element is never read as "no metadata".
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -120,11 +121,17 @@ impl Intercept for ListingInterceptor {
 
 /// The `<UserMetadata>` of each `<Contents>` of a ListObjectsV2 answer that has one, in
 /// listing order, with the key as sent (URL-encoded when the listing asked for it).
+///
+/// Objects of a page with the same metadata share one copy: objects written by other
+/// tools mostly carry nothing but a content type, and each listed file the kernel holds
+/// keeps its metadata (a copy each was about 100 bytes of the 950 per entry a walk of
+/// the linux-5.12.13 shape held).
 pub fn parse(body: &[u8]) -> Result<Vec<(String, Arc<Metadata>)>, XmlDecodeError> {
     let text = std::str::from_utf8(body).map_err(XmlDecodeError::unhandled)?;
     let mut document = Document::new(text);
     let mut root = document.root_element()?;
     let mut found = Vec::new();
+    let mut distinct: HashSet<Arc<Metadata>> = HashSet::new();
     while let Some(mut element) = root.next_tag() {
         if !element.start_el().matches("Contents") {
             continue;
@@ -145,7 +152,14 @@ pub fn parse(body: &[u8]) -> Result<Vec<(String, Arc<Metadata>)>, XmlDecodeError
                         stored.content_type = Some(value);
                     }
                 }
-                metadata = Some(Arc::new(stored));
+                metadata = Some(match distinct.get(&stored) {
+                    Some(shared) => shared.clone(),
+                    None => {
+                        let stored = Arc::new(stored);
+                        distinct.insert(stored.clone());
+                        stored
+                    }
+                });
             }
         }
         if let (Some(key), Some(metadata)) = (key, metadata) {
@@ -194,6 +208,27 @@ mod tests {
         let refused = Arc::new(ServerKind::new(false));
         refused.note_minio();
         assert!(!asks(&refused, true), "--no-listing-metadata");
+    }
+
+    #[test]
+    fn objects_of_a_page_with_the_same_metadata_share_one_copy() {
+        let contents =
+            |key: &str, meta: &str| format!("<Contents><Key>{key}</Key><UserMetadata>{meta}</UserMetadata></Contents>");
+        let plain = "<content-type>application/octet-stream</content-type>";
+        let mode = "<content-type>application/octet-stream</content-type><X-Amz-Meta-Mode>33261</X-Amz-Meta-Mode>";
+        let body = format!(
+            "<ListBucketResult>{}{}{}{}</ListBucketResult>",
+            contents("a", plain),
+            contents("b", mode),
+            contents("c", plain),
+            contents("d", mode)
+        );
+        let found = parse(body.as_bytes()).expect("parse");
+        let [(_, a), (_, b), (_, c), (_, d)] = &found[..] else { panic!("{found:?}") };
+        assert!(Arc::ptr_eq(a, c) && Arc::ptr_eq(b, d), "equal metadata shared");
+        assert!(!Arc::ptr_eq(a, b));
+        assert_eq!(b.user.get("mode").map(String::as_str), Some("33261"));
+        assert_eq!(a.content_type.as_deref(), Some("application/octet-stream"));
     }
 
     #[test]

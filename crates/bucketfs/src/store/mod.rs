@@ -41,7 +41,7 @@ pub struct ObjectInfo {
 
 /// An object's user metadata (`x-amz-meta-NAME`, stored under `NAME` in lower case) and
 /// content type: what is kept when bucketfs rewrites an object's metadata.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Metadata {
     pub user: BTreeMap<String, String>,
     pub content_type: Option<String>,
