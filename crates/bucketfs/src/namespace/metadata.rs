@@ -80,7 +80,7 @@ impl Namespace {
     /// was listed: the HEAD that follows says so).
     async fn metadata_from_listing(&self, node: &Node) -> Result<Option<Node>, NamespaceError> {
         let Location::File { source, key } = &node.location else { return Ok(None) };
-        let Some(prefix) = key.strip_suffix(node.name.as_str()) else { return Ok(None) };
+        let Some(prefix) = key.strip_suffix(&*node.name) else { return Ok(None) };
         let start_after = {
             let now = Instant::now();
             let state = self.state.lock();
@@ -91,7 +91,7 @@ impl Namespace {
                 return Ok(None);
             }
             state.fresh_names(node.parent, now).and_then(|names| {
-                let at = names.partition_point(|name| name.as_str() < node.name.as_str());
+                let at = names.partition_point(|name| name.as_str() < &*node.name);
                 at.checked_sub(1).map(|before| format!("{prefix}{}", names[before]))
             })
         };
@@ -142,7 +142,7 @@ impl Namespace {
         let Some(names) = state.fresh_names(node.parent, now) else {
             return batch;
         };
-        let start = names.partition_point(|n| n.as_str() <= node.name.as_str());
+        let start = names.partition_point(|n| n.as_str() <= &*node.name);
         // Neighbours of the same kind only: a walk (`find`) looks up every directory and
         // no file, and fetching the files' metadata along with the directories' cost it
         // 30 HEADs per directory; `ls -l` looks up both kinds, each batching its own.
@@ -251,7 +251,7 @@ impl Namespace {
             listing.map(|listing| listing.names_after(&node.name, count)).unwrap_or_default()
         };
         let listed_names = self.state.lock().fresh_names(node.parent, Instant::now()).map(|names| {
-            let start = names.partition_point(|n| n.as_str() <= node.name.as_str());
+            let start = names.partition_point(|n| n.as_str() <= &*node.name);
             names[start..].iter().take(count).cloned().collect::<Vec<_>>()
         });
         let names = listed_names.unwrap_or_else(indexed_names);

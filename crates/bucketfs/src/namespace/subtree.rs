@@ -312,7 +312,7 @@ impl Namespace {
                 return;
             }
             let (Some(names), Some(node)) = (state.fresh_names(parent, now), state.inodes.get(dir)) else { return };
-            let from = names.partition_point(|name| name.as_str() < node.name.as_str());
+            let from = names.partition_point(|name| name.as_str() < &*node.name);
             names[from..]
                 .iter()
                 .filter_map(|name| {
