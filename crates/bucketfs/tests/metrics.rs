@@ -41,3 +41,38 @@ fn counters_move_with_a_read_and_a_write() {
     let errors = scrape(&address);
     assert_eq!(value(&errors, r#"bucketfs_fuse_errors_total{op="rmdir",errno="ENOTEMPTY"}"#), 1.0, "{errors:?}");
 }
+
+/// What `tar x` sends per file it writes: a write-only descriptor writes straight through
+/// (one WRITE per `write(2)`, also one starting inside a page, and no
+/// `security.capability` probe before it), and a `chown` costs no GETATTR (the daemon
+/// drops set-ID bits itself). Through the page cache, 4 writes of 10 KiB were 7 WRITEs
+/// and 4 GETXATTRs, and the chown a GETATTR more.
+#[test]
+fn a_file_written_like_tar_does_costs_one_request_per_call() {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let bucket = create_bucket("metrics-tar");
+    let address = format!("127.0.0.1:{}", free_port());
+    let mount = MountBuilder::new().bucket(&bucket).args(["--metrics-addr", &address]).mount();
+    let path = mount.join("f");
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).expect("create");
+    let before = scrape(&address);
+    for _ in 0..4 {
+        file.write_all(&[7u8; 10240]).expect("write");
+    }
+    std::os::unix::fs::fchown(&file, Some(0), Some(0)).expect("fchown");
+    let after = scrape(&address);
+    close(file).expect("close");
+    let moved = |op: &str| {
+        let sample = format!(r#"bucketfs_fuse_requests_total{{op="{op}"}}"#);
+        value(&after, &sample) - value(&before, &sample)
+    };
+    let requests: Vec<_> = after
+        .iter()
+        .filter(|(k, v)| k.starts_with("bucketfs_fuse_requests_total") && before.get(*k) != Some(v))
+        .collect();
+    assert_eq!(moved("write"), 4.0, "requests (totals) that moved: {requests:?}");
+    assert!(moved("getxattr") <= 1.0, "only chown's own probe");
+    assert_eq!(moved("getattr"), 0.0, "chown asked for the attributes first");
+    assert_eq!(std::fs::metadata(&path).expect("stat").len(), 4 * 10240);
+}

@@ -413,6 +413,26 @@ fn directory_attribute_changes_are_stored_once_after_they_return() {
     }
 }
 
+/// Changes of a directory that keep coming, each soon after the last (five, 20 ms apart:
+/// 100 ms in all, past the 50 ms wait), are one marker write: the wait for more starts
+/// again at each change. A wait counted from the first change wrote the marker at least
+/// once more in between.
+#[test]
+fn changes_one_after_another_are_one_marker_write() {
+    let b = create_bucket("wb-dir-slide");
+    let m = MountBuilder::new().bucket(&b).arg("--write-back").request_log().mount();
+    std::fs::create_dir(m.join("d")).expect("mkdir");
+    assert!(wait_until(Duration::from_secs(10), || puts_of(&m, "d/") == 1), "the mkdir's marker is written");
+    for mode in [0o700, 0o710, 0o750, 0o751, 0o755] {
+        std::fs::set_permissions(m.join("d"), std::fs::Permissions::from_mode(mode)).expect("chmod");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(wait_until(Duration::from_secs(10), || puts_of(&m, "d/") >= 2), "the changes are written");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(puts_of(&m, "d/"), 2, "five changes 20 ms apart, one write\n{}", m.diagnostics());
+    assert_eq!(stored_metadata(&b, "d/").get("mode").map(String::as_str), Some("16877"));
+    // S_IFDIR | 0755
+}
 /// A directory's attributes changed with `--write-back` are in the write-back log when
 /// the change returns: a daemon killed before it wrote the marker leaves them to the
 /// next mount, which stores them before it answers.
