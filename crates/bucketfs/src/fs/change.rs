@@ -98,12 +98,10 @@ impl Fs {
             FileType::BlockDevice => S_IFBLK,
             _ => S_IFREG,
         };
-        let mode = match change.mode {
-            Some(mode) if change.drop_set_id && current.kind != FileType::Directory => Some(without_set_id_bits(mode)),
-            None if change.drop_set_id && current.kind != FileType::Directory => {
-                Some(without_set_id_bits(current.perm))
-            }
-            mode => mode,
+        let mode = if change.drop_set_id && current.kind != FileType::Directory {
+            Some(without_set_id_bits(change.mode.unwrap_or(current.perm)))
+        } else {
+            change.mode
         };
         let mut wanted = StoredAttrs {
             mode: mode.filter(|&mode| mode != current.perm).map(|mode| type_bits | u32::from(mode)),
