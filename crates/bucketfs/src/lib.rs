@@ -9,6 +9,7 @@
 pub mod cache;
 pub mod cli;
 pub mod datacache;
+pub mod disk_wait;
 pub mod fs;
 pub mod fuse;
 pub mod memory;

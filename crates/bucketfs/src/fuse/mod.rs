@@ -115,7 +115,8 @@ impl FuseAdapter {
 
     /// Runs `work` with its own handle on the filesystem: polled once here (inside the
     /// runtime's context, so it may start I/O and spawn), and if it has to wait, moved to
-    /// the runtime as it is, which polls it again with a real waker. Polling never blocks.
+    /// the runtime as it is, which polls it again with a real waker. Polling never waits
+    /// for the network; it may wait for the local disk (see `disk_wait`).
     fn spawn<F, Fut>(&self, span: tracing::Span, work: F)
     where
         F: FnOnce(Arc<Fs>) -> Fut,
@@ -124,7 +125,7 @@ impl FuseAdapter {
         let _context = self.runtime.enter();
         let mut task = Box::pin(work(self.fs.clone()).instrument(span));
         let waker = futures::task::noop_waker();
-        if task.as_mut().poll(&mut Context::from_waker(&waker)).is_pending() {
+        if crate::disk_wait::on_request_thread(|| task.as_mut().poll(&mut Context::from_waker(&waker))).is_pending() {
             self.runtime.spawn(task);
         }
     }

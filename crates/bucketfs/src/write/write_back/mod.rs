@@ -219,6 +219,10 @@ impl WriteBackLog {
     /// room, or the log cannot be written (with a warning).
     pub async fn record(self: &Arc<Self>, location: String, file: PendingFile) -> Option<Recorded> {
         let room = self.room_for(file.data.len() as u64).await?;
+        // On a FUSE thread's first poll, written and synced right there (see disk_wait).
+        if let Some(_waiting) = crate::disk_wait::may_wait_here() {
+            return self.record_now(location, &file, room);
+        }
         let log = self.clone();
         // An append and a sync: off the runtime's threads, which the uploads need.
         tokio::task::spawn_blocking(move || log.record_now(location, &file, room)).await.ok()?
