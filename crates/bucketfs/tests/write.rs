@@ -371,22 +371,74 @@ fn hundred_files_open_for_writing_at_once() {
     eprintln!("daemon peak RSS after 100 concurrent writers: {} MiB", peak / 1024);
 }
 
-/// Each descriptor writes its own version of a file (the last close wins): `ftruncate`
-/// through one cuts that one's version, never another descriptor's.
+/// The descriptors of one file open for writing share what is written, as on a local
+/// disk: each reads the others' writes, `ftruncate` through one cuts the file for all, and
+/// no close throws away what another descriptor wrote (pjdfstest `ftruncate` 00.t, and
+/// two appenders of one log). Each case runs on a local file too; the object must be
+/// byte for byte what the local file holds. The same with `--write-back`.
 #[test]
-fn ftruncate_cuts_the_version_of_its_own_descriptor() {
-    let b = create_bucket("write-ftruncate-own");
-    let m = MountBuilder::new().bucket(&b).mount();
-    for round in 0..4 {
-        let name = format!("f{round}");
-        let first = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.join(&name));
-        let first = first.expect("open the first");
-        let second = OpenOptions::new().read(true).write(true).open(m.join(&name)).expect("open the second");
-        first.write_all_at(&[b'a'; 100], 0).expect("write through the first");
-        second.write_all_at(&[b'b'; 100], 0).expect("write through the second");
-        second.set_len(10).expect("ftruncate the second");
-        close(first).expect("close the first");
-        close(second).expect("close the second: its version is the last");
-        assert_eq!(get(&b, &name), [b'b'; 10], "round {round}");
+fn descriptors_of_one_file_share_what_is_written() {
+    for write_back in [false, true] {
+        let b = create_bucket(if write_back { "write-shared-wb" } else { "write-shared" });
+        let args: &[&str] = if write_back { &["--write-back"] } else { &[] };
+        let m = MountBuilder::new().bucket(&b).args(args.iter().copied()).mount();
+        descriptors_share(&b, &m);
+        drop(m); // unmount: with --write-back, every upload is done
+        assert_eq!(open_uploads(&b), 0, "no multipart upload left behind");
+    }
+}
+
+fn descriptors_share(b: &str, m: &Mount) {
+    let local = tempfile::tempdir().expect("local dir");
+    let data = gen_data(7, 12_345);
+    // Each case returns the sizes `stat` showed on the way.
+    type Case<'a> = &'a dyn Fn(&std::path::Path) -> Vec<u64>;
+    let cases: [(&str, Case); 3] = [
+        ("ftruncate", &|path| {
+            let first = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path).unwrap();
+            File::create(path).unwrap().write_all(&data).unwrap();
+            first.set_len(23_456).unwrap();
+            let after_grow = std::fs::metadata(path).unwrap().len();
+            let mut head = [0u8; 3];
+            first.read_exact_at(&mut head, 0).unwrap();
+            assert_eq!(head, data[..3], "the first descriptor reads what the second wrote");
+            let third = OpenOptions::new().write(true).open(path).unwrap();
+            third.set_len(1).unwrap();
+            let after_cut = std::fs::metadata(path).unwrap().len();
+            close(third).unwrap();
+            close(first).unwrap();
+            vec![after_grow, after_cut]
+        }),
+        ("appenders", &|path| {
+            let open = || OpenOptions::new().append(true).create(true).open(path).unwrap();
+            let (mut one, mut two) = (open(), open());
+            for line in 0..4 {
+                let writer = if line % 2 == 0 { &mut one } else { &mut two };
+                writeln!(writer, "line {line}").unwrap();
+            }
+            close(two).unwrap();
+            writeln!(one, "last line").unwrap();
+            close(one).unwrap();
+            vec![]
+        }),
+        ("overwrite after close", &|path| {
+            let mut first = OpenOptions::new().write(true).create(true).truncate(true).open(path).unwrap();
+            first.write_all(&data).unwrap();
+            let second = OpenOptions::new().read(true).write(true).open(path).unwrap();
+            second.write_all_at(b"HEAD", 0).unwrap();
+            close(second).unwrap();
+            first.write_all(b"tail").unwrap();
+            close(first).unwrap();
+            vec![]
+        }),
+    ];
+    for (name, case) in cases {
+        let sizes_mounted = case(&m.join(name));
+        let sizes_local = case(&local.path().join(name));
+        assert_eq!(sizes_mounted, sizes_local, "{name}: sizes seen on the way");
+        let expected = std::fs::read(local.path().join(name)).expect("read the local file");
+        // With --write-back this open waits for the upload of the last close.
+        assert_eq!(std::fs::read(m.join(name)).expect("read back"), expected, "{name}: read back");
+        assert_eq!(get(b, name), expected, "{name}: the object is the local file");
     }
 }

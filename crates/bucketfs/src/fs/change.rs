@@ -14,8 +14,8 @@ use fuser::{FileAttr, FileType};
 use super::attrs::StoredAttrs;
 use super::error::FsError;
 use super::{
-    without_set_id_bits, xattrs, AttrChange, Fs, DIRECTORY_CONTENT_TYPE, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK,
-    S_IFREG, S_IFSOCK,
+    without_set_id_bits, xattrs, AttrChange, Fs, Writer, DIRECTORY_CONTENT_TYPE, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO,
+    S_IFLNK, S_IFREG, S_IFSOCK,
 };
 use crate::namespace::{Copied, Ino, Location, NamespaceError, Node, ROOT_INO};
 use crate::store::{Metadata, StoreError};
@@ -133,12 +133,20 @@ impl Fs {
         Ok(())
     }
 
+    /// Cuts or extends the staging file of `writer` to `size` (stored at close).
+    pub(super) async fn truncate_writer(&self, writer: &Writer, size: u64) -> Result<(), FsError> {
+        let Output::Staged(staged) = &writer.output else { return Err(FsError::Committed) };
+        staged.truncate(size).await?;
+        self.content_changed(writer).await;
+        self.namespace.set_pending_size(writer.ino, size);
+        Ok(())
+    }
+
     /// Changes the metadata of `ino`: in its upload if it is open for writing (stored at
     /// close), else in the store right away.
     async fn change_metadata(&self, ino: Ino, change: impl Fn(&mut Metadata)) -> Result<(), FsError> {
         self.check_writable()?;
-        let writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == ino).cloned().collect();
-        for writer in writers {
+        for writer in self.writers_where(|w| w.ino == ino) {
             if let Some(metadata) = writer.output.update_metadata(&change).await {
                 self.namespace.set_metadata(ino, Arc::new(metadata), None);
                 // The times set now hold until the next write (see `Fs::write`).
@@ -240,9 +248,9 @@ impl Fs {
         if size == node.size {
             return Ok(self.attr(&node));
         }
-        // Each descriptor writes its own version of the file (the last close wins):
-        // `ftruncate` cuts its own; `truncate` by name one still being written, not one
-        // whose opener closed it already (`--write-back` keeps those until released).
+        // The descriptors of a file open for writing share its writer: `ftruncate` cuts
+        // that; `truncate` by name one still being written, not one whose upload
+        // `--write-back` runs after its close (kept until released).
         let writer = {
             let writers = self.writers.lock();
             match through.and_then(|handle| writers.get(&handle).map(|w| (handle, w))) {
@@ -258,10 +266,7 @@ impl Fs {
                 // A multipart upload cannot be cut or extended behind what it sent.
                 writer = self.store_and_continue_staged(handle, &writer).await?;
             }
-            let Output::Staged(staged) = &writer.output else { return Err(FsError::Committed) };
-            staged.truncate(size).await?;
-            self.content_changed(&writer).await;
-            self.namespace.set_pending_size(ino, size);
+            self.truncate_writer(&writer, size).await?;
             return Ok(self.attr(&self.namespace.node(ino)?));
         }
         let mut metadata = self.stored_metadata(node.clone()).await?;

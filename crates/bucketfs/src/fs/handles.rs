@@ -1,7 +1,10 @@
 //! Open files: what a handle reads from or writes into, and who may commit it.
 //!
 //! A file open for reading is a [`Reader`]; a file open for writing is a [`Writer`],
-//! committed by its opener's `close()` (see `Fs::flush`). "Opener" means the *process*:
+//! shared by every descriptor of the file open for writing in this mount (as the
+//! descriptors of a local file share its inode: what one writes, another reads,
+//! truncates, or commits), and committed by the `close()` of a descriptor's opener (see
+//! `Fs::flush`). "Opener" means the *process*:
 //! the kernel tells FUSE which thread calls, and Go, Java, Node (libuv), Python thread
 //! pools and `tokio::fs` routinely close a file on another thread than the one that
 //! opened it, so every caller's thread id is resolved to its process ([`process_of`])
@@ -18,10 +21,8 @@ use crate::namespace::Ino;
 use crate::read::ReadHandle;
 use crate::write::Output;
 
-/// A file open for writing.
+/// A file open for writing, through one descriptor or several.
 pub(super) struct Writer {
-    /// The process that opened the file; see `Fs::flush`.
-    pub opener: u32,
     /// A new file (rather than an existing one being replaced).
     pub created: bool,
     pub ino: Ino,
@@ -41,9 +42,8 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub fn new(opener: u32, created: bool, ino: Ino, output: Output, times_kept: bool) -> Self {
+    pub fn new(created: bool, ino: Ino, output: Output, times_kept: bool) -> Self {
         Self {
-            opener,
             created,
             ino,
             output,

@@ -140,7 +140,11 @@ pub struct Fs {
     presentation: Presentation,
     read_config: ReadConfig,
     write_config: WriteConfig,
+    /// Files open for writing, by handle: the handles of one file share its `Writer`.
     writers: Mutex<HashMap<u64, Arc<Writer>>>,
+    /// The process that opened each handle of `writers`: its close commits (see
+    /// [`Fs::flush`]).
+    write_openers: Mutex<HashMap<u64, u32>>,
     memory: Arc<MemoryLimiter>,
     files: Mutex<HashMap<u64, (Ino, Reader)>>,
     dirs: dirs::OpenDirs,
@@ -191,6 +195,7 @@ impl Fs {
             read_config,
             write_config,
             writers: Mutex::new(HashMap::new()),
+            write_openers: Mutex::new(HashMap::new()),
             memory,
             files: Mutex::new(HashMap::new()),
             dirs: dirs::OpenDirs::new(),
@@ -429,7 +434,7 @@ impl Fs {
         };
         let node = self.namespace.enter_pending_file(parent, name, source, key, Arc::new(metadata));
         self.namespace.touch_dir(parent);
-        let opened = self.add_writer(Writer::new(process_of(caller.thread), true, node.ino, output, false));
+        let opened = self.add_writer(Arc::new(Writer::new(true, node.ino, output, false)), process_of(caller.thread));
         Ok((self.attr(&node), opened))
     }
 
@@ -467,6 +472,12 @@ impl Fs {
             return Err(FsError::IsDir);
         };
         let truncate = flags & libc::O_TRUNC != 0;
+        if let Some(shared) = self.writer_to_share(ino).await? {
+            if truncate {
+                self.truncate_writer(&shared, 0).await?;
+            }
+            return Ok(self.add_writer(shared, process_of(caller.thread)));
+        }
         // The file keeps its mode and owner. Its times become those of the new content:
         // at once with O_TRUNC, else at the first write (see `Fs::write`).
         let mut metadata = self.stored_metadata(node.clone()).await?;
@@ -486,7 +497,40 @@ impl Fs {
         let (parent, name) = node.parent_and_name();
         self.namespace.enter_pending_file(parent, &name, *source, key.clone(), Arc::new(metadata));
         self.namespace.set_pending_size(ino, if truncate { 0 } else { node.size });
-        Ok(self.add_writer(Writer::new(process_of(caller.thread), false, ino, output, !truncate)))
+        Ok(self.add_writer(Arc::new(Writer::new(false, ino, output, !truncate)), process_of(caller.thread)))
+    }
+
+    /// The writer of `ino` that a new descriptor open for writing shares, if the file is
+    /// being written here: one still open for writing (not one whose upload
+    /// `--write-back` left running after its close, which the open waited for). A stream
+    /// has one writer: it stores what was written so far and goes on in a staging file
+    /// ([`Fs::store_and_continue_staged`]). One streamed and stored already (closed, not
+    /// released yet: the kernel releases after `close` returns) is left alone, and the
+    /// new descriptor starts from the stored object, as after its release.
+    async fn writer_to_share(&self, ino: Ino) -> Result<Option<Arc<Writer>>, FsError> {
+        let found = self
+            .writers
+            .lock()
+            .iter()
+            .find(|(_, w)| w.ino == ino && !w.handed_off.load(Ordering::Acquire))
+            .map(|(handle, writer)| (*handle, writer.clone()));
+        let Some((handle, writer)) = found else { return Ok(None) };
+        match &writer.output {
+            Output::Staged(_) => Ok(Some(writer)),
+            Output::Streamed(upload) if upload.stored().await.is_some() => Ok(None),
+            Output::Streamed(_) => Ok(Some(self.store_and_continue_staged(handle, &writer).await?)),
+        }
+    }
+
+    /// The distinct writers that `wanted` picks (one shared by several handles, once).
+    fn writers_where(&self, wanted: impl Fn(&Writer) -> bool) -> Vec<Arc<Writer>> {
+        let mut found: Vec<Arc<Writer>> = Vec::new();
+        for writer in self.writers.lock().values() {
+            if wanted(writer) && !found.iter().any(|seen| Arc::ptr_eq(seen, writer)) {
+                found.push(writer.clone());
+            }
+        }
+        found
     }
 
     fn new_staged(
@@ -561,11 +605,16 @@ impl Fs {
         StoredAttrs::forget_content_times(&mut metadata); // a write follows
         let staged = self.new_staged(source, key.clone(), Some(Base { etag, size }), metadata.clone())?;
         staged.allow_replace().await;
-        let next = Arc::new(Writer::new(writer.opener, false, writer.ino, Output::Staged(staged), false));
+        let next = Arc::new(Writer::new(false, writer.ino, Output::Staged(staged), false));
         {
             let mut writers = self.writers.lock();
             match writers.get(&handle) {
-                Some(current) if Arc::ptr_eq(current, writer) => writers.insert(handle, next.clone()),
+                // Every handle sharing the writer goes on with the staging file.
+                Some(current) if Arc::ptr_eq(current, writer) => {
+                    for shared in writers.values_mut().filter(|w| Arc::ptr_eq(w, writer)) {
+                        *shared = next.clone();
+                    }
+                }
                 // Another write of this handle got here first.
                 Some(current) => return Ok(current.clone()),
                 None => return Err(FsError::BadHandle),
@@ -590,7 +639,7 @@ impl Fs {
         let Some(writer) = self.writers.lock().get(&handle).cloned() else {
             return Ok(()); // a read handle: nothing to do
         };
-        if writer.opener != process_of(closer) {
+        if self.write_openers.lock().get(&handle) != Some(&process_of(closer)) {
             return Ok(());
         }
         match &self.write_back {
@@ -622,13 +671,7 @@ impl Fs {
     }
 
     async fn settle_where(&self, wanted: impl Fn(&Writer) -> bool) {
-        let handed_off: Vec<_> = self
-            .writers
-            .lock()
-            .values()
-            .filter(|w| w.handed_off.load(Ordering::Acquire) && wanted(w))
-            .cloned()
-            .collect();
+        let handed_off = self.writers_where(|w| w.handed_off.load(Ordering::Acquire) && wanted(w));
         for writer in handed_off {
             let _ = writer.background.lock().await;
         }
@@ -638,8 +681,7 @@ impl Fs {
     /// its last descriptor is closed; with `--write-back` the uploads run after close).
     pub async fn finish_uploads(&self) {
         self.settle_all().await;
-        let writers: Vec<_> = self.writers.lock().values().cloned().collect();
-        for writer in writers {
+        for writer in self.writers_where(|_| true) {
             let _kept_for_unstored = self.commit_unheard(&writer).await;
         }
         if let Some(log) = &self.write_config.write_back_log {
@@ -665,10 +707,8 @@ impl Fs {
     /// writer's `background` lock), and their bytes.
     pub fn uploads_after_close(&self) -> (usize, u64) {
         let running: Vec<Ino> = self
-            .writers
-            .lock()
-            .values()
-            .filter(|w| w.handed_off.load(Ordering::Acquire) && w.background.try_lock().is_err())
+            .writers_where(|w| w.handed_off.load(Ordering::Acquire) && w.background.try_lock().is_err())
+            .iter()
             .map(|w| w.ino)
             .collect();
         let bytes = running.iter().filter_map(|&ino| self.namespace.node(ino).ok()).map(|node| node.size).sum();
@@ -783,6 +823,17 @@ impl Fs {
             }
         }
         if let Some(writer) = writer {
+            self.write_openers.lock().remove(&handle);
+            // Another handle still shares the writer: this one goes, and the last one's
+            // release commits (decided under the lock, so that of two releases at once
+            // exactly one is the last).
+            {
+                let mut writers = self.writers.lock();
+                if writers.iter().any(|(h, w)| *h != handle && Arc::ptr_eq(w, &writer)) {
+                    writers.remove(&handle);
+                    return;
+                }
+            }
             if writer.handed_off.load(Ordering::Acquire) {
                 let _ = writer.background.lock().await;
             } else {
@@ -820,8 +871,7 @@ impl Fs {
             return Err(FsError::IsDir);
         };
         self.settle(node.ino).await;
-        let open_writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == node.ino).cloned().collect();
-        for writer in &open_writers {
+        for writer in &self.writers_where(|w| w.ino == node.ino) {
             writer.output.discard().await;
         }
         self.namespace.store(*source).delete(key).await?;
@@ -943,9 +993,11 @@ impl Fs {
             .keeping_stored_bytes(self.data_cache.is_some())
     }
 
-    fn add_writer(&self, writer: Writer) -> Opened {
+    /// A new handle of `writer`, opened by process `opener`.
+    fn add_writer(&self, writer: Arc<Writer>, opener: u32) -> Opened {
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        self.writers.lock().insert(handle, Arc::new(writer));
+        self.write_openers.lock().insert(handle, opener);
+        self.writers.lock().insert(handle, writer);
         Opened { handle, keep_cache: false, backing: None }
     }
 

@@ -69,7 +69,7 @@ impl Fs {
         to: (Ino, &str),
         to_key: String,
     ) -> Result<(), FsError> {
-        let writers: Vec<_> = self.writers.lock().values().filter(|w| w.ino == node.ino).cloned().collect();
+        let writers = self.writers_where(|w| w.ino == node.ino);
         let mut uploading = false;
         for writer in &writers {
             uploading |= writer.output.rename(to_key.clone()).await;
@@ -119,8 +119,7 @@ impl Fs {
         // at its new key first (waiting for a commit in progress), so it cannot land
         // under the old prefix after the listing below; one already stored is in that
         // listing, copied with the rest, and told where it went.
-        let below: Vec<_> =
-            self.writers.lock().values().filter(|w| w.output.key().starts_with(prefix)).cloned().collect();
+        let below = self.writers_where(|w| w.output.key().starts_with(prefix));
         let mut stored_writers = Vec::new();
         let mut redirected = Vec::new();
         for writer in below {
