@@ -508,17 +508,24 @@ impl Fs {
     /// released yet: the kernel releases after `close` returns) is left alone, and the
     /// new descriptor starts from the stored object, as after its release.
     async fn writer_to_share(&self, ino: Ino) -> Result<Option<Arc<Writer>>, FsError> {
-        let found = self
+        let candidates: Vec<_> = self
             .writers
             .lock()
             .iter()
-            .find(|(_, w)| w.ino == ino && !w.handed_off.load(Ordering::Acquire))
-            .map(|(handle, writer)| (*handle, writer.clone()));
-        let Some((handle, writer)) = found else { return Ok(None) };
-        match &writer.output {
-            Output::Staged(_) => Ok(Some(writer)),
-            Output::Streamed(upload) if upload.stored().await.is_some() => Ok(None),
-            Output::Streamed(_) => Ok(Some(self.store_and_continue_staged(handle, &writer).await?)),
+            .filter(|(_, w)| w.ino == ino && !w.handed_off.load(Ordering::Acquire))
+            .map(|(handle, writer)| (*handle, writer.clone()))
+            .collect();
+        let mut stream = None;
+        for (handle, writer) in candidates {
+            match &writer.output {
+                Output::Staged(_) => return Ok(Some(writer)),
+                Output::Streamed(upload) if upload.stored().await.is_none() => stream = Some((handle, writer)),
+                Output::Streamed(_) => {}
+            }
+        }
+        match stream {
+            Some((handle, writer)) => Ok(Some(self.store_and_continue_staged(handle, &writer).await?)),
+            None => Ok(None),
         }
     }
 
