@@ -43,6 +43,8 @@ pub struct MemoryStore {
     uploads: Mutex<BTreeMap<String, Upload>>,
     /// The store does not answer: HEAD and PUT fail as a stopped server's would.
     pub away: std::sync::atomic::AtomicBool,
+    /// LISTs (of either kind) that are still to time out, one each, before LISTs answer.
+    pub lists_timing_out: AtomicUsize,
 }
 
 impl MemoryStore {
@@ -99,6 +101,14 @@ impl MemoryStore {
         match if_match {
             Some(etag) if Self::info(key, &stored).etag.as_deref() != Some(etag) => Err(StoreError::Changed),
             _ => Ok(stored),
+        }
+    }
+
+    /// A LIST times out while `lists_timing_out` counts down.
+    fn list_answering(&self) -> Result<(), StoreError> {
+        match self.lists_timing_out.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)) {
+            Ok(_) => Err(StoreError::Timeout("memory".into())),
+            Err(_) => Ok(()),
         }
     }
 
@@ -162,6 +172,7 @@ impl ObjectStore for MemoryStore {
         _with_metadata: bool,
     ) -> Result<ListPage, StoreError> {
         self.lists.fetch_add(1, Ordering::Relaxed);
+        self.list_answering()?;
         let latency = *self.list_latency.lock();
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
@@ -176,6 +187,7 @@ impl ObjectStore for MemoryStore {
         _with_metadata: bool,
     ) -> Result<ListPage, StoreError> {
         self.lists.fetch_add(1, Ordering::Relaxed);
+        self.list_answering()?;
         const PAGE: usize = 1000;
         let objects = self.objects.lock();
         let after = token.unwrap_or_default();

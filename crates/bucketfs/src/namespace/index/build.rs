@@ -6,8 +6,9 @@
 //! by side.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
@@ -22,6 +23,15 @@ const LISTS_IN_FLIGHT: usize = 8;
 /// found, or [`MAX_SPLIT_LEVELS`] levels were.
 const SUBTREES_WANTED: usize = 16;
 const MAX_SPLIT_LEVELS: usize = 4;
+/// Times a page of a build is asked for before the build fails. Each ask already retries
+/// within `--retry-window`, which is sized for a program waiting; a build runs in the
+/// background and can wait longer, and a failed page fails the whole listing: with 1 M
+/// keys on a MinIO whose disk cache was cold, a page among 8 listings in flight took
+/// longer than `--read-timeout`, and the build started over every minute.
+const PAGE_ASKS: u32 = 4;
+/// The wait before asking again for a failed page, doubled each time (short in unit
+/// tests).
+const FIRST_PAGE_PAUSE: Duration = if cfg!(test) { Duration::from_millis(10) } else { Duration::from_secs(2) };
 
 /// A flat listing fills an index: each directory once the listing has passed it.
 struct IntoIndex {
@@ -106,7 +116,7 @@ async fn list_delimited(
     let mut marker = None;
     let mut token = None;
     loop {
-        let page = store.list(&dir, token.take(), None, true).await?;
+        let page = patiently(&dir, || store.list(&dir, token.clone(), None, true)).await?;
         token = page.next_token.clone();
         marker = marker.or_else(|| page.objects.iter().find(|o| o.key == dir).cloned());
         entries.extend(merger.push_page(page).into_iter().map(|entry| (entry.name, entry.kind)));
@@ -123,12 +133,34 @@ async fn list_flat(store: &Arc<dyn ObjectStore>, dir: String) -> Result<IntoInde
     let mut token = None;
     let now = Instant::now();
     loop {
-        let page = store.list_recursive(&dir, token.take(), true).await?;
+        let page = patiently(&dir, || store.list_recursive(&dir, token.clone(), true)).await?;
         filler.push(&mut part, &page.objects, now);
         token = page.next_token;
         if token.is_none() {
             filler.finish(&mut part);
             return Ok(part);
+        }
+    }
+}
+
+/// A page of the listing of `dir`, asked for again (up to [`PAGE_ASKS`] times) while
+/// the store fails for a passing reason.
+async fn patiently<T, F, Fut>(dir: &str, ask: F) -> Result<T, StoreError>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    let mut pause = FIRST_PAGE_PAUSE;
+    let mut asked = 1;
+    loop {
+        match ask().await {
+            Err(error) if error.is_transient() && asked < PAGE_ASKS => {
+                tracing::info!(prefix = dir, "index listing: a page failed ({error}); asking again in {pause:?}");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+                asked += 1;
+            }
+            answered => return answered,
         }
     }
 }
@@ -142,4 +174,28 @@ pub fn index_of(objects: Vec<ObjectInfo>, prefix: &str) -> SourceIndex {
     filler.push(&mut whole, &objects, Instant::now());
     filler.finish(&mut whole);
     finish(whole)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+    use std::sync::atomic::Ordering;
+
+    /// Pages that time out are asked for again: three timeouts in a row, and the build
+    /// still ends with every key; a store that never answers fails it (it does not wait
+    /// forever).
+    #[tokio::test]
+    async fn a_build_waits_out_pages_that_time_out() {
+        let keys = (0..2500).map(|i| (format!("d{}/f{i:04}", i % 3), b"x".to_vec()));
+        let store = Arc::new(MemoryStore::with_keys(keys));
+        let dyn_store: Arc<dyn ObjectStore> = store.clone();
+        store.lists_timing_out.store(3, Ordering::Release);
+        let index = list_source(&dyn_store, "").await.expect("built after the timeouts");
+        assert_eq!(index.files(), 2500, "every key indexed");
+        assert!(index.dir("d2/").is_some());
+
+        store.lists_timing_out.store(usize::MAX, Ordering::Release);
+        assert!(list_source(&dyn_store, "").await.is_err(), "a page that never answers fails the build");
+    }
 }
