@@ -461,9 +461,11 @@ impl Fs {
         metadata
     }
 
-    /// Opening an existing file for writing. With `O_TRUNC` and write-only, what is
-    /// written replaces the object, streamed; anything else (append, writes in place,
-    /// `O_RDWR`) goes through a staging file that starts as the object.
+    /// Opening an existing file for writing. If it is being written here already, the
+    /// new handle shares that writer ([`Fs::writer_to_share`]; `O_TRUNC` cuts it). Else,
+    /// with `O_TRUNC` and write-only, what is written replaces the object, streamed;
+    /// anything else (append, writes in place, `O_RDWR`) goes through a staging file that
+    /// starts as the object.
     async fn open_for_writing(&self, ino: Ino, flags: i32, caller: Caller) -> Result<Opened, FsError> {
         self.check_writable()?;
         let node = self.namespace.getattr(ino).await?;
