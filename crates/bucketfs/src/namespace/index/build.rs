@@ -103,6 +103,7 @@ fn finish(mut whole: IntoIndex) -> SourceIndex {
     for (prefix, marker) in &whole.markers {
         whole.index.set_marker(prefix, marker);
     }
+    whole.index.share_equal_metadata();
     whole.index
 }
 

@@ -113,7 +113,7 @@ pub fn load(path: &Path, identity: &str) -> Result<(SourceIndex, SystemTime), Lo
     if crc32fast::hash(body) != word(MAGIC.len() + 4) {
         return Err(LoadError::Corrupt);
     }
-    let saved: Saved = postcard::from_bytes(body).map_err(LoadError::Undecodable)?;
+    let saved: Saved = super::tree::decoding_shared(|| postcard::from_bytes(body)).map_err(LoadError::Undecodable)?;
     if saved.identity != identity {
         return Err(LoadError::OtherSource(saved.identity));
     }
@@ -138,7 +138,8 @@ mod tests {
     use super::*;
     use crate::namespace::index::build::index_of;
     use crate::namespace::index::tree::Indexed;
-    use crate::store::ObjectInfo;
+    use crate::store::{Metadata, ObjectInfo};
+    use std::sync::Arc;
 
     fn sample() -> SourceIndex {
         let keys: BTreeSet<String> = ["a/b/c", "a/d", "e", "f/"].iter().map(|k| k.to_string()).collect();
@@ -149,7 +150,9 @@ mod tests {
                 size: 7,
                 mtime: SystemTime::UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789),
                 etag: Some("\"0123456789abcdef0123456789abcdef\"".into()),
-                metadata: None,
+                // A copy each: a load must share them again (see the test below).
+                metadata: (key != "f/")
+                    .then(|| Arc::new(Metadata { content_type: Some("text/plain".into()), ..Default::default() })),
             })
             .collect();
         index_of(objects, "")
@@ -167,6 +170,11 @@ mod tests {
         assert_eq!((loaded.files(), loaded.dirs()), (index.files(), index.dirs()));
         assert_eq!(loaded.lookup("a/", "d"), index.lookup("a/", "d"));
         assert!(matches!(loaded.lookup("", "f"), Some(Indexed::Dir { metadata: None })), "a marker, not fetched");
+        let metadata_of = |prefix: &str, name: &str| match loaded.lookup(prefix, name) {
+            Some(Indexed::File(object)) => object.metadata.expect("metadata"),
+            other => panic!("{prefix}{name}: {other:?}"),
+        };
+        assert!(Arc::ptr_eq(&metadata_of("a/", "d"), &metadata_of("", "e")), "equal metadata loaded as one copy");
         assert!(matches!(load(&path, "http://x/other/"), Err(LoadError::OtherSource(_))));
     }
 
