@@ -58,18 +58,21 @@ pub fn decoding_shared<R>(decode: impl FnOnce() -> R) -> R {
 fn shared_metadata<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Arc<Metadata>>, D::Error> {
     let Some(metadata) = Option::<Metadata>::deserialize(deserializer)? else { return Ok(None) };
     Ok(Some(DECODED_METADATA.with(|seen| match seen.borrow_mut().as_mut() {
-        Some(seen) => match seen.get(&metadata) {
-            Some(shared) => shared.clone(),
-            None => {
-                let metadata = Arc::new(metadata);
-                if seen.len() < DISTINCT_METADATA {
-                    seen.insert(metadata.clone());
-                }
-                metadata
-            }
-        },
+        Some(seen) => shared(seen, Arc::new(metadata)),
         None => Arc::new(metadata),
     })))
+}
+
+/// The copy of `metadata` that `seen` holds, else `metadata`, kept there while `seen`
+/// holds fewer than [`DISTINCT_METADATA`] values.
+fn shared(seen: &mut HashSet<Arc<Metadata>>, metadata: Arc<Metadata>) -> Arc<Metadata> {
+    if let Some(copy) = seen.get(&metadata) {
+        return copy.clone();
+    }
+    if seen.len() < DISTINCT_METADATA {
+        seen.insert(metadata.clone());
+    }
+    metadata
 }
 
 /// One entry: 56 bytes, plus its name (and an unusual ETag) in the listing's `text`.
@@ -84,8 +87,8 @@ struct Packed {
     etag: [u8; 16],
     /// Multipart part count (`ETAG_MD5`; 0: none) or the text ETag's length.
     etag_extra: u32,
-    /// The object's stored metadata (for a directory, its marker's), once known: a
-    /// listing does not carry it.
+    /// The object's stored metadata (for a directory, its marker's), once known: from
+    /// the listing where the store gives it there (MinIO), else fetched by HEAD.
     #[serde(deserialize_with = "shared_metadata")]
     metadata: Option<Arc<Metadata>>,
 }
@@ -394,11 +397,7 @@ impl SourceIndex {
         for listing in self.dirs.values_mut() {
             let listing = Arc::make_mut(listing);
             for metadata in listing.entries.iter_mut().filter_map(|entry| entry.metadata.as_mut()) {
-                if let Some(shared) = seen.get(metadata) {
-                    *metadata = shared.clone();
-                } else if seen.len() < DISTINCT_METADATA {
-                    seen.insert(metadata.clone());
-                }
+                *metadata = shared(&mut seen, metadata.clone());
             }
         }
     }
