@@ -16,7 +16,6 @@
 //! refuse. An object whose `<Contents>` has no `<UserMetadata>` keeps `metadata: None`
 //! and is HEADed as before: an absent element is never read as "no metadata".
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -28,7 +27,7 @@ use aws_smithy_xml::decode::{try_data, Document, XmlDecodeError};
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use super::Metadata;
+use super::{Metadata, SharedMetadata};
 
 /// What one store has learnt about its server's listings.
 #[derive(Debug)]
@@ -131,7 +130,7 @@ pub fn parse(body: &[u8]) -> Result<Vec<(String, Arc<Metadata>)>, XmlDecodeError
     let mut document = Document::new(text);
     let mut root = document.root_element()?;
     let mut found = Vec::new();
-    let mut distinct: HashSet<Arc<Metadata>> = HashSet::new();
+    let mut shared = SharedMetadata::default();
     while let Some(mut element) = root.next_tag() {
         if !element.start_el().matches("Contents") {
             continue;
@@ -152,14 +151,7 @@ pub fn parse(body: &[u8]) -> Result<Vec<(String, Arc<Metadata>)>, XmlDecodeError
                         stored.content_type = Some(value);
                     }
                 }
-                metadata = Some(match distinct.get(&stored) {
-                    Some(shared) => shared.clone(),
-                    None => {
-                        let stored = Arc::new(stored);
-                        distinct.insert(stored.clone());
-                        stored
-                    }
-                });
+                metadata = Some(shared.share(Arc::new(stored)));
             }
         }
         if let (Some(key), Some(metadata)) = (key, metadata) {

@@ -16,7 +16,7 @@ pub mod memory;
 pub mod request_options;
 pub mod s3;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -45,6 +45,31 @@ pub struct ObjectInfo {
 pub struct Metadata {
     pub user: BTreeMap<String, String>,
     pub content_type: Option<String>,
+}
+
+/// Gives equal [`Metadata`] one shared copy: objects written by other tools mostly carry
+/// nothing but a content type, and every listed entry kept (a page of a listing, the
+/// kernel's inodes, the listing index) holds its metadata. Keeps at most
+/// [`SharedMetadata::MOST`] values, so that entries that all differ cost no large table.
+#[derive(Default)]
+pub struct SharedMetadata {
+    seen: HashSet<Arc<Metadata>>,
+}
+
+impl SharedMetadata {
+    const MOST: usize = 4096;
+
+    /// The copy of `metadata` kept already, else `metadata` itself (kept from now on
+    /// while there is room).
+    pub fn share(&mut self, metadata: Arc<Metadata>) -> Arc<Metadata> {
+        if let Some(copy) = self.seen.get(&metadata) {
+            return copy.clone();
+        }
+        if self.seen.len() < Self::MOST {
+            self.seen.insert(metadata.clone());
+        }
+        metadata
+    }
 }
 
 /// One version of an object, or a delete marker, as `ListObjectVersions` returns it.

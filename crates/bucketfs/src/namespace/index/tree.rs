@@ -10,14 +10,14 @@
 //! whether they arrive live or are replayed onto a refreshed index.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::namespace::listing::EntryKind;
-use crate::store::{Metadata, ObjectInfo};
+use crate::store::{Metadata, ObjectInfo, SharedMetadata};
 
 /// `Packed::flags`: the entry is a directory.
 const DIR: u8 = 1;
@@ -30,13 +30,9 @@ const ETAG_MD5: u8 = 4;
 /// The ETag is stored as text after the name (any other form).
 const ETAG_TEXT: u8 = 8;
 
-/// Metadata values [`SourceIndex::share_equal_metadata`] and [`decoding_shared`] keep
-/// track of.
-const DISTINCT_METADATA: usize = 4096;
-
 thread_local! {
     /// While [`decoding_shared`] runs: the metadata values decoded so far, each once.
-    static DECODED_METADATA: RefCell<Option<HashSet<Arc<Metadata>>>> = const { RefCell::new(None) };
+    static DECODED_METADATA: RefCell<Option<SharedMetadata>> = const { RefCell::new(None) };
 }
 
 /// Runs `decode` (of a saved index) so that entries with equal metadata share one copy
@@ -50,7 +46,7 @@ pub fn decoding_shared<R>(decode: impl FnOnce() -> R) -> R {
             DECODED_METADATA.with(|seen| *seen.borrow_mut() = None);
         }
     }
-    DECODED_METADATA.with(|seen| *seen.borrow_mut() = Some(HashSet::new()));
+    DECODED_METADATA.with(|seen| *seen.borrow_mut() = Some(SharedMetadata::default()));
     let _done = Done;
     decode()
 }
@@ -58,21 +54,9 @@ pub fn decoding_shared<R>(decode: impl FnOnce() -> R) -> R {
 fn shared_metadata<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Arc<Metadata>>, D::Error> {
     let Some(metadata) = Option::<Metadata>::deserialize(deserializer)? else { return Ok(None) };
     Ok(Some(DECODED_METADATA.with(|seen| match seen.borrow_mut().as_mut() {
-        Some(seen) => shared(seen, Arc::new(metadata)),
+        Some(seen) => seen.share(Arc::new(metadata)),
         None => Arc::new(metadata),
     })))
-}
-
-/// The copy of `metadata` that `seen` holds, else `metadata`, kept there while `seen`
-/// holds fewer than [`DISTINCT_METADATA`] values.
-fn shared(seen: &mut HashSet<Arc<Metadata>>, metadata: Arc<Metadata>) -> Arc<Metadata> {
-    if let Some(copy) = seen.get(&metadata) {
-        return copy.clone();
-    }
-    if seen.len() < DISTINCT_METADATA {
-        seen.insert(metadata.clone());
-    }
-    metadata
 }
 
 /// One entry: 56 bytes, plus its name (and an unusual ETag) in the listing's `text`.
@@ -387,17 +371,15 @@ impl SourceIndex {
         self.dirs.len()
     }
 
-    /// Makes entries with equal metadata share one copy. A listing page's objects share
-    /// theirs already (MinIO's listings carry metadata, mostly the same for all), but
-    /// the pages of a build have one copy each. At most
-    /// [`DISTINCT_METADATA`] different values are looked for, so that an index whose
-    /// entries all differ costs no large table.
+    /// Makes entries with equal metadata share one copy ([`SharedMetadata`]). A listing
+    /// page's objects share theirs already (MinIO's listings carry metadata, mostly the
+    /// same for all), but the pages of a build have one copy each.
     pub fn share_equal_metadata(&mut self) {
-        let mut seen: HashSet<Arc<Metadata>> = HashSet::new();
+        let mut seen = SharedMetadata::default();
         for listing in self.dirs.values_mut() {
             let listing = Arc::make_mut(listing);
             for metadata in listing.entries.iter_mut().filter_map(|entry| entry.metadata.as_mut()) {
-                *metadata = shared(&mut seen, metadata.clone());
+                *metadata = seen.share(metadata.clone());
             }
         }
     }
