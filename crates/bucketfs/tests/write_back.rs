@@ -433,6 +433,7 @@ fn changes_one_after_another_are_one_marker_write() {
     assert_eq!(stored_metadata(&b, "d/").get("mode").map(String::as_str), Some("16877"));
     // S_IFDIR | 0755
 }
+
 /// A directory's attributes changed with `--write-back` are in the write-back log when
 /// the change returns: a daemon killed before it wrote the marker leaves them to the
 /// next mount, which stores them before it answers.
