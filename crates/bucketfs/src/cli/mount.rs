@@ -136,9 +136,13 @@ pub fn run(args: MountArgs) -> Result<()> {
         runtime.spawn(indexes.clone().refresh_periodically());
         runtime.spawn(indexes.clone().fetch_attributes_in_background());
     }
-    let adapter = FuseAdapter::new(fs.clone(), runtime.handle().clone(), args.cache.is_some() && !args.no_passthrough)
-        .with_log_level(Box::new(move |level| log_level.set(level)))
-        .with_status(Box::new(move || state.report()));
+    let mut adapter =
+        FuseAdapter::new(fs.clone(), runtime.handle().clone(), args.cache.is_some() && !args.no_passthrough)
+            .with_log_level(Box::new(move |level| log_level.set(level)))
+            .with_status(Box::new(move || state.report()));
+    if let Some(indexes) = &indexes {
+        adapter = adapter.with_index_refreshes(indexes.refreshes());
+    }
 
     let mut config = Config::default();
     config.mount_options = vec![
@@ -160,13 +164,6 @@ pub fn run(args: MountArgs) -> Result<()> {
     config.n_threads = Some(FUSE_THREADS);
     config.clone_fd = true;
     let notifier = adapter.notifier();
-    if let Some(indexes) = &indexes {
-        runtime.spawn(crate::fuse::drop_cached_listings_after_refreshes(
-            fs.clone(),
-            notifier.clone(),
-            indexes.refreshes(),
-        ));
-    }
     let mut session = fuser::Session::new(adapter, &mountpoint, &config)
         .with_context(|| format!("cannot mount on {}", mountpoint.display()))?;
     let _ = notifier.set(session.notifier());

@@ -7,6 +7,7 @@
 //! is in (page cache, passthrough to the data cache's copy, direct; see [`io_modes`]).
 
 mod io_modes;
+mod kept_listings;
 
 use std::ffi::OsStr;
 use std::future::Future;
@@ -25,9 +26,10 @@ use tokio::runtime::Handle;
 use tracing::Instrument as _;
 
 use crate::fs::error::FsError;
-use crate::fs::{AttrChange, Caller, Fs, WRITE_BACK};
+use crate::fs::{AttrChange, Caller, Fs, INDEX_REFRESH, WRITE_BACK};
 use crate::store::StoreError;
 use io_modes::{IoModes, Mode};
+use kept_listings::KeptListings;
 
 /// Largest read or write request the kernel may send us (reads: see `cli::mount`'s
 /// `raise_read_ahead`, without which the kernel sends at most 128 KiB).
@@ -66,6 +68,8 @@ pub struct FuseAdapter {
     /// The kernel took FUSE_HANDLE_KILLPRIV_V2 at init: dropping set-ID bits on `chown`,
     /// `truncate` and `open(O_TRUNC)` is the daemon's (see [`FuseAdapter::init`]).
     set_id_bits_are_ours: bool,
+    /// With `--index`: the kernel's kept listings, dropped after each refresh.
+    kept_listings: Option<Arc<KeptListings>>,
 }
 
 impl FuseAdapter {
@@ -80,7 +84,16 @@ impl FuseAdapter {
             notifier: Arc::default(),
             without_opendir: std::sync::OnceLock::new(),
             set_id_bits_are_ours: false,
+            kept_listings: None,
         }
+    }
+
+    /// The mount has an index refreshed as `refreshes` says: the listings the kernel keeps
+    /// of indexed directories are dropped after each refresh.
+    pub fn with_index_refreshes(mut self, refreshes: tokio::sync::watch::Receiver<u64>) -> Self {
+        let kept = KeptListings::drop_after_refreshes(self.fs.clone(), self.notifier.clone(), refreshes, &self.runtime);
+        self.kept_listings = Some(Arc::new(kept));
+        self
     }
 
     /// Lets root or the daemon's own user change the log level through [`LOG_LEVEL`].
@@ -385,7 +398,7 @@ impl Filesystem for FuseAdapter {
         match self.fs.opendir(ino.0) {
             // A listing from the index changes only through this mount (the kernel then
             // drops its copy itself: the directory's iversion changed) or at a refresh
-            // (see `drop_cached_listings_after_refreshes`): the kernel keeps it across
+            // (see [`kept_listings`]): the kernel keeps it across
             // opens, and a walk done again costs OPENDIR and RELEASEDIR only.
             Ok((handle, true)) => {
                 reply.opened(FileHandle(handle), FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE)
@@ -463,8 +476,18 @@ impl Filesystem for FuseAdapter {
         let Some(name) = name.to_str().map(str::to_owned) else {
             return reply.error(Errno::ENODATA);
         };
+        // `bucketfs refresh` returns once a walk sees the new tree: after the kernel has
+        // dropped the listings it kept.
+        let wait_for_kept_listings = match &self.kept_listings {
+            Some(kept) if ino == INodeNo::ROOT && name == INDEX_REFRESH => Some(kept.clone()),
+            _ => None,
+        };
         self.spawn(span, move |fs| async move {
-            match fs.getxattr(ino.0, &name).await {
+            let value = fs.getxattr(ino.0, &name).await;
+            if let (Ok(_), Some(kept)) = (&value, wait_for_kept_listings) {
+                kept.caught_up().await;
+            }
+            match value {
                 Ok(value) => reply_xattr(reply, size, &value),
                 Err(e) => reply.error(log_error("getxattr", &e)),
             }
@@ -791,28 +814,5 @@ impl Filesystem for FuseAdapter {
                 Err(e) => reply.error(log_error("symlink", &e)),
             }
         });
-    }
-}
-
-/// After each index refresh, tells the kernel to drop the listings it keeps of indexed
-/// directories (every one it holds: a refresh is rare, and telling which changed would
-/// cost a comparison of every listing). Runs for the mount's life.
-pub async fn drop_cached_listings_after_refreshes(
-    fs: Arc<Fs>,
-    notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
-    mut refreshes: tokio::sync::watch::Receiver<u64>,
-) {
-    while refreshes.changed().await.is_ok() {
-        let Some(notifier) = notifier.get().cloned() else { continue };
-        let fs = fs.clone();
-        // A walk of the whole inode table, then one write to /dev/fuse per directory:
-        // off the runtime's threads.
-        let _ = tokio::task::spawn_blocking(move || {
-            for dir in fs.held_indexed_dirs() {
-                // ENOENT: the kernel forgot it meanwhile; nothing to drop.
-                let _ = notifier.inval_inode(INodeNo(dir), 0, 0);
-            }
-        })
-        .await;
     }
 }
