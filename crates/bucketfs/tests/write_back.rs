@@ -9,7 +9,7 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -414,24 +414,42 @@ fn directory_attribute_changes_are_stored_once_after_they_return() {
 }
 
 /// Changes of a directory that keep coming, each soon after the last (five, 20 ms apart:
-/// 100 ms in all, past the 50 ms wait), are one marker write: the wait for more starts
+/// 80 ms in all, past the 50 ms wait), are one marker write: the wait for more starts
 /// again at each change. A wait counted from the first change wrote the marker at least
-/// once more in between.
+/// once more in between. A round in which the machine stalled the test between two
+/// changes for close to the wait proves nothing either way, and is done again.
 #[test]
 fn changes_one_after_another_are_one_marker_write() {
     let b = create_bucket("wb-dir-slide");
     let m = MountBuilder::new().bucket(&b).arg("--write-back").request_log().mount();
     std::fs::create_dir(m.join("d")).expect("mkdir");
     assert!(wait_until(Duration::from_secs(10), || puts_of(&m, "d/") == 1), "the mkdir's marker is written");
-    for mode in [0o700, 0o710, 0o750, 0o751, 0o755] {
-        std::fs::set_permissions(m.join("d"), std::fs::Permissions::from_mode(mode)).expect("chmod");
-        std::thread::sleep(Duration::from_millis(20));
+    let modes = [0o700, 0o710, 0o750, 0o751, 0o755];
+    for round in 0..5 {
+        let before = puts_of(&m, "d/");
+        let mut longest_gap = Duration::ZERO;
+        let mut last_change = Instant::now();
+        for (i, mode) in modes.iter().enumerate() {
+            if i > 0 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            std::fs::set_permissions(m.join("d"), std::fs::Permissions::from_mode(*mode)).expect("chmod");
+            if i > 0 {
+                longest_gap = longest_gap.max(last_change.elapsed());
+            }
+            last_change = Instant::now();
+        }
+        assert!(wait_until(Duration::from_secs(10), || puts_of(&m, "d/") > before), "the changes are written");
+        std::thread::sleep(Duration::from_millis(300));
+        if longest_gap < Duration::from_millis(40) {
+            assert_eq!(puts_of(&m, "d/"), before + 1, "five changes 20 ms apart, one write\n{}", m.diagnostics());
+            assert_eq!(stored_metadata(&b, "d/").get("mode").map(String::as_str), Some("16877"));
+            // S_IFDIR | 0755
+            return;
+        }
+        eprintln!("round {round}: {longest_gap:?} between two changes, past what the test needs; again");
     }
-    assert!(wait_until(Duration::from_secs(10), || puts_of(&m, "d/") >= 2), "the changes are written");
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(puts_of(&m, "d/"), 2, "five changes 20 ms apart, one write\n{}", m.diagnostics());
-    assert_eq!(stored_metadata(&b, "d/").get("mode").map(String::as_str), Some("16877"));
-    // S_IFDIR | 0755
+    panic!("every round had a gap of 40 ms or more between two chmods: the machine is too loaded to tell");
 }
 
 /// A directory's attributes changed with `--write-back` are in the write-back log when
