@@ -55,6 +55,10 @@ pub enum FsError {
     /// staging file (see `Fs::write`); seen by a program only if that cannot be made.
     #[error("write after the file was committed by close or fsync")]
     Committed,
+    /// A `copy_file_range` the store cannot make (not a whole object into an empty file):
+    /// the kernel then copies the bytes itself, and the program never sees this.
+    #[error("not a copy inside the store: the kernel copies the bytes")]
+    CopiedByTheKernel,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -110,6 +114,7 @@ impl FsError {
             FsError::Invalid(_) => Errno::EINVAL,
             FsError::Unsupported(_) => Errno::EOPNOTSUPP,
             FsError::Committed => Errno::EINVAL,
+            FsError::CopiedByTheKernel => Errno::EOPNOTSUPP,
             FsError::Store(store) => match store {
                 StoreError::NotFound | StoreError::NoSuchBucket(_) => Errno::ENOENT,
                 StoreError::AccessDenied(_) | StoreError::BadCredentials(_) => Errno::EACCES,
@@ -174,6 +179,7 @@ mod tests {
             FsError::Invalid("i"),
             FsError::Unsupported("u"),
             FsError::Committed,
+            FsError::CopiedByTheKernel,
         ];
         all.extend(store.into_iter().map(FsError::Store));
         all
@@ -200,6 +206,7 @@ mod tests {
             FsError::Invalid(_) => "Invalid".into(),
             FsError::Unsupported(_) => "Unsupported".into(),
             FsError::Committed => "Committed".into(),
+            FsError::CopiedByTheKernel => "CopiedByTheKernel".into(),
             FsError::Store(inner) => format!("Store({})", inner.kind()),
         }
     }

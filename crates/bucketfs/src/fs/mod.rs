@@ -11,6 +11,7 @@
 
 pub mod attrs;
 mod change;
+mod copy;
 mod dir_markers;
 mod dirs;
 pub mod error;

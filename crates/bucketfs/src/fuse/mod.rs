@@ -18,9 +18,9 @@ use std::task::Context;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
-    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use tokio::runtime::Handle;
 use tracing::Instrument as _;
@@ -636,6 +636,33 @@ impl Filesystem for FuseAdapter {
             match fs.write(fh.0, offset, &data, drop_set_id).await {
                 Ok(written) => reply.written(written),
                 Err(e) => reply.error(log_error("write", &e)),
+            }
+        });
+    }
+
+    /// Whole objects into empty files are copied inside the store (fs/copy.rs); any other
+    /// copy the kernel makes itself on `EOPNOTSUPP`, for that call only (`ENOSYS` would
+    /// stop it asking for the whole session).
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let span = request_span("copy_file_range", ino_in, req);
+        self.spawn(span, move |fs| async move {
+            match fs.copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len).await {
+                // At most u32::MAX: larger copies are the kernel's (fs/copy.rs).
+                Ok(copied) => reply.written(u32::try_from(copied).unwrap_or(u32::MAX)),
+                Err(FsError::CopiedByTheKernel) => reply.error(Errno::EOPNOTSUPP),
+                Err(e) => reply.error(log_error("copy_file_range", &e)),
             }
         });
     }

@@ -170,6 +170,16 @@ impl ReadHandle {
         self.cache.as_ref()?.small_content()
     }
 
+    /// The object's size at open.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Reads an older version of the object (a `.versions` file), not the current one.
+    pub fn reads_an_older_version(&self) -> bool {
+        self.version_id.is_some()
+    }
+
     /// The key read and the ETag the reads are pinned to.
     pub fn object(&self) -> (Arc<str>, Option<Arc<str>>) {
         self.object.read().clone()

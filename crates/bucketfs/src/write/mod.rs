@@ -301,6 +301,44 @@ impl Upload {
         outcome.map_err(Into::into)
     }
 
+    /// Stores the file as a copy of `source` (version `etag`, `size` bytes) made inside
+    /// the store, if nothing was written to it yet; `false` (nothing done) otherwise. The
+    /// file is then stored, as after `fsync`: a later write goes on in a staging file
+    /// that starts as the copy. A new file first claims its key with an empty object
+    /// (If-None-Match, as its own PUT would), since a copy cannot be told to fail where
+    /// another client created the key meanwhile; a failed copy removes the claim.
+    pub async fn store_copy_of(&self, source: &str, etag: &str, size: u64) -> Result<bool, WriteError> {
+        let mut state = self.state.lock().await;
+        let untouched = state.outcome.is_none()
+            && state.sent == 0
+            && state.buffer.len() == 0
+            && state.multipart.is_none()
+            && !state.discarded;
+        if !untouched {
+            return Ok(false);
+        }
+        let key = self.key();
+        let claim = self.create_only && !state.replace;
+        let outcome = async {
+            if claim {
+                self.store.put(&key, Bytes::new(), &state.metadata, true).await?;
+            }
+            let copied =
+                copy_object(&self.store, self.journal(), source, &key, size, Some(etag), &state.metadata).await;
+            if copied.is_err() && claim {
+                let _ = self.store.delete(&key).await; // best effort: the error is what matters
+            }
+            copied
+        }
+        .await;
+        state.replace = true;
+        state.stored_size = if outcome.is_ok() { size } else { 0 };
+        state.outcome = Some(outcome.clone());
+        state.buffer_memory = None;
+        outcome?;
+        Ok(true)
+    }
+
     /// The object this upload stored, as (ETag, size); `None` until committed.
     pub async fn stored(&self) -> Option<(Option<String>, u64)> {
         let state = self.state.lock().await;

@@ -1,0 +1,151 @@
+//! copy_file_range(2) inside a mount (docs/SEMANTICS.md, "Copies"): `cp` of a whole
+//! file into a new or truncated one is a copy inside the store, with no byte through
+//! the machine; every other copy is made by the kernel through reads and writes, and
+//! each gives the bytes a local file would.
+
+mod common;
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+use common::*;
+
+/// copy_file_range(2) of `len` bytes between two open files at the given offsets,
+/// repeated while it copies something, as `cp` does; the bytes copied in all.
+fn copy_range(from: &File, from_offset: u64, to: &File, to_offset: u64, len: usize) -> std::io::Result<u64> {
+    let (mut from_offset, mut to_offset) = (from_offset as i64, to_offset as i64);
+    let mut copied = 0u64;
+    while (copied as usize) < len {
+        // SAFETY: both descriptors are open for the call; the offsets are ours.
+        let n = unsafe {
+            libc::copy_file_range(
+                from.as_raw_fd(),
+                &mut from_offset,
+                to.as_raw_fd(),
+                &mut to_offset,
+                len - copied as usize,
+                0,
+            )
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if n == 0 {
+            break;
+        }
+        copied += n as u64;
+    }
+    Ok(copied)
+}
+
+fn requests_of(m: &Mount, op: &str) -> Vec<String> {
+    m.s3_requests().into_iter().filter(|r| r.op == op).map(|r| r.key).collect()
+}
+
+/// `cp` of a file inside the mount, into a new name and over an existing file, with and
+/// without `--write-back`: one COPY in the store each, no GET of the source, no upload of
+/// its bytes; the copies hold the source's bytes, and the metadata a file `cp` writes
+/// from outside gets, through the mount and in the bucket.
+#[test]
+fn cp_inside_the_mount_copies_in_the_store() {
+    let b = create_bucket("cp-store");
+    let data = gen_data(7, 12 * MIB + 5);
+    put(&b, "src", data.clone());
+    let outside = tempfile::NamedTempFile::new().expect("local file");
+    std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    for (new, old, args) in [("new", "old", &[][..]), ("wb-new", "wb-old", &["--write-back"][..])] {
+        put(&b, old, b"replaced by the copy".to_vec());
+        let m = MountBuilder::new().bucket(&b).args(args.iter().copied()).request_log().mount();
+        for target in [new, old] {
+            let status = Command::new("cp").arg(m.join("src")).arg(m.join(target)).status().expect("cp");
+            assert!(status.success(), "cp src {target}");
+        }
+        drop(Command::new(bucketfs_bin()).arg("unmount").arg(m.path()).status());
+        let sent = m.s3_requests();
+        let of = |op: &str| sent.iter().filter(|r| r.op == op).map(|r| r.key.clone()).collect::<Vec<_>>();
+        assert_eq!(of("COPY"), [new, old], "one copy in the store per cp {args:?}\n{}", m.diagnostics());
+        assert_eq!(of("GET"), Vec::<String>::new(), "the source is not read");
+        assert_eq!(of("UPLOAD-PART"), Vec::<String>::new(), "no byte is uploaded");
+        // The new name is claimed (an empty PUT that fails if another client created it).
+        assert_eq!(of("PUT"), [new]);
+    }
+    let m = MountBuilder::new().bucket(&b).mount();
+    Command::new("cp").arg(outside.path()).arg(m.join("written")).status().expect("cp in");
+    let without_times = |key: &str| {
+        let mut metadata = stored_metadata(&b, key);
+        metadata.retain(|name, _| name != "mtime" && name != "ctime");
+        metadata
+    };
+    for target in ["new", "old", "wb-new", "wb-old"] {
+        assert_eq!(sha256_hex(&get(&b, target)), sha256_hex(&data), "{target} in the bucket");
+        let through_mount = std::fs::read(m.join(target)).expect("read the copy");
+        assert_eq!(sha256_hex(&through_mount), sha256_hex(&data), "{target} through the mount");
+        assert_eq!(without_times(target), without_times("written"), "{target}'s metadata");
+        assert!(stored_metadata(&b, target).contains_key("mtime"), "the copy's time is stored with it");
+    }
+    assert_eq!(open_uploads(&b), 0);
+}
+
+/// Copies the store cannot make are the kernel's, and come out as on a local disk: a
+/// part of a file, at an offset, into a file already written to, and writes after a
+/// whole copy (they go on from the copy).
+#[test]
+fn other_copies_give_the_bytes_of_a_local_file() {
+    let b = create_bucket("cp-kernel");
+    let data = gen_data(3, 6 * MIB + 11);
+    put(&b, "src", data.clone());
+    let m = MountBuilder::new().bucket(&b).request_log().mount();
+    let local = tempfile::tempdir().expect("local dir");
+    std::fs::write(local.path().join("src"), &data).expect("local source");
+
+    // The cases are plain functions (no captures): the source's length is this one's.
+    fn data_len() -> usize {
+        6 * MIB + 11
+    }
+    type Case = fn(&File, &File) -> std::io::Result<()>;
+    let cases: [(&str, Case); 4] = [
+        ("part", |from, to| copy_range(from, 0, to, 0, 1_000_000).map(drop)),
+        ("offsets", |from, to| copy_range(from, 4096, to, 100, 3 * MIB).map(drop)),
+        ("after-a-write", |from, to| {
+            (&*to).write_all(b"header")?;
+            copy_range(from, 0, to, 6, data_len()).map(drop)
+        }),
+        ("write-after", |from, to| {
+            copy_range(from, 0, to, 0, data_len())?;
+            std::os::unix::fs::FileExt::write_all_at(to, b"patched", 1000)?;
+            std::os::unix::fs::FileExt::write_all_at(to, b"tail", data_len() as u64 + 5)
+        }),
+    ];
+    for (name, case) in cases {
+        for dir in [m.path(), local.path()] {
+            let from = File::open(dir.join("src")).expect("open source");
+            let to = OpenOptions::new().write(true).create_new(true).open(dir.join(name)).expect("create target");
+            case(&from, &to).unwrap_or_else(|e| panic!("{name} in {}: {e}", dir.display()));
+            close(to).unwrap_or_else(|e| panic!("close {name}: {e}"));
+        }
+        let expected = std::fs::read(local.path().join(name)).expect("local result");
+        assert_same_bytes(&get(&b, name), &expected, name);
+        assert_same_bytes(&std::fs::read(m.join(name)).expect("read back"), &expected, name);
+    }
+    assert_eq!(requests_of(&m, "COPY"), ["write-after"], "only the whole copy is made in the store");
+    assert_eq!(open_uploads(&b), 0);
+}
+
+/// A copy into a name another client created meanwhile, unseen by the mount, does not
+/// overwrite their object: the copy fails with EEXIST, as the new file's own upload would.
+#[test]
+fn a_copy_never_overwrites_a_key_created_meanwhile() {
+    let b = create_bucket("cp-claim");
+    put(&b, "src", gen_data(5, 64 * KIB));
+    let m = MountBuilder::new().bucket(&b).args(["--metadata-ttl", "60"]).mount();
+    assert_eq!(ls(m.path()), ["src"], "the mount lists the directory, without `theirs`");
+    put(&b, "theirs", b"their bytes".to_vec());
+    let from = File::open(m.join("src")).expect("open source");
+    let to = File::create(m.join("theirs")).expect("create: the mount still takes the name as free");
+    assert_errno(copy_range(&from, 0, &to, 0, 64 * KIB), libc::EEXIST, "copy over a key created meanwhile");
+    assert_errno(close(to), libc::EEXIST, "close after the refused copy");
+    assert_eq!(get(&b, "theirs"), b"their bytes", "their object stays");
+}
