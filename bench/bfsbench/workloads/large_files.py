@@ -1,6 +1,7 @@
 """W1 — large files: one big object cold and warm; N big files written with cp from a RAM
 disk and read with cat, serially and in parallel (the 24 x 1 GB test of the s3fs/goofys/rclone
-article, and the 1 GB fresh/cached read of the muxfys README)."""
+article, and the 1 GB fresh/cached read of the muxfys README); and `cp` of the large object to
+another name inside the mount."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ class LargeFiles(Workload):
     what = ("Sequential throughput. `cat` of one large object right after mounting with the page "
             "cache dropped (cold) and again (warm); then N large files read with `cat` one after "
             "the other and all at once, and written with `cp` from a RAM disk the same two ways. "
-            "Writes are timed until every object is complete in the bucket.")
+            "Writes are timed until every object is complete in the bucket. Last, `cp` of the large "
+            "object to a new name inside the mount (page cache dropped), against one CopyObject.")
     chart_metric = "throughput"
 
     def make_cases(self) -> list[Case]:
@@ -44,6 +46,8 @@ class LargeFiles(Workload):
                  ref="direct", nbytes=ms * n, ref_title="put-file (16 MiB parts, 16 in flight), serially"),
             Case("write_parallel", f"write {many} in parallel (cp &)", kind="write", ref="direct",
                  nbytes=ms * n, ref_title="put-file per file, all at once"),
+            Case("copy_inside", f"cp 1 x {one} to a new name inside the mount", kind="write",
+                 ref="direct", nbytes=s, ref_title="one CopyObject"),
         ]
 
     def setup(self) -> None:
@@ -58,6 +62,10 @@ class LargeFiles(Workload):
         ctx.s3.mb(BUCKET)
         ctx.s3.mb(WRITE_BUCKET)
         self.single = "single/file.bin"
+        # The object copied inside the mount (outside the w/ prefixes the write cases clear).
+        self.copy_source = "copysrc/file.bin"
+        ctx.s3.call("put-file", str(self.src_single), WRITE_BUCKET, self.copy_source, "--part-size",
+                    "16MiB", "--concurrency", "8")
         self.multi = [f"multi/file_{i:02d}.bin" for i in range(1, n + 1)]
         for src, key in [(self.src_single, self.single), *[(self.src, k) for k in self.multi]]:
             ctx.s3.call("put-file", str(src), BUCKET, key, "--part-size", "16MiB",
@@ -86,6 +94,11 @@ class LargeFiles(Workload):
                 self.measure(cid, tool, rep, _parallel(puts) if par else " && ".join(puts),
                              settle=self.settle_exact(WRITE_BUCKET, prefix, n, n * s))
                 s3.rm_prefix(WRITE_BUCKET, prefix)
+            prefix = f"w/direct/copy_inside/r{rep}/"
+            copy = s3.cmd("copy", WRITE_BUCKET, self.copy_source, f"{prefix}file.bin") + " >/dev/null"
+            self.measure("copy_inside", tool, rep, copy,
+                         settle=self.settle_exact(WRITE_BUCKET, prefix, 1, self.p.large_size))
+            s3.rm_prefix(WRITE_BUCKET, prefix)
             return
 
         m = ctx.fresh_cold(tool, BUCKET)
@@ -98,7 +111,7 @@ class LargeFiles(Workload):
         m = ctx.fresh_cold(tool, BUCKET)
         self.measure("read_parallel", tool, rep, _parallel(cats), mount=m)
 
-        if self.unsupported_writes(tool, rep, ["write_serial", "write_parallel"]):
+        if self.unsupported_writes(tool, rep, ["write_serial", "write_parallel", "copy_inside"]):
             return
         for cid, par in (("write_serial", False), ("write_parallel", True)):
             prefix = f"w/{tool.name}/{cid}/r{rep}/"
@@ -110,3 +123,13 @@ class LargeFiles(Workload):
                          settle=self.settle_exact(WRITE_BUCKET, prefix, n, n * s))
             ctx.mounts.unmount(tool, WRITE_BUCKET)
             s3.rm_prefix(WRITE_BUCKET, f"w/{tool.name}/")
+
+        prefix = f"w/{tool.name}/copy_inside/r{rep}/"
+        wm = ctx.mounts.fresh(tool, WRITE_BUCKET)
+        ctx.sh(f"mkdir -p {q(wm.path / prefix)}")
+        ctx.drop_caches()
+        self.measure("copy_inside", tool, rep,
+                     f"cp {q(wm.path / self.copy_source)} {q(wm.path / prefix / 'file.bin')}", mount=wm,
+                     settle=self.settle_exact(WRITE_BUCKET, prefix, 1, self.p.large_size))
+        ctx.mounts.unmount(tool, WRITE_BUCKET)
+        s3.rm_prefix(WRITE_BUCKET, f"w/{tool.name}/")

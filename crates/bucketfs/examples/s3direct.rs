@@ -133,6 +133,8 @@ enum Cmd {
         #[arg(long, default_value = "")]
         suffix: String,
     },
+    /// Copy an object inside the store (one CopyObject, up to 5 GiB)
+    Copy { bucket: String, source: String, key: String },
     /// Delete every object under a prefix (batched DeleteObjects)
     RmPrefix {
         bucket: String,
@@ -493,6 +495,17 @@ async fn main() -> Result<()> {
                 .try_collect::<Vec<()>>()
                 .await?;
             println!("{{\"objects\":{count},\"bytes\":{},\"seconds\":{}}}", count * size, secs(t0.elapsed()));
+        }
+        Cmd::Copy { bucket, source, key } => {
+            client
+                .copy_object()
+                .bucket(bucket)
+                .key(key)
+                .copy_source(format!("{bucket}/{source}"))
+                .send()
+                .await
+                .with_context(|| format!("CopyObject {bucket}/{source} to {key}"))?;
+            println!("{{\"objects\":1,\"seconds\":{}}}", secs(t0.elapsed()));
         }
         Cmd::RmPrefix { bucket, prefix } => {
             let keys = list_all(&client, bucket, prefix).await?;
