@@ -16,6 +16,18 @@ use common::*;
 /// copy_file_range(2) of `len` bytes between two open files at the given offsets,
 /// repeated while it copies something, as `cp` does; the bytes copied in all.
 fn copy_range(from: &File, from_offset: u64, to: &File, to_offset: u64, len: usize) -> std::io::Result<u64> {
+    copy_range_in_rounds(from, from_offset, to, to_offset, len, usize::MAX)
+}
+
+/// [`copy_range`] asking for at most `round` bytes a call (Go's `io.Copy` asks for 1 GiB).
+fn copy_range_in_rounds(
+    from: &File,
+    from_offset: u64,
+    to: &File,
+    to_offset: u64,
+    len: usize,
+    round: usize,
+) -> std::io::Result<u64> {
     let (mut from_offset, mut to_offset) = (from_offset as i64, to_offset as i64);
     let mut copied = 0u64;
     while (copied as usize) < len {
@@ -26,7 +38,7 @@ fn copy_range(from: &File, from_offset: u64, to: &File, to_offset: u64, len: usi
                 &mut from_offset,
                 to.as_raw_fd(),
                 &mut to_offset,
-                len - copied as usize,
+                (len - copied as usize).min(round),
                 0,
             )
         };
@@ -148,4 +160,27 @@ fn a_copy_never_overwrites_a_key_created_meanwhile() {
     assert_errno(copy_range(&from, 0, &to, 0, 64 * KIB), libc::EEXIST, "copy over a key created meanwhile");
     assert_errno(close(to), libc::EEXIST, "close after the refused copy");
     assert_eq!(get(&b, "theirs"), b"their bytes", "their object stays");
+}
+
+/// A copy asked for in rounds (Go's `io.Copy` asks for at most 1 GiB a call; `cp`, for
+/// objects over 4 GiB, gets what one reply can count) is parts copied inside the store,
+/// one round after another; a last round smaller than a part may be is the kernel's, and
+/// is uploaded as the last part.
+#[test]
+fn copies_in_rounds_are_parts_copied_in_the_store() {
+    let b = create_bucket("cp-rounds");
+    let data = gen_data(9, 14 * MIB + 3);
+    put(&b, "src", data.clone());
+    let m = MountBuilder::new().bucket(&b).request_log().mount();
+    let from = File::open(m.join("src")).expect("open source");
+    let to = File::create(m.join("rounds")).expect("create");
+    let copied = copy_range_in_rounds(&from, 0, &to, 0, data.len(), 6 * MIB).expect("copy in rounds");
+    assert_eq!(copied, data.len() as u64);
+    close(to).expect("close");
+    assert_same_bytes(&get(&b, "rounds"), &data, "copied in rounds");
+    let count = |op: &str| requests_of(&m, op).iter().filter(|key| *key == "rounds").count();
+    assert_eq!(count("UPLOAD-PART-COPY"), 2, "two rounds of 6 MiB copied in the store\n{}", m.diagnostics());
+    assert_eq!(count("UPLOAD-PART"), 1, "the last 2 MiB, written by the kernel");
+    assert_eq!((count("CREATE-MULTIPART"), count("COMPLETE-MULTIPART"), count("COPY")), (1, 1, 0));
+    assert_eq!(open_uploads(&b), 0);
 }

@@ -1,10 +1,17 @@
-//! `copy_file_range()` between two files of the mount. A whole object copied into a file
-//! open for writing that holds nothing yet (a new file, or one opened with `O_TRUNC`) is
-//! copied inside the store (CopyObject), so `cp`, Go's `io.Copy` between files and
-//! Java's `Files.copy` inside a mount move no bytes through this machine. Any other copy
-//! (a part of a file, into a file already written to, from a file being written, across
-//! sources) is the kernel's: answered `EOPNOTSUPP`, which the kernel takes as "copy it
-//! yourself" for that call, reading and writing through the daemon as for any program.
+//! `copy_file_range()` between two files of the mount, made inside the store where the
+//! store can: so `cp`, Go's `io.Copy` between files (1 GiB a call) and Java's
+//! `Files.copy` inside a mount move no bytes through this machine.
+//!
+//! * A whole object into a file open for writing that holds nothing yet (new, or opened
+//!   with `O_TRUNC`): one CopyObject (`Upload::store_copy_of`).
+//! * A range of at least 5 MiB appended where the file's next part starts (everything
+//!   written before was sent as parts): parts copied inside the store (UploadPartCopy,
+//!   `Upload::append_copy_of`) — the calls `cp` makes for objects over 4 GiB, and Go's.
+//!
+//! Any other copy (a small or unaligned range, into a file with bytes still buffered, from
+//! a file being written, across sources) is the kernel's: answered `EOPNOTSUPP`, which
+//! the kernel takes as "copy it yourself" for that call, reading and writing through the
+//! daemon as for any program.
 
 use super::attrs::StoredAttrs;
 use super::error::FsError;
@@ -12,6 +19,10 @@ use super::handles::Reader;
 use super::Fs;
 use crate::namespace::Location;
 use crate::write::Output;
+
+/// The most one reply can count: FUSE says how much was copied in 32 bits. Larger copies
+/// go on in the next call (`cp` asks again from where this one ended).
+const MOST_PER_CALL: u64 = (u32::MAX as u64) & !4095;
 
 impl Fs {
     /// Copies `len` bytes at `from_offset` of open file `from` to `to_offset` of open
@@ -31,26 +42,32 @@ impl Fs {
         let Some(writer) = self.writers.lock().get(&to).cloned() else { return Err(kernels) };
         let Output::Streamed(upload) = &writer.output else { return Err(kernels) };
         let (key, etag) = reader.object();
+        let Some(etag) = etag.filter(|_| !reader.reads_an_older_version()) else { return Err(kernels) };
         let size = reader.size();
-        // The reply counts bytes in 32 bits: a larger object goes the kernel's way.
-        let whole = from_offset == 0 && to_offset == 0 && len >= size && size > 0 && size <= u64::from(u32::MAX);
-        let (Some(etag), false, true) = (etag, reader.reads_an_older_version(), whole) else { return Err(kernels) };
-        if self.source_of(from_ino) != self.source_of(writer.ino) || self.source_of(from_ino).is_none() {
+        let same_source = self.source_of(from_ino);
+        if same_source.is_none() || same_source != self.source_of(writer.ino) || from_offset >= size {
             return Err(kernels);
         }
         // The copy is the file's content change: its times are the copy's (stored with
         // it, with nanoseconds, as a commit stores those of the last write), not times set
         // while the file was open.
         self.content_changed(&writer).await;
-        self.namespace.set_pending_size(writer.ino, size);
-        if let Ok(node) = self.namespace.node(writer.ino) {
-            upload.update_metadata_if_free(|m| StoredAttrs::stamp_content_times(m, node.mtime)).await;
+        if from_offset == 0 && to_offset == 0 && len >= size && size <= MOST_PER_CALL {
+            let now = std::time::SystemTime::now();
+            let stamp = |m: &mut _| StoredAttrs::stamp_content_times(m, now);
+            if upload.store_copy_of(&key, &etag, size, stamp).await? {
+                tracing::debug!(from = &*key, to = upload.key(), size, "copied inside the store");
+                self.namespace.set_pending_size(writer.ino, size);
+                return Ok(size);
+            }
         }
-        if !upload.store_copy_of(&key, &etag, size).await? {
+        let len = len.min(size - from_offset).min(MOST_PER_CALL);
+        if !upload.append_copy_of(&key, &etag, from_offset, to_offset, len).await? {
             return Err(kernels);
         }
-        tracing::debug!(from = &*key, to = upload.key(), size, "copied inside the store");
-        Ok(size)
+        tracing::debug!(from = &*key, to = upload.key(), from_offset, to_offset, len, "parts copied inside the store");
+        self.namespace.set_pending_size(writer.ino, to_offset + len);
+        Ok(len)
     }
 
     /// The source holding file `ino`.

@@ -307,7 +307,14 @@ impl Upload {
     /// that starts as the copy. A new file first claims its key with an empty object
     /// (If-None-Match, as its own PUT would), since a copy cannot be told to fail where
     /// another client created the key meanwhile; a failed copy removes the claim.
-    pub async fn store_copy_of(&self, source: &str, etag: &str, size: u64) -> Result<bool, WriteError> {
+    /// `changed` changes the metadata the copy gets (its times), once the copy is decided.
+    pub async fn store_copy_of(
+        &self,
+        source: &str,
+        etag: &str,
+        size: u64,
+        changed: impl FnOnce(&mut Metadata),
+    ) -> Result<bool, WriteError> {
         let mut state = self.state.lock().await;
         let untouched = state.outcome.is_none()
             && state.sent == 0
@@ -317,6 +324,7 @@ impl Upload {
         if !untouched {
             return Ok(false);
         }
+        changed(&mut state.metadata);
         let key = self.key();
         let claim = self.create_only && !state.replace;
         let outcome = async {
@@ -337,6 +345,68 @@ impl Upload {
         state.buffer_memory = None;
         outcome?;
         Ok(true)
+    }
+
+    /// Appends `len` bytes at `from` of `source` (version `etag`) to the file at `to`, as
+    /// parts copied inside the store (UploadPartCopy), if `to` is where the file's next
+    /// part starts (everything written so far was sent as parts, nothing is buffered) and
+    /// `len` makes parts S3 takes (at least 5 MiB); `false` (nothing done) otherwise. The
+    /// file goes on as before: later writes are the parts after the copied ones.
+    pub async fn append_copy_of(
+        &self,
+        source: &str,
+        etag: &str,
+        from: u64,
+        to: u64,
+        len: u64,
+    ) -> Result<bool, WriteError> {
+        let mut state = self.state.lock().await;
+        let next_part = state.multipart.as_ref().map_or(1, |m| m.next_number) as u64;
+        let appends = to == state.sent && state.buffer.len() == 0 && state.outcome.is_none() && !state.discarded;
+        if !appends || len < MIN_PART || next_part + len.div_ceil(COPY_PART) > MAX_PARTS + 1 {
+            return Ok(false);
+        }
+        if let Err(error) = self.copy_parts(&mut state, source, etag, from..from + len).await {
+            state.outcome = Some(Err(error.clone()));
+            self.abort(&mut state).await;
+            return Err(error.into());
+        }
+        state.sent += len;
+        Ok(true)
+    }
+
+    /// Copies `range` of `source` as the next parts, once the parts in flight are done
+    /// (parts complete in the order of their numbers).
+    async fn copy_parts(
+        &self,
+        state: &mut State,
+        source: &str,
+        etag: &str,
+        range: std::ops::Range<u64>,
+    ) -> Result<(), StoreError> {
+        self.start_multipart(state).await?;
+        let Some(multipart) = state.multipart.as_mut() else { unreachable!("started above") };
+        while let Some(part) = multipart.in_flight.pop_front() {
+            multipart.done.push((part.number, join(part.task).await?));
+        }
+        // Parts of at most COPY_PART, as even as can be: each at least half of it, or
+        // the whole range.
+        let size = (range.end - range.start).div_ceil((range.end - range.start).div_ceil(COPY_PART));
+        let first = multipart.next_number;
+        let copied = copy_as_parts(&multipart.upload, source, Some(etag), range, size, first).await?;
+        multipart.next_number = first + copied.len() as i32;
+        multipart.done.extend(copied);
+        Ok(())
+    }
+
+    /// The file's multipart upload, started (with the metadata it has now) if it was not.
+    async fn start_multipart(&self, state: &mut State) -> Result<(), StoreError> {
+        if state.multipart.is_none() {
+            let upload = MultipartUpload::start(&self.store, self.journal(), &self.key(), &state.metadata).await?;
+            state.started_with = Some(state.metadata.clone());
+            state.multipart = Some(Multipart { upload, in_flight: VecDeque::new(), done: Vec::new(), next_number: 1 });
+        }
+        Ok(())
     }
 
     /// The object this upload stored, as (ETag, size); `None` until committed.
@@ -436,11 +506,7 @@ impl Upload {
     /// Sends the first `len` buffered bytes as the next part (the buffer's reservation
     /// goes with it; the next buffer waits for memory in `grow_buffer`).
     async fn send_part(&self, state: &mut State, len: usize) -> Result<(), WriteError> {
-        if state.multipart.is_none() {
-            let upload = MultipartUpload::start(&self.store, self.journal(), &self.key(), &state.metadata).await?;
-            state.started_with = Some(state.metadata.clone());
-            state.multipart = Some(Multipart { upload, in_flight: VecDeque::new(), done: Vec::new(), next_number: 1 });
-        }
+        self.start_multipart(state).await?;
         // The part keeps the buffer's reservation until it is uploaded.
         let memory = self.memory_to_send(state).await;
         let data = state.buffer.take_front(len)?;
@@ -688,15 +754,29 @@ async fn copy_object_in_parts_above(
     }
     let part_size = COPY_PART.min(single_copy_limit).max(size.div_ceil(MAX_PARTS)).max(1);
     let upload = MultipartUpload::start(store, journal, key, metadata).await?;
-    let copies = (0..size.div_ceil(part_size)).map(|index| {
-        let range = index * part_size..((index + 1) * part_size).min(size);
-        let number = index as i32 + 1;
-        let upload = &upload;
-        async move { Ok::<_, StoreError>((number, upload.copy_part(number, source, range, etag).await?)) }
-    });
-    let parts = futures::stream::iter(copies).buffered(COPY_CONCURRENCY).try_collect();
-    let parts: Result<Vec<(i32, String)>, StoreError> = parts.await;
+    let parts = copy_as_parts(&upload, source, etag, 0..size, part_size, 1).await;
     upload.finish_with(async { parts }, false).await
+}
+
+/// Copies `range` of `source` (at version `etag`) inside the store as parts `first`,
+/// `first + 1`, … of `upload`, `part_size` bytes each (the last one the rest),
+/// [`COPY_CONCURRENCY`] at a time; their numbers and ETags, in order.
+async fn copy_as_parts(
+    upload: &MultipartUpload,
+    source: &str,
+    etag: Option<&str>,
+    range: std::ops::Range<u64>,
+    part_size: u64,
+    first: i32,
+) -> Result<Vec<(i32, String)>, StoreError> {
+    let parts = (range.end - range.start).div_ceil(part_size);
+    let copies = (0..parts).map(|index| {
+        let start = range.start + index * part_size;
+        let part = start..(start + part_size).min(range.end);
+        let number = first + index as i32;
+        async move { Ok::<_, StoreError>((number, upload.copy_part(number, source, part, etag).await?)) }
+    });
+    futures::stream::iter(copies).buffered(COPY_CONCURRENCY).try_collect().await
 }
 
 async fn join(task: JoinHandle<Result<String, StoreError>>) -> Result<String, StoreError> {
@@ -819,6 +899,39 @@ mod tests {
         });
         assert_eq!(memory_store.metadata("dst").expect("dst"), metadata);
         assert_eq!(memory_store.open_uploads(), 0, "the failed copy was aborted");
+    }
+
+    /// Ranges copied inside the store become the file's next parts, between parts written:
+    /// the object is the written bytes and the copied ranges in the order given. A copy
+    /// that does not start where the next part does (bytes still buffered), or is smaller
+    /// than a part may be, is refused and leaves the file as it was.
+    #[test]
+    fn copied_ranges_are_parts_between_written_ones() {
+        let rt = runtime();
+        let source: Vec<u8> = (0..20 * MIB as usize).map(|i| (i % 251) as u8).collect();
+        let store = Arc::new(MemoryStore::with_keys([("src".to_owned(), source.clone())]));
+        let upload = new_upload(store.clone(), true, MemoryLimiter::new(64 * MIB));
+        let part = MIN_PART as usize; // the test upload's part size
+        let written = vec![7u8; part];
+        rt.block_on(async {
+            let etag = store.head("src").await.expect("head").etag.expect("etag");
+            upload.write(0, &written).await.expect("write one part");
+            let (from, len) = (MIB, 12 * MIB);
+            assert!(upload.append_copy_of("src", &etag, from, part as u64, len).await.expect("copy"));
+            let end = part as u64 + len;
+            upload.write(end, b"tail").await.expect("write after the copy");
+            let refused = upload.append_copy_of("src", &etag, 0, end + 4, 6 * MIB).await.expect("refused copy");
+            assert!(!refused, "bytes are buffered: no part starts there");
+            assert!(!upload.append_copy_of("src", &etag, 0, end, MIB).await.expect("small"), "below a part's size");
+            upload.commit().await.expect("commit");
+        });
+        let mut expected = written;
+        expected.extend_from_slice(&source[MIB as usize..13 * MIB as usize]);
+        expected.extend_from_slice(b"tail");
+        assert_eq!(rt.block_on(store.head("k")).expect("head").size, expected.len() as u64);
+        let stored = rt.block_on(store.get_range("k", 0..expected.len() as u64, None)).expect("get");
+        assert!(stored[..] == expected[..], "content differs");
+        assert_eq!(store.open_uploads(), 0);
     }
 
     #[test]
