@@ -19,7 +19,7 @@ fn copy_range(from: &File, from_offset: u64, to: &File, to_offset: u64, len: usi
     copy_range_in_rounds(from, from_offset, to, to_offset, len, usize::MAX)
 }
 
-/// [`copy_range`] asking for at most `round` bytes a call (Go's `io.Copy` asks for 1 GiB).
+/// [`copy_range`] asking for at most `round` bytes a call (Go's `io.Copy` asks for 2 GiB − 4 KiB).
 fn copy_range_in_rounds(
     from: &File,
     from_offset: u64,
@@ -162,8 +162,8 @@ fn a_copy_never_overwrites_a_key_created_meanwhile() {
     assert_eq!(get(&b, "theirs"), b"their bytes", "their object stays");
 }
 
-/// A copy asked for in rounds (Go's `io.Copy` asks for at most 1 GiB a call; `cp`, for
-/// objects over 4 GiB, gets what one reply can count) is parts copied inside the store,
+/// A copy asked for in rounds (`cp`, for objects over 4 GiB, gets what one reply can
+/// count, and asks again from there) is parts copied inside the store,
 /// one round after another; a last round smaller than a part may be is the kernel's, and
 /// is uploaded as the last part.
 #[test]
@@ -182,5 +182,32 @@ fn copies_in_rounds_are_parts_copied_in_the_store() {
     assert_eq!(count("UPLOAD-PART-COPY"), 2, "two rounds of 6 MiB copied in the store\n{}", m.diagnostics());
     assert_eq!(count("UPLOAD-PART"), 1, "the last 2 MiB, written by the kernel");
     assert_eq!((count("CREATE-MULTIPART"), count("COMPLETE-MULTIPART"), count("COPY")), (1, 1, 0));
+    assert_eq!(open_uploads(&b), 0);
+}
+
+/// Go's `os.Create` opens for reading too (`O_RDWR | O_CREAT | O_TRUNC`): a whole copy into
+/// such a file is a copy inside the store as well, and the file goes on from it: reads
+/// through the same descriptor give the copy's bytes, and a write after it is stored at
+/// close with the rest of the copy.
+#[test]
+fn a_copy_into_a_file_open_for_reading_too_is_made_in_the_store() {
+    let b = create_bucket("cp-rdwr");
+    let data = gen_data(11, 9 * MIB + 7);
+    put(&b, "src", data.clone());
+    let m = MountBuilder::new().bucket(&b).request_log().mount();
+    let from = File::open(m.join("src")).expect("open source");
+    let to = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.join("go")).expect("create");
+    assert_eq!(copy_range(&from, 0, &to, 0, data.len()).expect("copy"), data.len() as u64);
+    assert_eq!(requests_of(&m, "COPY"), ["go"], "copied in the store\n{}", m.diagnostics());
+    assert_same_bytes(
+        &pread_full(&to, 5 * MIB as u64, 1000).expect("read back"),
+        &data[5 * MIB..5 * MIB + 1000],
+        "read back",
+    );
+    std::os::unix::fs::FileExt::write_all_at(&to, b"patched", 100).expect("write after the copy");
+    close(to).expect("close");
+    let mut expected = data;
+    expected[100..107].copy_from_slice(b"patched");
+    assert_same_bytes(&get(&b, "go"), &expected, "the copy with the write");
     assert_eq!(open_uploads(&b), 0);
 }

@@ -1,12 +1,14 @@
 //! `copy_file_range()` between two files of the mount, made inside the store where the
-//! store can: so `cp`, Go's `io.Copy` between files (1 GiB a call) and Java's
-//! `Files.copy` inside a mount move no bytes through this machine.
+//! store can: so `cp`, Go's `io.Copy` between files and Java's `Files.copy` inside a
+//! mount move no bytes through this machine.
 //!
 //! * A whole object into a file open for writing that holds nothing yet (new, or opened
-//!   with `O_TRUNC`): one CopyObject (`Upload::store_copy_of`).
+//!   with `O_TRUNC`): one CopyObject (`Upload::store_copy_of`; `Staged::store_copy_of`
+//!   where the file is open for reading too, as Go's `os.Create` opens it).
 //! * A range of at least 5 MiB appended where the file's next part starts (everything
 //!   written before was sent as parts): parts copied inside the store (UploadPartCopy,
-//!   `Upload::append_copy_of`) — the calls `cp` makes for objects over 4 GiB, and Go's.
+//!   `Upload::append_copy_of`): the calls `cp` makes for objects over 4 GiB. (Go asks for
+//!   2 GiB − 4 KiB a call, into a file open for reading too: larger files are the kernel's.)
 //!
 //! Any other copy (a small or unaligned range, into a file with bytes still buffered, from
 //! a file being written, across sources) is the kernel's: answered `EOPNOTSUPP`, which
@@ -40,7 +42,6 @@ impl Fs {
             return Err(kernels);
         };
         let Some(writer) = self.writers.lock().get(&to).cloned() else { return Err(kernels) };
-        let Output::Streamed(upload) = &writer.output else { return Err(kernels) };
         let (key, etag) = reader.object();
         let Some(etag) = etag.filter(|_| !reader.reads_an_older_version()) else { return Err(kernels) };
         let size = reader.size();
@@ -55,12 +56,18 @@ impl Fs {
         if from_offset == 0 && to_offset == 0 && len >= size && size <= MOST_PER_CALL {
             let now = std::time::SystemTime::now();
             let stamp = |m: &mut _| StoredAttrs::stamp_content_times(m, now);
-            if upload.store_copy_of(&key, &etag, size, stamp).await? {
-                tracing::debug!(from = &*key, to = upload.key(), size, "copied inside the store");
+            let copied = match &writer.output {
+                Output::Streamed(upload) => upload.store_copy_of(&key, &etag, size, stamp).await?,
+                Output::Staged(staged) => staged.store_copy_of(&key, &etag, size, stamp).await?,
+            };
+            if copied {
+                tracing::debug!(from = &*key, to = writer.output.key(), size, "copied inside the store");
                 self.namespace.set_pending_size(writer.ino, size);
                 return Ok(size);
             }
         }
+        // Parts appended to an upload; a staging file takes whole objects only.
+        let Output::Streamed(upload) = &writer.output else { return Err(kernels) };
         let len = len.min(size - from_offset).min(MOST_PER_CALL);
         if !upload.append_copy_of(&key, &etag, from_offset, to_offset, len).await? {
             return Err(kernels);

@@ -304,9 +304,7 @@ impl Upload {
     /// Stores the file as a copy of `source` (version `etag`, `size` bytes) made inside
     /// the store, if nothing was written to it yet; `false` (nothing done) otherwise. The
     /// file is then stored, as after `fsync`: a later write goes on in a staging file
-    /// that starts as the copy. A new file first claims its key with an empty object
-    /// (If-None-Match, as its own PUT would), since a copy cannot be told to fail where
-    /// another client created the key meanwhile; a failed copy removes the claim.
+    /// that starts as the copy (see [`CopyInto`] for a new file's key).
     /// `changed` changes the metadata the copy gets (its times), once the copy is decided.
     pub async fn store_copy_of(
         &self,
@@ -325,20 +323,9 @@ impl Upload {
             return Ok(false);
         }
         changed(&mut state.metadata);
-        let key = self.key();
         let claim = self.create_only && !state.replace;
-        let outcome = async {
-            if claim {
-                self.store.put(&key, Bytes::new(), &state.metadata, true).await?;
-            }
-            let copied =
-                copy_object(&self.store, self.journal(), source, &key, size, Some(etag), &state.metadata).await;
-            if copied.is_err() && claim {
-                let _ = self.store.delete(&key).await; // best effort: the error is what matters
-            }
-            copied
-        }
-        .await;
+        let copy = CopyInto { key: &self.key(), metadata: &state.metadata, claim };
+        let outcome = copy.of(&self.store, self.journal(), source, etag, size).await;
         state.replace = true;
         state.stored_size = if outcome.is_ok() { size } else { 0 };
         state.outcome = Some(outcome.clone());
@@ -710,6 +697,38 @@ impl Output {
             Output::Streamed(upload) => upload.key(),
             Output::Staged(staged) => staged.key(),
         }
+    }
+}
+
+/// A whole object copied inside the store into a file open for writing (`copy_file_range`
+/// of a whole file into an empty one: `Upload::store_copy_of`, `Staged::store_copy_of`).
+pub(crate) struct CopyInto<'a> {
+    pub key: &'a str,
+    pub metadata: &'a Metadata,
+    /// A new file: its key is first claimed with an empty object (If-None-Match, as its own
+    /// PUT would be), since a copy cannot be told to fail where another client created the
+    /// key meanwhile; a failed copy removes the claim.
+    pub claim: bool,
+}
+
+impl CopyInto<'_> {
+    /// Copies `source` (version `etag`, `size` bytes); the copy's ETag.
+    pub async fn of(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        journal: Option<&Journal>,
+        source: &str,
+        etag: &str,
+        size: u64,
+    ) -> Result<Option<String>, StoreError> {
+        if self.claim {
+            store.put(self.key, Bytes::new(), self.metadata, true).await?;
+        }
+        let copied = copy_object(store, journal, source, self.key, size, Some(etag), self.metadata).await;
+        if copied.is_err() && self.claim {
+            let _ = store.delete(self.key).await; // best effort: the error is what matters
+        }
+        copied
     }
 }
 

@@ -204,6 +204,48 @@ impl Staged {
         Ok(Bytes::from(buffer))
     }
 
+    /// Makes the file a copy of `source` (version `etag`, `size` bytes) made inside the
+    /// store, if it is empty and nothing was written to it (a new file, or one opened with
+    /// `O_TRUNC`, for reading too); `false` (nothing done) otherwise. The file then starts
+    /// from the copy, as from any stored object: reads fetch its bytes, and a later commit
+    /// uploads only what changed. `changed` changes the metadata the copy gets (its times).
+    pub async fn store_copy_of(
+        &self,
+        source: &str,
+        etag: &str,
+        size: u64,
+        changed: impl FnOnce(&mut Metadata),
+    ) -> Result<bool, WriteError> {
+        let mut state = self.state.lock().await;
+        if state.size != 0 || state.discarded || !state.disk.try_grow(size) {
+            return Ok(false);
+        }
+        if let Err(error) = state.file.set_len(size) {
+            state.disk.shrink_to(0);
+            return Err(local_error(error));
+        }
+        changed(&mut state.metadata);
+        let key = self.key();
+        let copy = super::CopyInto { key: &key, metadata: &state.metadata, claim: state.create_only };
+        let etag = match copy.of(&self.store, self.journal.as_deref(), source, etag, size).await {
+            Ok(etag) => etag,
+            Err(error) => {
+                let _ = state.file.set_len(0);
+                state.disk.shrink_to(0);
+                return Err(error.into());
+            }
+        };
+        state.size = size;
+        state.base = Some(Base { etag, size });
+        state.base_end = size;
+        state.local = RangeSet::new();
+        state.dirty = RangeSet::new();
+        state.changed = false;
+        state.metadata_changed = false;
+        state.create_only = false;
+        Ok(true)
+    }
+
     /// `truncate`/`ftruncate` to `size`.
     pub async fn truncate(&self, size: u64) -> Result<(), WriteError> {
         let mut state = self.state.lock().await;
