@@ -211,3 +211,20 @@ fn a_copy_into_a_file_open_for_reading_too_is_made_in_the_store() {
     assert_same_bytes(&get(&b, "go"), &expected, "the copy with the write");
     assert_eq!(open_uploads(&b), 0);
 }
+
+/// A copy is of the version the source was opened at: replaced in the store since, the
+/// copy fails with ESTALE (as a read of it would), and leaves nothing at the new name.
+#[test]
+fn a_copy_of_a_source_replaced_since_its_open_fails_and_leaves_nothing() {
+    let b = create_bucket("cp-stale");
+    put(&b, "src", gen_data(13, 7 * MIB));
+    let m = MountBuilder::new().bucket(&b).mount();
+    let from = File::open(m.join("src")).expect("open source");
+    put(&b, "src", gen_data(14, 7 * MIB)); // another client replaces it
+    let to = File::create(m.join("copy")).expect("create");
+    assert_errno(copy_range(&from, 0, &to, 0, 7 * MIB), libc::ESTALE, "copy of a replaced source");
+    drop(close(to));
+    assert_eq!(list_keys(&b, ""), ["src"], "no copy, no claim left behind");
+    assert_eq!(open_uploads(&b), 0);
+}
+
