@@ -227,4 +227,3 @@ fn a_copy_of_a_source_replaced_since_its_open_fails_and_leaves_nothing() {
     assert_eq!(list_keys(&b, ""), ["src"], "no copy, no claim left behind");
     assert_eq!(open_uploads(&b), 0);
 }
-
