@@ -227,3 +227,24 @@ fn a_copy_of_a_source_replaced_since_its_open_fails_and_leaves_nothing() {
     assert_eq!(list_keys(&b, ""), ["src"], "no copy, no claim left behind");
     assert_eq!(open_uploads(&b), 0);
 }
+
+/// A store answers a copy only once its bytes are copied (MinIO sends nothing meanwhile),
+/// so no copy request may take on more than a part's worth (128 MiB): one CopyObject of
+/// 4 GiB took 12-13 s here, past a short `--read-timeout`. Larger objects, copied by
+/// `cp` or moved by `mv`, are copied in parts.
+#[test]
+fn copies_of_large_objects_are_made_in_parts() {
+    let b = create_bucket("cp-parts");
+    let data = gen_data(17, 129 * MIB);
+    put(&b, "src", data.clone());
+    let m = MountBuilder::new().bucket(&b).request_log().mount();
+    let status = Command::new("cp").arg(m.join("src")).arg(m.join("copy")).status().expect("cp");
+    assert!(status.success(), "cp");
+    std::fs::rename(m.join("copy"), m.join("moved")).expect("mv");
+    let part_copies = |key: &str| requests_of(&m, "UPLOAD-PART-COPY").iter().filter(|k| *k == key).count();
+    assert_eq!((part_copies("copy"), part_copies("moved")), (2, 2), "128 MiB, then the rest\n{}", m.diagnostics());
+    assert_eq!(requests_of(&m, "COPY"), Vec::<String>::new(), "no single copy of 129 MiB");
+    assert_eq!(sha256_hex(&get(&b, "moved")), sha256_hex(&data));
+    assert_eq!(list_keys(&b, ""), ["moved", "src"]);
+    assert_eq!(open_uploads(&b), 0);
+}

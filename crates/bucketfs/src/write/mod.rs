@@ -60,12 +60,16 @@ const PARTS_PER_STEP: i32 = 1000;
 const MAX_PARTS: u64 = 10_000;
 /// Parts of a staging file uploaded at once.
 const UPLOAD_CONCURRENCY: usize = 4;
-/// Largest object one CopyObject may copy.
-const MAX_SINGLE_COPY: u64 = 5 * 1024 * 1024 * 1024;
 /// Parts of a multipart copy (raised so that 10,000 of them hold the object), and how
-/// many are copied at once.
-const COPY_PART: u64 = 512 * 1024 * 1024;
+/// many are copied at once. A copy request answers only once its bytes are copied (MinIO
+/// sends nothing meanwhile), so each must be done well within `--read-timeout`: one
+/// CopyObject of 4 GiB took 12-13 s on the development VM, past a 5 s read timeout. Parts
+/// of 128 MiB, 8 at a time, keep each request to a few seconds there.
+pub(crate) const COPY_PART: u64 = 128 * 1024 * 1024;
 const COPY_CONCURRENCY: usize = 8;
+/// Largest object copied with one CopyObject (S3 allows 5 GiB): a part's worth, for the
+/// same reason.
+const MAX_SINGLE_COPY: u64 = COPY_PART;
 
 /// Size of part `number` (from 1) for a base part size.
 pub fn part_size_for(base: u64, number: i32) -> u64 {
@@ -733,7 +737,7 @@ impl CopyInto<'_> {
 }
 
 /// Copies `source` (at version `etag`, `size` bytes) to `key` with `metadata`, inside the
-/// store: one CopyObject up to 5 GiB, a multipart copy (recorded in `journal`) above.
+/// store: one CopyObject up to [`MAX_SINGLE_COPY`], a multipart copy (recorded in `journal`) above.
 /// `source` may be `key`.
 pub async fn copy_object(
     store: &Arc<dyn ObjectStore>,
@@ -747,9 +751,9 @@ pub async fn copy_object(
     copy_object_in_parts_above(single_copy_limit(), store, journal, source, key, size, etag, metadata).await
 }
 
-/// Largest object copied with one CopyObject: S3's 5 GiB, or less where a test says so
+/// Largest object copied with one CopyObject: [`MAX_SINGLE_COPY`], or less where a test says so
 /// (`BUCKETFS_TEST_SINGLE_COPY_LIMIT`, bytes), so that multipart copies can be tested
-/// without 5 GiB objects.
+/// without large objects.
 fn single_copy_limit() -> u64 {
     static LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *LIMIT.get_or_init(|| {

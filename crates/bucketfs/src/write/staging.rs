@@ -24,7 +24,7 @@ use tokio::sync::Mutex;
 
 use super::journal::Journal;
 use super::multipart::MultipartUpload;
-use super::{WriteError, MAX_PARTS, MIN_PART, UPLOAD_CONCURRENCY};
+use super::{WriteError, COPY_PART, MAX_PARTS, MIN_PART, UPLOAD_CONCURRENCY};
 use crate::memory::{MemoryLimiter, Reservation};
 use crate::store::{Metadata, ObjectStore, StoreError};
 
@@ -34,9 +34,6 @@ pub struct Base {
     pub etag: Option<String>,
     pub size: u64,
 }
-
-/// Largest part of the unchanged prefix copied by one `UploadPartCopy`.
-const COPY_PART: u64 = 512 * 1024 * 1024;
 
 struct State {
     file: File,
