@@ -34,6 +34,17 @@ fn wrong_secret_key() {
     r.assert_error("credentials rejected");
 }
 
+/// No credentials anywhere (environment, config files, instance metadata): the mount
+/// says so, and what to do, rather than calling the endpoint unreachable.
+#[test]
+fn no_credentials_at_all() {
+    let b = create_bucket("no-credentials");
+    let r =
+        MountBuilder::new().bucket(&b).env("AWS_ACCESS_KEY_ID", "").env("AWS_SECRET_ACCESS_KEY", "").expect_failure();
+    r.assert_error("no credentials to sign requests");
+    r.assert_error("AWS_ACCESS_KEY_ID");
+}
+
 #[test]
 fn endpoint_unreachable() {
     let r = MountBuilder::new().bucket("any-bucket").endpoint(UNREACHABLE_ENDPOINT).expect_failure();

@@ -647,6 +647,10 @@ fn explain(spec: &SourceSpec, error: StoreError) -> anyhow::Error {
         StoreError::BadCredentials(code) => anyhow::anyhow!(
             "credentials rejected by the server for {source} ({code}): check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or --profile"
         ),
+        StoreError::NoCredentials(detail) => anyhow::anyhow!(
+            "no credentials to sign requests for {source} ({detail}): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, \
+             use --profile, or --no-sign-request for a public bucket"
+        ),
         StoreError::Unreachable { endpoint, detail } => anyhow::anyhow!("cannot reach {endpoint} ({detail})"),
         other => anyhow::anyhow!("cannot list {source}: {other}"),
     }

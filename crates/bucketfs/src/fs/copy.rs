@@ -3,8 +3,9 @@
 //! mount move no bytes through this machine.
 //!
 //! * A whole object into a file open for writing that holds nothing yet (new, or opened
-//!   with `O_TRUNC`): one CopyObject (`Upload::store_copy_of`; `Staged::store_copy_of`
-//!   where the file is open for reading too, as Go's `os.Create` opens it).
+//!   with `O_TRUNC`): one CopyObject, in parts above `write::COPY_PART`
+//!   (`Upload::store_copy_of`; `Staged::store_copy_of` where the file is open for reading
+//!   too, as Go's `os.Create` opens it).
 //! * A range of at least 5 MiB appended where the file's next part starts (everything
 //!   written before was sent as parts): parts copied inside the store (UploadPartCopy,
 //!   `Upload::append_copy_of`): the calls `cp` makes for objects over 4 GiB. (Go asks for

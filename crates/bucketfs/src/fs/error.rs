@@ -117,7 +117,9 @@ impl FsError {
             FsError::CopiedByTheKernel => Errno::EOPNOTSUPP,
             FsError::Store(store) => match store {
                 StoreError::NotFound | StoreError::NoSuchBucket(_) => Errno::ENOENT,
-                StoreError::AccessDenied(_) | StoreError::BadCredentials(_) => Errno::EACCES,
+                StoreError::AccessDenied(_) | StoreError::BadCredentials(_) | StoreError::NoCredentials(_) => {
+                    Errno::EACCES
+                }
                 StoreError::Timeout(_) => Errno::ETIMEDOUT,
                 // The object changed under an open handle: the read fails rather than mix
                 // two versions of the object. NFS and mountpoint-s3 say so with ESTALE.
@@ -148,6 +150,7 @@ mod tests {
             StoreError::NoSuchBucket("b".into()),
             StoreError::AccessDenied(None),
             StoreError::BadCredentials("ExpiredToken".into()),
+            StoreError::NoCredentials("none found".into()),
             StoreError::Changed,
             StoreError::AlreadyExists,
             StoreError::Unreachable { endpoint: "e".into(), detail: "d".into() },

@@ -121,6 +121,10 @@ pub enum StoreError {
     AccessDenied(Option<String>),
     #[error("credentials rejected by the server ({0})")]
     BadCredentials(String),
+    /// No credentials to sign with: none in the environment, the config files, SSO or
+    /// instance metadata (or their configuration is wrong). Asking again does not help.
+    #[error("no credentials: {0}")]
+    NoCredentials(String),
     /// The object no longer has the ETag we pinned at open (If-Match failed).
     #[error("object changed since it was opened")]
     Changed,
@@ -160,6 +164,7 @@ impl StoreError {
             StoreError::NoSuchBucket(_) => "NoSuchBucket",
             StoreError::AccessDenied(_) => "AccessDenied",
             StoreError::BadCredentials(_) => "BadCredentials",
+            StoreError::NoCredentials(_) => "NoCredentials",
             StoreError::Changed => "Changed",
             StoreError::AlreadyExists => "AlreadyExists",
             StoreError::Unreachable { .. } => "Unreachable",

@@ -152,6 +152,9 @@ impl S3Store {
         let status = err.raw_response().map(|r| r.status().as_u16());
         match &err {
             SdkError::DispatchFailure(failure) => {
+                if let Some(missing) = missing_credentials(&err) {
+                    return StoreError::NoCredentials(missing);
+                }
                 let detail = failure
                     .as_connector_error()
                     .and_then(|c| c.source())
@@ -217,6 +220,26 @@ impl S3Store {
             },
         }
     }
+}
+
+/// What the credential providers said, if a request failed because none of them had
+/// credentials (or one was set up wrong): the SDK reports it as a failure to send the
+/// request, which would read as an unreachable endpoint and be retried.
+fn missing_credentials(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+    use aws_credential_types::provider::error::CredentialsError;
+    let mut current = Some(err);
+    while let Some(error) = current {
+        if let Some(credentials) = error.downcast_ref::<CredentialsError>() {
+            return match credentials {
+                CredentialsError::CredentialsNotLoaded(_) | CredentialsError::InvalidConfiguration(_) => {
+                    Some(innermost_message(credentials))
+                }
+                _ => None, // a provider that timed out or failed may answer later
+            };
+        }
+        current = error.source();
+    }
+    None
 }
 
 fn innermost_message(err: &(dyn std::error::Error + 'static)) -> String {
