@@ -2,14 +2,15 @@
 //! store can: so `cp`, Go's `io.Copy` between files and Java's `Files.copy` inside a
 //! mount move no bytes through this machine.
 //!
-//! * A whole object into a file open for writing that holds nothing yet (new, or opened
-//!   with `O_TRUNC`): one CopyObject, in parts above `write::COPY_PART`
-//!   (`Upload::store_copy_of`; `Staged::store_copy_of` where the file is open for reading
-//!   too, as Go's `os.Create` opens it).
-//! * A range of at least 5 MiB appended where the file's next part starts (everything
+//! * A whole object into a write-only file that holds nothing yet (new, or opened with
+//!   `O_TRUNC`): one CopyObject, in parts above `write::COPY_PART` (`Upload::store_copy_of`).
+//! * A range of at least 5 MiB appended where such a file's next part starts (everything
 //!   written before was sent as parts): parts copied inside the store (UploadPartCopy,
-//!   `Upload::append_copy_of`): the calls `cp` makes for objects over 4 GiB. (Go asks for
-//!   2 GiB − 4 KiB a call, into a file open for reading too: larger files are the kernel's.)
+//!   `Upload::append_copy_of`): the calls `cp` makes for objects over 4 GiB.
+//! * From offset 0 into an empty file open for reading too (Go's `os.Create`): the whole
+//!   object is copied, and the staging file shows as much of it as was asked for, then
+//!   the next ranges as they are asked for (`Staged::store_copy_of`, `show_more_of_copy`;
+//!   Go asks for 2 GiB − 4 KiB a call).
 //!
 //! Any other copy (a small or unaligned range, into a file with bytes still buffered, from
 //! a file being written, across sources) is the kernel's: answered `EOPNOTSUPP`, which
@@ -26,6 +27,11 @@ use crate::write::Output;
 /// The most one reply can count: FUSE says how much was copied in 32 bits. Larger copies
 /// go on in the next call (`cp` asks again from where this one ended).
 const MOST_PER_CALL: u64 = (u32::MAX as u64) & !4095;
+
+/// A first call from offset 0 asking for at least this much of a larger object is taken
+/// as the first of the rounds of a whole copy (Go asks for 2 GiB − 4 KiB a call), and the
+/// whole object is copied at once: a smaller part (a header) is not worth copying all.
+const FIRST_OF_MANY_ROUNDS: u64 = 1 << 30;
 
 impl Fs {
     /// Copies `len` bytes at `from_offset` of open file `from` to `to_offset` of open
@@ -54,26 +60,27 @@ impl Fs {
         // it, with nanoseconds, as a commit stores those of the last write), not times set
         // while the file was open.
         self.content_changed(&writer).await;
-        if from_offset == 0 && to_offset == 0 && len >= size && size <= MOST_PER_CALL {
-            let now = std::time::SystemTime::now();
-            let stamp = |m: &mut _| StoredAttrs::stamp_content_times(m, now);
-            let copied = match &writer.output {
-                Output::Streamed(upload) => upload.store_copy_of(&key, &etag, size, stamp).await?,
-                Output::Staged(staged) => staged.store_copy_of(&key, &etag, size, stamp).await?,
-            };
-            if copied {
-                tracing::debug!(from = &*key, to = writer.output.key(), size, "copied inside the store");
-                self.namespace.set_pending_size(writer.ino, size);
-                return Ok(size);
-            }
-        }
-        // Parts appended to an upload; a staging file takes whole objects only.
-        let Output::Streamed(upload) = &writer.output else { return Err(kernels) };
         let len = len.min(size - from_offset).min(MOST_PER_CALL);
-        if !upload.append_copy_of(&key, &etag, from_offset, to_offset, len).await? {
+        let at_start = from_offset == 0 && to_offset == 0;
+        let now = std::time::SystemTime::now();
+        let stamp = |m: &mut _| StoredAttrs::stamp_content_times(m, now);
+        let copied = match &writer.output {
+            Output::Streamed(upload) if at_start && len == size => {
+                upload.store_copy_of(&key, &etag, size, stamp).await?
+            }
+            Output::Streamed(upload) => upload.append_copy_of(&key, &etag, from_offset, to_offset, len).await?,
+            Output::Staged(staged) if at_start && (len == size || len >= FIRST_OF_MANY_ROUNDS) => {
+                staged.store_copy_of(&key, &etag, size, len, stamp).await?
+            }
+            Output::Staged(staged) if from_offset == to_offset => {
+                staged.show_more_of_copy(&key, &etag, from_offset, len).await?
+            }
+            Output::Staged(_) => false,
+        };
+        if !copied {
             return Err(kernels);
         }
-        tracing::debug!(from = &*key, to = upload.key(), from_offset, to_offset, len, "parts copied inside the store");
+        tracing::debug!(from = &*key, to = writer.output.key(), from_offset, to_offset, len, "copied inside the store");
         self.namespace.set_pending_size(writer.ino, to_offset + len);
         Ok(len)
     }

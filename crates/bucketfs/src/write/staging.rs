@@ -56,6 +56,9 @@ struct State {
     discarded: bool,
     /// The file's size, counted against the staging limit.
     disk: Reservation,
+    /// The source (key, ETag) the base is a whole copy of, while only a part of it may be
+    /// shown (see [`Staged::store_copy_of`]).
+    copy_of: Option<(String, String)>,
 }
 
 pub struct Staged {
@@ -104,6 +107,7 @@ impl Staged {
             metadata_changed: false,
             discarded: false,
             disk,
+            copy_of: None,
         };
         Ok(Self {
             store,
@@ -202,44 +206,67 @@ impl Staged {
     }
 
     /// Makes the file a copy of `source` (version `etag`, `size` bytes) made inside the
-    /// store, if it is empty and nothing was written to it (a new file, or one opened with
-    /// `O_TRUNC`, for reading too); `false` (nothing done) otherwise. The file then starts
-    /// from the copy, as from any stored object: reads fetch its bytes, and a later commit
-    /// uploads only what changed. `changed` changes the metadata the copy gets (its times).
+    /// store, showing its first `shown` bytes, if the file is empty and nothing was
+    /// written to it (a new file, or one opened with `O_TRUNC`, for reading too); `false`
+    /// (nothing done) otherwise. The file then starts from the copy, as from any stored
+    /// object: reads fetch its bytes, a later commit uploads only what changed, and
+    /// [`Staged::show_more_of_copy`] shows the rest as the program asks for it (Go copies
+    /// 2 GiB a call). `changed` changes the metadata the copy gets (its times).
     pub async fn store_copy_of(
         &self,
         source: &str,
         etag: &str,
         size: u64,
+        shown: u64,
         changed: impl FnOnce(&mut Metadata),
     ) -> Result<bool, WriteError> {
         let mut state = self.state.lock().await;
-        if state.size != 0 || state.discarded || !state.disk.try_grow(size) {
+        if state.size != 0 || state.discarded || shown > size || !state.disk.try_grow(shown) {
             return Ok(false);
         }
-        if let Err(error) = state.file.set_len(size) {
+        if let Err(error) = state.file.set_len(shown) {
             state.disk.shrink_to(0);
             return Err(local_error(error));
         }
         changed(&mut state.metadata);
         let key = self.key();
         let copy = super::CopyInto { key: &key, metadata: &state.metadata, claim: state.create_only };
-        let etag = match copy.of(&self.store, self.journal.as_deref(), source, etag, size).await {
-            Ok(etag) => etag,
+        let copied = match copy.of(&self.store, self.journal.as_deref(), source, etag, size).await {
+            Ok(copied) => copied,
             Err(error) => {
                 let _ = state.file.set_len(0);
                 state.disk.shrink_to(0);
                 return Err(error.into());
             }
         };
-        state.size = size;
-        state.base = Some(Base { etag, size });
-        state.base_end = size;
+        state.size = shown;
+        state.base = Some(Base { etag: copied, size });
+        state.base_end = shown;
         state.local = RangeSet::new();
         state.dirty = RangeSet::new();
-        state.changed = false;
+        // Stored already, unless only a part of the copy is shown (then the commit cuts it).
+        state.changed = shown != size;
         state.metadata_changed = false;
         state.create_only = false;
+        state.copy_of = Some((source.to_owned(), etag.to_owned()));
+        Ok(true)
+    }
+
+    /// Shows `len` more bytes of the copy [`Staged::store_copy_of`] made, at `at`, the
+    /// file's end, if the program asks for the next bytes of the same source and nothing
+    /// else changed the file since; `false` (nothing done) otherwise.
+    pub async fn show_more_of_copy(&self, source: &str, etag: &str, at: u64, len: u64) -> Result<bool, WriteError> {
+        let mut state = self.state.lock().await;
+        let of_copy = state.copy_of.as_ref().is_some_and(|(s, e)| s == source && e == etag);
+        let whole = state.base.as_ref().map_or(0, |base| base.size);
+        let untouched = state.base_end == state.size && state.dirty.is_empty() && !state.discarded;
+        if !of_copy || !untouched || at != state.size || at + len > whole || !state.disk.try_grow(len) {
+            return Ok(false);
+        }
+        state.file.set_len(at + len).map_err(local_error)?;
+        state.size = at + len;
+        state.base_end = at + len;
+        state.changed = state.size != whole;
         Ok(true)
     }
 
@@ -299,6 +326,7 @@ impl Staged {
         state.changed = false;
         state.metadata_changed = false;
         state.create_only = false;
+        state.copy_of = None; // the base is now what was stored
         Ok(Some(etag))
     }
 
@@ -467,6 +495,39 @@ mod tests {
         let info = store.head("k").await.expect("head");
         let file = staged(&store, Some(Base { etag: info.etag, size: info.size }));
         (store, file)
+    }
+
+    /// A copy asked for in rounds from offset 0 (Go: 2 GiB a call) is one copy inside the
+    /// store, shown round by round: when every round was asked for the file is the copy
+    /// and its commit stores nothing more; stopped after a part, the commit cuts the copy
+    /// to what was asked for. A round not where the file ends, or after a write, is refused.
+    #[tokio::test]
+    async fn a_copy_in_rounds_is_one_copy_shown_round_by_round() {
+        let source: Vec<u8> = (0..20 * MIB).map(|i| (i % 241) as u8).collect();
+        let store = Arc::new(MemoryStore::with_keys([("src".to_owned(), source.clone())]));
+        let etag = store.head("src").await.expect("head").etag.expect("etag");
+        let size = source.len() as u64;
+        let round = 8 * MIB as u64;
+
+        let file = staged(&store, None);
+        assert!(file.store_copy_of("src", &etag, size, round, |_| {}).await.expect("first round"));
+        assert_eq!(file.read(round - 4, 100).await.expect("read").len(), 4, "only the first round shows");
+        assert!(!file.show_more_of_copy("src", &etag, round + 1, round).await.expect("gap"), "not at the end");
+        assert!(file.show_more_of_copy("src", &etag, round, round).await.expect("second round"));
+        assert!(file.show_more_of_copy("src", &etag, 2 * round, size - 2 * round).await.expect("last round"));
+        assert_eq!(file.commit().await.expect("commit"), None, "the copy is the file: nothing to store");
+        assert_eq!(store.get_range("k", 0..size, None).await.expect("get")[..], source[..]);
+
+        store.delete("k").await.expect("delete"); // a new file again (its copy claims the key)
+        let partial = staged(&store, None);
+        assert!(partial.store_copy_of("src", &etag, size, round, |_| {}).await.expect("first round"));
+        partial.write(10, b"x").await.expect("write");
+        assert!(!partial.show_more_of_copy("src", &etag, round, round).await.expect("after a write"));
+        partial.commit().await.expect("commit");
+        let mut expected = source[..round as usize].to_vec();
+        expected[10] = b'x';
+        assert_eq!(store.head("k").await.expect("head").size, round, "cut to what was asked for");
+        assert_eq!(store.get_range("k", 0..round, None).await.expect("get")[..], expected[..]);
     }
 
     #[tokio::test]
