@@ -53,6 +53,16 @@ fn copy_range_in_rounds(
     Ok(copied)
 }
 
+/// A new bucket holding `len` bytes (of `seed`) at `src`, and a mount of it that logs its
+/// requests.
+fn source_and_mount(hint: &str, seed: u64, len: usize) -> (String, Vec<u8>, Mount) {
+    let b = create_bucket(hint);
+    let data = gen_data(seed, len);
+    put(&b, "src", data.clone());
+    let m = MountBuilder::new().bucket(&b).request_log().mount();
+    (b, data, m)
+}
+
 fn requests_of(m: &Mount, op: &str) -> Vec<String> {
     m.s3_requests().into_iter().filter(|r| r.op == op).map(|r| r.key).collect()
 }
@@ -106,10 +116,7 @@ fn cp_inside_the_mount_copies_in_the_store() {
 /// whole copy (they go on from the copy).
 #[test]
 fn other_copies_give_the_bytes_of_a_local_file() {
-    let b = create_bucket("cp-kernel");
-    let data = gen_data(3, 6 * MIB + 11);
-    put(&b, "src", data.clone());
-    let m = MountBuilder::new().bucket(&b).request_log().mount();
+    let (b, data, m) = source_and_mount("cp-kernel", 3, 6 * MIB + 11);
     let local = tempfile::tempdir().expect("local dir");
     std::fs::write(local.path().join("src"), &data).expect("local source");
 
@@ -168,10 +175,7 @@ fn a_copy_never_overwrites_a_key_created_meanwhile() {
 /// is uploaded as the last part.
 #[test]
 fn copies_in_rounds_are_parts_copied_in_the_store() {
-    let b = create_bucket("cp-rounds");
-    let data = gen_data(9, 14 * MIB + 3);
-    put(&b, "src", data.clone());
-    let m = MountBuilder::new().bucket(&b).request_log().mount();
+    let (b, data, m) = source_and_mount("cp-rounds", 9, 14 * MIB + 3);
     let from = File::open(m.join("src")).expect("open source");
     let to = File::create(m.join("rounds")).expect("create");
     let copied = copy_range_in_rounds(&from, 0, &to, 0, data.len(), 6 * MIB).expect("copy in rounds");
@@ -191,10 +195,7 @@ fn copies_in_rounds_are_parts_copied_in_the_store() {
 /// close with the rest of the copy.
 #[test]
 fn a_copy_into_a_file_open_for_reading_too_is_made_in_the_store() {
-    let b = create_bucket("cp-rdwr");
-    let data = gen_data(11, 9 * MIB + 7);
-    put(&b, "src", data.clone());
-    let m = MountBuilder::new().bucket(&b).request_log().mount();
+    let (b, data, m) = source_and_mount("cp-rdwr", 11, 9 * MIB + 7);
     let from = File::open(m.join("src")).expect("open source");
     let to = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.join("go")).expect("create");
     assert_eq!(copy_range(&from, 0, &to, 0, data.len()).expect("copy"), data.len() as u64);
@@ -234,10 +235,7 @@ fn a_copy_of_a_source_replaced_since_its_open_fails_and_leaves_nothing() {
 /// `cp` or moved by `mv`, are copied in parts.
 #[test]
 fn copies_of_large_objects_are_made_in_parts() {
-    let b = create_bucket("cp-parts");
-    let data = gen_data(17, 129 * MIB);
-    put(&b, "src", data.clone());
-    let m = MountBuilder::new().bucket(&b).request_log().mount();
+    let (b, data, m) = source_and_mount("cp-parts", 17, 129 * MIB);
     let status = Command::new("cp").arg(m.join("src")).arg(m.join("copy")).status().expect("cp");
     assert!(status.success(), "cp");
     std::fs::rename(m.join("copy"), m.join("moved")).expect("mv");
