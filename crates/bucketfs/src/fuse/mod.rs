@@ -640,9 +640,10 @@ impl Filesystem for FuseAdapter {
         });
     }
 
-    /// Whole objects into empty files are copied inside the store (fs/copy.rs); any other
-    /// copy the kernel makes itself on `EOPNOTSUPP`, for that call only (`ENOSYS` would
-    /// stop it asking for the whole session).
+    /// Copies the store can make are made there (fs/copy.rs); any other copy the kernel
+    /// makes itself on `EOPNOTSUPP`, for that call only (`ENOSYS` would stop it asking for
+    /// the whole session). That answer is not an error of the copy: neither logged nor
+    /// counted as one.
     fn copy_file_range(
         &self,
         req: &Request,
@@ -659,7 +660,7 @@ impl Filesystem for FuseAdapter {
         let span = request_span("copy_file_range", ino_in, req);
         self.spawn(span, move |fs| async move {
             match fs.copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len).await {
-                // At most u32::MAX: larger copies are the kernel's (fs/copy.rs).
+                // At most 4 GiB - 4 KiB (fs/copy.rs): the program asks again for the rest.
                 Ok(copied) => reply.written(u32::try_from(copied).unwrap_or(u32::MAX)),
                 Err(FsError::CopiedByTheKernel) => reply.error(Errno::EOPNOTSUPP),
                 Err(e) => reply.error(log_error("copy_file_range", &e)),
