@@ -45,8 +45,17 @@ pub fn s3_request(op: &'static str, outcome: &'static str, elapsed: Duration) {
     histogram!("bucketfs_s3_request_seconds", "op" => op).record(elapsed.as_secs_f64());
 }
 
+/// S3 attempts tried again so far, counted whether or not metrics are served (`bucketfs
+/// status` shows them).
+static S3_RETRIES: AtomicU64 = AtomicU64::new(0);
+
+pub fn s3_retries_so_far() -> u64 {
+    S3_RETRIES.load(Ordering::Relaxed)
+}
+
 /// A failed attempt of `op` is about to be tried again.
 pub fn s3_retry(op: &'static str) {
+    S3_RETRIES.fetch_add(1, Ordering::Relaxed);
     counter!("bucketfs_s3_retries_total", "op" => op).increment(1);
 }
 
@@ -97,6 +106,9 @@ pub struct Sample {
     pub uploads_in_background: usize,
     pub cache_bytes: Option<u64>,
     pub cache_cap: Option<u64>,
+    /// Per store (its location): requests allowed in flight now (the request window,
+    /// smaller than `--max-concurrent-requests` while the store throttles).
+    pub requests_allowed: Vec<(String, usize)>,
 }
 
 pub fn sample(sample: Sample) {
@@ -104,6 +116,9 @@ pub fn sample(sample: Sample) {
     gauge!("bucketfs_memory_limit_bytes").set(sample.memory_limit as f64);
     gauge!("bucketfs_files_open_for_writing").set(sample.files_open_for_writing as f64);
     gauge!("bucketfs_uploads_in_background").set(sample.uploads_in_background as f64);
+    for (store, allowed) in sample.requests_allowed {
+        gauge!("bucketfs_s3_requests_allowed", "store" => store).set(allowed as f64);
+    }
     if let (Some(bytes), Some(cap)) = (sample.cache_bytes, sample.cache_cap) {
         gauge!("bucketfs_cache_bytes").set(bytes as f64);
         gauge!("bucketfs_cache_cap_bytes").set(cap as f64);

@@ -67,6 +67,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         .context("starting the I/O runtime")?;
 
     let namespace_sources = runtime.block_on(connect_sources(&args, &sources))?;
+    let stores = namespace_sources.iter().map(|source| source.store.clone()).collect();
     let memory_limit = args.memory_limit.unwrap_or_else(default_memory_limit);
     let read_config = ReadConfig {
         part_size: args.part_size.max(64 * 1024),
@@ -129,7 +130,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         crate::metrics::serve(address).map_err(anyhow::Error::msg)?;
     }
     let fsname = sources.iter().map(SourceSpec::describe).collect::<Vec<_>>().join(",");
-    let state = MountState::new(fs.clone(), memory, fsname.clone());
+    let state = MountState::new(fs.clone(), memory, fsname.clone(), stores);
     runtime.spawn(state.clone().tick_every_second());
     runtime.spawn(refresh_on_sighup(indexes.clone()));
     if let Some(indexes) = &indexes {

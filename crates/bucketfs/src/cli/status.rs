@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 
 use crate::fs::Fs;
 use crate::memory::MemoryLimiter;
+use crate::store::ObjectStore;
 
 /// How far back the request rate looks.
 const RATE_WINDOW: usize = 10;
@@ -23,6 +24,8 @@ pub struct MountState {
     fs: Arc<Fs>,
     memory: Arc<MemoryLimiter>,
     sources: String,
+    /// Each source's store, for its request window.
+    stores: Vec<Arc<dyn ObjectStore>>,
     started: Instant,
     /// S3 requests sent so far, at each of the last ticks.
     requests: Mutex<VecDeque<(Instant, u64)>>,
@@ -32,10 +35,15 @@ pub struct MountState {
 }
 
 impl MountState {
-    pub fn new(fs: Arc<Fs>, memory: Arc<MemoryLimiter>, sources: String) -> Arc<Self> {
+    pub fn new(
+        fs: Arc<Fs>,
+        memory: Arc<MemoryLimiter>,
+        sources: String,
+        stores: Vec<Arc<dyn ObjectStore>>,
+    ) -> Arc<Self> {
         let started = Instant::now();
         let requests = Mutex::new(VecDeque::from([(started, crate::metrics::s3_requests_so_far())]));
-        Arc::new(Self { fs, memory, sources, started, requests, cache_bytes: AtomicU64::new(0) })
+        Arc::new(Self { fs, memory, sources, stores, started, requests, cache_bytes: AtomicU64::new(0) })
     }
 
     /// Samples the state once a second, for the rate and the metrics' gauges.
@@ -68,6 +76,11 @@ impl MountState {
             uploads_in_background: self.fs.uploads_after_close().0,
             cache_bytes: cache.map(|_| self.cache_bytes.load(Ordering::Relaxed)),
             cache_cap: cache.map(|cache| cache.cap()),
+            requests_allowed: self
+                .stores
+                .iter()
+                .filter_map(|store| Some((store.location(), store.request_window()?.allowed)))
+                .collect(),
         });
     }
 
@@ -117,14 +130,34 @@ impl MountState {
             format!("memory: {} of {}", size(self.memory.used()), size(self.memory.limit())),
             format!("data cache: {cache}"),
             format!(
-                "S3 requests: {:.1}/s over the last {RATE_WINDOW} s, {} in all",
+                "S3 requests: {:.1}/s over the last {RATE_WINDOW} s, {} in all, {} retried",
                 self.request_rate(),
-                crate::metrics::s3_requests_so_far()
+                crate::metrics::s3_requests_so_far(),
+                crate::metrics::s3_retries_so_far()
             ),
         ]
+        .into_iter()
+        .chain(self.stores.iter().filter_map(|store| throttling_line(store.as_ref())))
+        .collect::<Vec<_>>()
         .join("\n")
             + "\n"
     }
+}
+
+/// `throttling: ...` for one store: its request window and throttled answers.
+fn throttling_line(store: &dyn ObjectStore) -> Option<String> {
+    let window = store.request_window()?;
+    let now = match window.throttling_since {
+        Some(since) => format!("throttling now (for {} s)", since.elapsed().as_secs()),
+        None => "not throttling now".to_owned(),
+    };
+    Some(format!(
+        "throttling: {} answers so far, {now}; requests in flight allowed: {} of {} ({})",
+        window.throttled_answers,
+        window.allowed,
+        window.cap,
+        store.location()
+    ))
 }
 
 fn size(bytes: u64) -> String {

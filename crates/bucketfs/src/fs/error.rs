@@ -130,6 +130,7 @@ impl FsError {
                 StoreError::KeyTooLong => Errno::ENAMETOOLONG,
                 StoreError::Unreachable { .. }
                 | StoreError::Unavailable { .. }
+                | StoreError::Throttled { .. }
                 | StoreError::Interrupted(_)
                 | StoreError::Other { .. } => Errno::EIO,
             },
@@ -155,7 +156,8 @@ mod tests {
             StoreError::AlreadyExists,
             StoreError::Unreachable { endpoint: "e".into(), detail: "d".into() },
             StoreError::Timeout("e".into()),
-            StoreError::Unavailable { message: "SlowDown".into(), request_id: None },
+            StoreError::Unavailable { message: "InternalError".into(), request_id: None },
+            StoreError::Throttled { message: "SlowDown".into(), request_id: None },
             StoreError::Interrupted("reset".into()),
             StoreError::UploadGone,
             StoreError::TooLarge,

@@ -14,6 +14,7 @@ mod listing_metadata;
 #[cfg(test)]
 pub mod memory;
 pub mod request_options;
+pub mod request_window;
 pub mod s3;
 
 use std::collections::{BTreeMap, HashSet};
@@ -135,9 +136,13 @@ pub enum StoreError {
     Unreachable { endpoint: String, detail: String },
     #[error("request timed out: {0}")]
     Timeout(String),
-    /// The server answered 5xx or asked us to slow down (503 SlowDown).
+    /// The server answered 5xx (other than 503): it failed this time.
     #[error("server unavailable: {message}{}", request_suffix(.request_id))]
     Unavailable { message: String, request_id: Option<String> },
+    /// The server asked us to slow down: HTTP 429 or 503, or a throttling code
+    /// (`SlowDown`, `TooManyRequests`, `RequestLimitExceeded`…). `message` names the answer.
+    #[error("the store is throttling requests: {message}{}", request_suffix(.request_id))]
+    Throttled { message: String, request_id: Option<String> },
     /// The connection broke while a body was being received (reset, truncated).
     #[error("transfer interrupted: {0}")]
     Interrupted(String),
@@ -170,6 +175,7 @@ impl StoreError {
             StoreError::Unreachable { .. } => "Unreachable",
             StoreError::Timeout(_) => "Timeout",
             StoreError::Unavailable { .. } => "Unavailable",
+            StoreError::Throttled { .. } => "Throttled",
             StoreError::Interrupted(_) => "Interrupted",
             StoreError::UploadGone => "UploadGone",
             StoreError::TooLarge => "TooLarge",
@@ -186,6 +192,7 @@ impl StoreError {
             StoreError::Unreachable { .. }
                 | StoreError::Timeout(_)
                 | StoreError::Unavailable { .. }
+                | StoreError::Throttled { .. }
                 | StoreError::Interrupted(_)
         )
     }
@@ -205,6 +212,12 @@ fn request_suffix(request_id: &Option<String>) -> String {
 pub trait ObjectStore: Send + Sync + 'static {
     /// Which bucket of which service this is, e.g. `http://host:9000/bucket`.
     fn location(&self) -> String;
+
+    /// How many requests may be in flight now and how much the store has throttled
+    /// (see `request_window`); `None` for a store without a window.
+    fn request_window(&self) -> Option<request_window::WindowReport> {
+        None
+    }
 
     /// One page of `ListObjectsV2(prefix, delimiter="/")`. With `with_metadata`, objects
     /// carry their metadata where the server can list it (MinIO; see `listing_metadata`),

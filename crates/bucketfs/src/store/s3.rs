@@ -21,10 +21,10 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, EncodingType, M
 use aws_sdk_s3::Client;
 use bytes::Bytes;
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-use tokio::sync::Semaphore;
 
 use super::listing_metadata::{self, ListingInterceptor, ServerKind};
 use super::request_options::{RequestOptions, RequestOptionsInterceptor, UploadChecksums};
+use super::request_window::{RequestWindow, WindowReport};
 use super::{
     version_to_restore, ListPage, Metadata, ObjectInfo, ObjectStore, RangeBody, StoreError, VersionInfo,
     MAX_VERSIONS_LISTED,
@@ -80,8 +80,9 @@ pub struct S3Store {
     client: Client,
     bucket: String,
     endpoint: String,
-    /// Caps requests in flight to this bucket, whoever issues them.
-    requests: Semaphore,
+    /// Caps requests in flight to this bucket, whoever issues them: at most
+    /// `--max-concurrent-requests`, fewer while the store is throttling.
+    window: Arc<RequestWindow>,
     retry_window: Duration,
     /// Whether listings may carry objects' metadata (learnt from the server's answers).
     server: Arc<ServerKind>,
@@ -136,8 +137,8 @@ impl S3Store {
         Ok(Arc::new(Self {
             client: Client::from_conf(s3_config),
             bucket: config.bucket.clone(),
+            window: RequestWindow::new(format!("{endpoint}/{}", config.bucket), config.max_concurrent_requests),
             endpoint,
-            requests: Semaphore::new(config.max_concurrent_requests.max(1)),
             retry_window: config.retry_window,
             server: Arc::new(ServerKind::new(config.listing_metadata)),
             checksums: config.upload_checksums,
@@ -171,10 +172,18 @@ impl S3Store {
                 return StoreError::Unreachable { endpoint: self.endpoint.clone(), detail };
             }
             SdkError::TimeoutError(_) => return StoreError::Timeout(self.endpoint.clone()),
+            // An answer that could not be read whole: the connection broke while it came.
+            SdkError::ResponseError(_) => return StoreError::Interrupted(innermost_message(&err)),
             _ => {}
         }
         let request_id = err.request_id().map(str::to_owned);
         let code = err.code().map(str::to_owned);
+        let answer = match (&code, status) {
+            (Some(code), Some(status)) => format!("{code} (HTTP {status})"),
+            (Some(code), None) => code.clone(),
+            (None, Some(status)) => format!("HTTP {status}"),
+            _ => innermost_message(&err),
+        };
         match (code.as_deref(), status) {
             (Some("NoSuchBucket"), _) => StoreError::NoSuchBucket(self.bucket.clone()),
             (Some("NoSuchKey" | "NotFound"), _) | (None, Some(404)) => StoreError::NotFound,
@@ -189,26 +198,13 @@ impl S3Store {
             // MinIO's answer to a path component over 255 bytes; bucketfs sends no other
             // names it calls invalid (empty, `.` and `..` components are refused before).
             (Some("XMinioInvalidObjectName"), _) => StoreError::KeyTooLong,
-            (
-                Some(
-                    "SlowDown"
-                    | "ServiceUnavailable"
-                    | "InternalError"
-                    | "RequestTimeout"
-                    | "Throttling"
-                    | "ThrottlingException"
-                    | "XMinioServerNotInitialized",
-                ),
-                _,
-            )
-            | (_, Some(500..=599)) => StoreError::Unavailable {
-                message: match (code, status) {
-                    (Some(code), _) => code,
-                    (None, Some(status)) => format!("HTTP {status}"),
-                    _ => innermost_message(&err),
-                },
-                request_id,
-            },
+            // A server still starting answers 503 too, but asks for no slower pace.
+            (Some("InternalError" | "RequestTimeout" | "XMinioServerNotInitialized"), _) => {
+                StoreError::Unavailable { message: answer, request_id }
+            }
+            (Some(code), _) if is_throttling_code(code) => StoreError::Throttled { message: answer, request_id },
+            (_, Some(429 | 503)) => StoreError::Throttled { message: answer, request_id },
+            (_, Some(500..=599)) => StoreError::Unavailable { message: answer, request_id },
             _ => StoreError::Other {
                 message: match (code, err.message(), status) {
                     (Some(code), Some(msg), _) => format!("{code}: {msg}"),
@@ -220,6 +216,29 @@ impl S3Store {
             },
         }
     }
+}
+
+/// The error codes of answers asking the client to slow down, whatever their HTTP status
+/// (AWS services' throttling codes, and MinIO's `TooManyRequests`).
+fn is_throttling_code(code: &str) -> bool {
+    matches!(
+        code,
+        "SlowDown"
+            | "SlowDownRead"
+            | "SlowDownWrite"
+            | "TooManyRequests"
+            | "TooManyRequestsException"
+            | "ServiceUnavailable"
+            | "Throttling"
+            | "ThrottlingException"
+            | "ThrottledException"
+            | "RequestThrottled"
+            | "RequestThrottledException"
+            | "RequestLimitExceeded"
+            | "BandwidthLimitExceeded"
+            | "ProvisionedThroughputExceededException"
+            | "PriorRequestNotComplete"
+    )
 }
 
 /// What the credential providers said, if a request failed because none of them had
@@ -634,44 +653,56 @@ impl S3Store {
 
 impl S3Store {
     /// Runs `attempt` (one request) until it succeeds, fails for good, or transient
-    /// failures ([`StoreError::is_transient`]) have gone on for the retry window. Each
-    /// attempt takes a request permit of its own, so a call waiting out an outage holds
-    /// none. Calls that are not idempotent are safe to repeat here: a create-only PUT or
-    /// complete repeated after a lost answer fails its precondition rather than write
-    /// twice (see SEMANTICS, "Limits and timeouts").
+    /// failures ([`StoreError::is_transient`]) have gone on for the retry window, counted
+    /// from when the first attempt was sent (time spent waiting for room in the request
+    /// window before that is queueing behind other requests, not a failure). Each attempt takes a place
+    /// in the window of its own, so a call waiting out an outage holds none; a throttled
+    /// answer narrows the window, a success widens it. Calls that are not idempotent are
+    /// safe to repeat here: a create-only PUT or complete repeated after a lost answer
+    /// fails its precondition rather than write twice (see SEMANTICS, "Limits and
+    /// timeouts").
     async fn retrying<T, F, Fut>(&self, what: &'static str, key: &str, attempt: F) -> Result<T, StoreError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
-        let started = Instant::now();
+        let mut first_sent: Option<Instant> = None;
         let mut backoff = FIRST_BACKOFF;
         let mut failures = 0u32;
         loop {
             let result = {
-                let _permit = self.requests.acquire().await;
+                let permit = self.window.acquire().await;
                 let began = Instant::now();
+                first_sent.get_or_insert(began);
                 let result = attempt().await;
                 let outcome = result.as_ref().map_or_else(StoreError::kind, |_| "ok");
                 crate::metrics::s3_request(what, outcome, began.elapsed());
+                match &result {
+                    Err(StoreError::Throttled { message, .. }) => permit.throttled(message),
+                    // Any answer but a failure of the store is a request it could take.
+                    Err(error) if error.is_transient() => drop(permit),
+                    _ => permit.succeeded(),
+                }
                 result
             };
             let error = match result {
                 Err(error) if error.is_transient() => error,
                 done => {
-                    if failures > 0 {
-                        let waited = started.elapsed();
+                    if let (true, Some(first_sent)) = (failures > 0, first_sent) {
+                        let waited = first_sent.elapsed();
                         tracing::info!(bucket = %self.bucket, key, "s3 {what} answered after {failures} failed attempts ({waited:?})");
                     }
                     return done;
                 }
             };
             failures += 1;
+            let failing_since = first_sent.unwrap_or_else(Instant::now);
             // Equal jitter: half the backoff fixed, half random, so the clients one outage
             // stopped do not all come back at the same instant.
             let pause = backoff / 2 + backoff.mul_f64(rand::random::<f64>() / 2.0);
-            if started.elapsed() + pause > self.retry_window {
-                tracing::info!(bucket = %self.bucket, key, "s3 {what} failed after {failures} attempts: {error}");
+            if failing_since.elapsed() + pause > self.retry_window {
+                // The one line that says why a program got an error.
+                tracing::warn!(bucket = %self.bucket, key, "s3 {what} failed after {failures} attempts: {error}");
                 return Err(error);
             }
             tracing::debug!(bucket = %self.bucket, key, "s3 {what} failed ({error}); retrying in {pause:?}");
@@ -686,6 +717,10 @@ impl S3Store {
 impl ObjectStore for S3Store {
     fn location(&self) -> String {
         format!("{}/{}", self.endpoint, self.bucket)
+    }
+
+    fn request_window(&self) -> Option<WindowReport> {
+        Some(self.window.report())
     }
 
     async fn list(

@@ -228,12 +228,20 @@ fn try_start_minio(bin: &Path, attempt: u32, tls: bool) -> Result<Minio, String>
     let kind = if tls { "tls-" } else { "" };
     let base = tmp_root().join(format!("bucketfs-test-minio-{}-{kind}{attempt}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
-    launch_minio(bin, &base, free_port(), tls, &format!("minio-keeper-{kind}{attempt}"))
+    launch_minio(bin, &base, free_port(), tls, &format!("minio-keeper-{kind}{attempt}"), &[])
 }
 
 /// Starts MinIO on `port` with its data and log under `base` (kept if there already) and
 /// waits until it serves S3 requests.
-fn launch_minio(bin: &Path, base: &Path, port: u16, tls: bool, keeper: &str) -> Result<Minio, String> {
+/// `settings` are more `MINIO_*` variables (e.g. request limits).
+fn launch_minio(
+    bin: &Path,
+    base: &Path,
+    port: u16,
+    tls: bool,
+    keeper: &str,
+    settings: &[(&str, &str)],
+) -> Result<Minio, String> {
     let data_dir = base.join("data");
     std::fs::create_dir_all(&data_dir).map_err(|e| format!("create {}: {e}", data_dir.display()))?;
     let log_path = base.join("minio.log");
@@ -267,7 +275,8 @@ fn launch_minio(bin: &Path, base: &Path, port: u16, tls: bool, keeper: &str) -> 
         // A static KMS key, so that SSE-S3 and SSE-KMS work (tests/store_options.rs).
         .env("MINIO_KMS_SECRET_KEY", format!("{KMS_KEY_ID}:{KMS_KEY}"))
         .env("MINIO_BROWSER", "off")
-        .env("MINIO_UPDATE", "off");
+        .env("MINIO_UPDATE", "off")
+        .envs(settings.iter().copied());
     let certificate = if tls { Some(make_certificate(&base.join("certs"))?) } else { None };
     let (pid, exit) = spawn_for_process_lifetime(cmd, keeper)?;
 
@@ -318,14 +327,20 @@ fn launch_minio(bin: &Path, base: &Path, port: u16, tls: bool, keeper: &str) -> 
 pub struct OwnMinio {
     pub server: Minio,
     base: tempfile::TempDir,
+    settings: Vec<(&'static str, &'static str)>,
 }
 
 impl OwnMinio {
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// With more `MINIO_*` settings, e.g. `MINIO_API_REQUESTS_MAX`.
+    pub fn start_with(settings: &[(&'static str, &'static str)]) -> Self {
         let base = tempfile::Builder::new().prefix("bucketfs-test-own-minio-").tempdir().expect("temporary directory");
-        let server = launch_minio(&minio_binary(), base.path(), free_port(), false, "own-minio-keeper")
+        let server = launch_minio(&minio_binary(), base.path(), free_port(), false, "own-minio-keeper", settings)
             .unwrap_or_else(|e| panic!("could not start MinIO: {e}"));
-        OwnMinio { server, base }
+        OwnMinio { server, base, settings: settings.to_vec() }
     }
 
     /// An S3 client of this server.
@@ -345,7 +360,8 @@ impl OwnMinio {
 
     /// Starts the server again on its port, with its data.
     pub fn start_again(&mut self) {
-        self.server = launch_minio(&minio_binary(), self.base.path(), self.server.port, false, "own-minio-keeper")
+        let (bin, port) = (minio_binary(), self.server.port);
+        self.server = launch_minio(&bin, self.base.path(), port, false, "own-minio-keeper", &self.settings)
             .unwrap_or_else(|e| panic!("could not start MinIO again: {e}"));
     }
 }
