@@ -258,10 +258,16 @@ fn an_unlinked_open_file_has_no_links_and_still_works() {
     let meta = file.metadata().expect("fstat after unlink");
     assert_eq!(meta.nlink(), 0);
     file.write_all(b"Hello, World!").expect("write after unlink");
+    // s3fs-fuse's test_unlink_open_file: fsync, pread, fstat of the unlinked file.
+    file.sync_all().expect("fsync after unlink");
     let mut buf = [0; 13];
     file.read_exact_at(&mut buf, 0).expect("pread after unlink");
     assert_eq!(&buf, b"Hello, World!");
-    drop(file);
+    assert_eq!(file.metadata().expect("fstat after the write").len(), 13);
+    file.write_all(b" Again.").expect("write after fsync");
+    // SAFETY: the descriptor is the file's own, closed once here (into_raw_fd gives it up).
+    let closed = unsafe { libc::close(std::os::fd::IntoRawFd::into_raw_fd(file)) };
+    assert_eq!(closed, 0, "close of the unlinked file: {}", std::io::Error::last_os_error());
     assert_errno(std::fs::metadata(&path), libc::ENOENT, "gone after close");
     assert!(list_keys(&b, "").is_empty(), "nothing stored");
 }

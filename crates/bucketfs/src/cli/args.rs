@@ -266,6 +266,10 @@ pub struct MountArgs {
     /// (at least 5MiB; parts grow so that 10,000 of them hold 5 TiB).
     #[arg(long, default_value = "8MiB", value_parser = parse_size, value_name = "BYTES")]
     pub part_size: u64,
+    /// Store new files without a Content-Type (the store's default), rather than the one
+    /// their name's extension calls for (`.html` text/html, `.jpg` image/jpeg...).
+    #[arg(long)]
+    pub no_content_type_from_name: bool,
     /// Most S3 requests in flight at once, per source.
     #[arg(long, default_value_t = 16)]
     pub max_concurrent_requests: usize,

@@ -97,6 +97,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         journal,
         write_back_log,
         write_back: args.write_back,
+        content_type_from_name: !args.no_content_type_from_name,
     };
     let namespace = namespace(&args, namespace_sources);
     let indexes = namespace.indexes().cloned();

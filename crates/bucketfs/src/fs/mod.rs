@@ -11,6 +11,7 @@
 
 pub mod attrs;
 mod change;
+mod content_type;
 mod copy;
 mod dir_markers;
 mod dirs;
@@ -100,6 +101,8 @@ pub struct WriteConfig {
     pub write_back_log: Option<Arc<WriteBackLog>>,
     /// `--write-back`: `close()` returns before the upload (see [`Fs::flush`]).
     pub write_back: bool,
+    /// Store new files with the Content-Type their name calls for (`content_type.rs`).
+    pub content_type_from_name: bool,
 }
 
 /// Uploads that `close()` may leave running at once with `--write-back`; the next close
@@ -427,7 +430,8 @@ impl Fs {
         self.check_writable()?;
         let (source, key) = self.namespace.new_entry_key(parent, name).await?;
         // No times yet: the commit stamps the time of the last write.
-        let metadata = self.new_entry_metadata(S_IFREG | (mode & 0o7777), caller, None);
+        let mut metadata = self.new_entry_metadata(S_IFREG | (mode & 0o7777), caller, None);
+        metadata.content_type = self.content_type_for(name);
         let output = if flags & libc::O_ACCMODE == libc::O_RDWR {
             Output::Staged(self.new_staged(source, key.clone(), None, metadata.clone())?)
         } else {
@@ -437,6 +441,11 @@ impl Fs {
         self.namespace.touch_dir(parent);
         let opened = self.add_writer(Arc::new(Writer::new(true, node.ino, output, false)), process_of(caller.thread));
         Ok((self.attr(&node), opened))
+    }
+
+    /// The Content-Type to store a new file named `name` with.
+    fn content_type_for(&self, name: &str) -> Option<String> {
+        self.write_config.content_type_from_name.then(|| content_type::for_name(name)).flatten()
     }
 
     /// The metadata of an entry created by `caller` with `mode` at `time` (if the entry's
@@ -572,6 +581,12 @@ impl Fs {
         };
         self.content_changed(&writer).await;
         self.namespace.set_pending_size(writer.ino, size);
+        if let Some(unlinked) = self.unlinked.lock().get_mut(&writer.ino) {
+            // What `fstat` shows of a file no name reaches any more.
+            unlinked.size = size;
+            unlinked.blocks = size.div_ceil(512);
+            unlinked.mtime = SystemTime::now();
+        }
         if drop_set_id {
             self.drop_set_id_bits(writer.ino).await?;
         }
@@ -769,6 +784,12 @@ impl Fs {
     /// is in the bucket when this returns `Ok`. A new file whose upload failed disappears
     /// from the directory (no phantom entries).
     async fn commit_writer(&self, writer: &Writer) -> Result<(), FsError> {
+        // Unlinked while open: nothing is stored (its output was discarded), so nothing
+        // can fail; `fsync` and `close` succeed as on a local disk, and its bytes stay
+        // readable through its descriptors until the last one closes.
+        if self.unlinked.lock().contains_key(&writer.ino) {
+            return Ok(());
+        }
         // The time the file showed since its last write (with nanoseconds) goes with the
         // upload, at no cost, so that it does not jump to Last-Modified's whole seconds.
         if let Ok(node) = self.namespace.node(writer.ino) {
@@ -941,6 +962,9 @@ impl Fs {
         let mut metadata = self.new_entry_metadata(mode & (S_IFMT | 0o7777), caller, Some(SystemTime::now()));
         if kind == S_IFCHR || kind == S_IFBLK {
             StoredAttrs { rdev: Some(rdev), ..StoredAttrs::default() }.apply_to(&mut metadata);
+        }
+        if kind == S_IFREG {
+            metadata.content_type = self.content_type_for(name);
         }
         self.put_entry(parent, name, (source, key), Bytes::new(), metadata).await
     }

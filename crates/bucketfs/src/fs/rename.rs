@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures::{StreamExt, TryStreamExt};
 
 use super::error::FsError;
-use super::{Fs, Reader, RENAME_CONCURRENCY};
+use super::{content_type, Fs, Reader, RENAME_CONCURRENCY};
 use crate::namespace::{Copied, Ino, Location, NamespaceError, Node};
 use crate::write::copy_object;
 
@@ -81,7 +81,10 @@ impl Fs {
             // replacing (O_TRUNC) must not stay behind under the old name.
             store.delete(key).await?;
         } else {
-            let metadata = self.stored_metadata(node.clone()).await?;
+            let mut metadata = self.stored_metadata(node.clone()).await?;
+            if self.write_config.content_type_from_name {
+                content_type::follow_rename(&mut metadata, from.1, to.1);
+            }
             let etag =
                 copy_object(store, self.journal(), key, &to_key, node.size, node.etag.as_deref(), &metadata).await?;
             // Readers move before the original goes, so fewer of their GETs hit a deleted key.

@@ -653,9 +653,10 @@ impl S3Store {
 
 impl S3Store {
     /// Runs `attempt` (one request) until it succeeds, fails for good, or transient
-    /// failures ([`StoreError::is_transient`]) have gone on for the retry window, counted
-    /// from when the first attempt was sent (time spent waiting for room in the request
-    /// window before that is queueing behind other requests, not a failure). Each attempt takes a place
+    /// failures ([`StoreError::is_transient`]) have gone on for the retry window: the time
+    /// since the first attempt was sent, less the time later attempts waited for room in
+    /// the request window (queueing behind other requests is no failure of the store,
+    /// and under throttling the window is narrow). Each attempt takes a place
     /// in the window of its own, so a call waiting out an outage holds none; a throttled
     /// answer narrows the window, a success widens it. Calls that are not idempotent are
     /// safe to repeat here: a create-only PUT or complete repeated after a lost answer
@@ -667,12 +668,19 @@ impl S3Store {
         Fut: Future<Output = Result<T, StoreError>>,
     {
         let mut first_sent: Option<Instant> = None;
+        let mut queued = Duration::ZERO;
         let mut backoff = FIRST_BACKOFF;
         let mut failures = 0u32;
+        // Throttling is said once per episode (`request_window`), not once per request.
+        let mut only_throttled = true;
         loop {
             let result = {
+                let waiting = Instant::now();
                 let permit = self.window.acquire().await;
                 let began = Instant::now();
+                if first_sent.is_some() {
+                    queued += began - waiting;
+                }
                 first_sent.get_or_insert(began);
                 let result = attempt().await;
                 let outcome = result.as_ref().map_or_else(StoreError::kind, |_| "ok");
@@ -690,17 +698,22 @@ impl S3Store {
                 done => {
                     if let (true, Some(first_sent)) = (failures > 0, first_sent) {
                         let waited = first_sent.elapsed();
-                        tracing::info!(bucket = %self.bucket, key, "s3 {what} answered after {failures} failed attempts ({waited:?})");
+                        if only_throttled {
+                            tracing::debug!(bucket = %self.bucket, key, "s3 {what} answered after {failures} throttled attempts ({waited:?})");
+                        } else {
+                            tracing::info!(bucket = %self.bucket, key, "s3 {what} answered after {failures} failed attempts ({waited:?})");
+                        }
                     }
                     return done;
                 }
             };
             failures += 1;
-            let failing_since = first_sent.unwrap_or_else(Instant::now);
+            only_throttled &= matches!(error, StoreError::Throttled { .. });
+            let failing_for = first_sent.map_or(Duration::ZERO, |sent| sent.elapsed().saturating_sub(queued));
             // Equal jitter: half the backoff fixed, half random, so the clients one outage
             // stopped do not all come back at the same instant.
             let pause = backoff / 2 + backoff.mul_f64(rand::random::<f64>() / 2.0);
-            if failing_since.elapsed() + pause > self.retry_window {
+            if failing_for + pause > self.retry_window {
                 // The one line that says why a program got an error.
                 tracing::warn!(bucket = %self.bucket, key, "s3 {what} failed after {failures} attempts: {error}");
                 return Err(error);
