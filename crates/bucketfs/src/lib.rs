@@ -15,6 +15,7 @@ pub mod fuse;
 pub mod memory;
 pub mod metrics;
 pub mod namespace;
+pub mod private_dir;
 pub mod read;
 pub mod store;
 pub mod write;

@@ -286,9 +286,11 @@ pub struct MountArgs {
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     pub memory_limit: Option<u64>,
     /// Where staging files go (files changed in place: append, random writes, O_RDWR,
-    /// truncate; unlinked as soon as created, so nothing is left behind), and the saved
-    /// listing indexes (`bucketfs-index/`, with --index).
-    #[arg(long, default_value = "/var/tmp", value_name = "DIR")]
+    /// truncate; unlinked as soon as created, so nothing is left behind), and the
+    /// daemon's state, each in a directory only this user can open: the journal of
+    /// uploads in progress, the --write-back log, saved listing indexes, logs. Default:
+    /// /var/tmp for root, /var/tmp/bucketfs-UID for other users.
+    #[arg(long, default_value_os_t = crate::private_dir::default_cache_dir(), value_name = "DIR")]
     pub cache_dir: PathBuf,
     /// Keep the blocks of objects read in DIR, on local disk, for later reads and later
     /// mounts, and files written in one PUT once stored: every mount using DIR shares it

@@ -95,6 +95,7 @@ pub(super) fn init(args: &MountArgs, destination: &LogDestination) -> Result<Log
         }
         LogDestination::File(path) => {
             let (dir, name) = (path.parent().unwrap_or(Path::new(".")), path.file_name().unwrap_or_default());
+            crate::private_dir::ensure(dir).with_context(|| format!("the log directory {}", dir.display()))?;
             let appender = tracing_appender::rolling::Builder::new()
                 .rotation(tracing_appender::rolling::Rotation::DAILY)
                 .filename_prefix(name.to_string_lossy())

@@ -45,6 +45,8 @@ const FUSE_THREADS: usize = 4;
 pub fn run(args: MountArgs) -> Result<()> {
     let (mountpoint, sources) = split_arguments(&args.sources_and_mountpoint)?;
     let mountpoint = check_mountpoint(Path::new(mountpoint))?;
+    crate::private_dir::prepare_cache_dir(&args.cache_dir)
+        .with_context(|| format!("cache directory {}", args.cache_dir.display()))?;
     if !args.read_only {
         // A staging directory we cannot write to would only show up at the first append.
         tempfile::tempfile_in(&args.cache_dir)
@@ -83,8 +85,12 @@ pub fn run(args: MountArgs) -> Result<()> {
         dir_mode: args.dir_mode,
         attributes_from_listing: args.attributes_from_listing,
     };
-    let (journal, write_back_log) =
-        if args.read_only { (None, None) } else { recover_stopped_daemons(&args, &runtime, &namespace_sources) };
+    let (journal, write_back_log) = if args.read_only {
+        (None, None)
+    } else {
+        let (journal, log) = recover_stopped_daemons(&args, &runtime, &namespace_sources)?;
+        (Some(journal), Some(log))
+    };
     let staging = StagingConfig {
         dir: args.cache_dir.clone(),
         limit: MemoryLimiter::new(args.staging_limit),
@@ -539,32 +545,30 @@ pub(super) fn unescape_mountinfo(field: &str) -> String {
 /// answers (so what it shows includes it): the uploads they left unfinished are aborted
 /// (upload journal), and the files they closed with `--write-back` and had not stored
 /// are stored (write-back log; at every mount, with the option or not). Returns both,
-/// for this daemon's own records; either is `None` (with a warning) where the cache
-/// directory cannot hold it.
+/// for this daemon's own records. A cache directory that cannot hold them fails the
+/// mount: without them an upload cut by a crash would be left behind, and files closed
+/// with `--write-back` lost.
 fn recover_stopped_daemons(
     args: &MountArgs,
     runtime: &tokio::runtime::Runtime,
     sources: &[Source],
-) -> (Option<Arc<Journal>>, Option<Arc<WriteBackLog>>) {
+) -> Result<(Arc<Journal>, Arc<WriteBackLog>)> {
     let stores: Vec<_> = sources.iter().map(|s| s.store.clone()).collect();
-    let warn = |what: &str, error: std::io::Error| {
-        tracing::warn!("no {what} in {}: {error}", args.cache_dir.display());
+    let unusable = |what: &str| {
+        let dir = args.cache_dir.display();
+        format!("cannot keep the {what} in {dir} (--cache-dir: a directory of this user's own)")
     };
-    let journal = Journal::open(&args.cache_dir).map_err(|e| warn("upload journal", e)).ok().map(Arc::new);
-    if let Some(journal) = &journal {
-        let aborted = runtime.block_on(journal.recover(&stores));
-        if aborted > 0 {
-            tracing::info!("aborted {aborted} unfinished uploads left by stopped daemons");
-        }
+    let journal = Arc::new(Journal::open(&args.cache_dir).with_context(|| unusable("journal of uploads"))?);
+    let aborted = runtime.block_on(journal.recover(&stores));
+    if aborted > 0 {
+        tracing::info!("aborted {aborted} unfinished uploads left by stopped daemons");
     }
-    let log = WriteBackLog::open(&args.cache_dir, args.write_back_limit).map_err(|e| warn("write-back log", e)).ok();
-    if let Some(log) = &log {
-        let replayed = runtime.block_on(log.replay(&stores));
-        if replayed > 0 {
-            tracing::info!("stored {replayed} files closed with --write-back by stopped daemons");
-        }
+    let log = WriteBackLog::open(&args.cache_dir, args.write_back_limit).with_context(|| unusable("write-back log"))?;
+    let replayed = runtime.block_on(log.replay(&stores));
+    if replayed > 0 {
+        tracing::info!("stored {replayed} files closed with --write-back by stopped daemons");
     }
-    (journal, log)
+    Ok((journal, log))
 }
 
 /// Builds one store client per source and checks, with one LIST each, that the bucket

@@ -77,7 +77,7 @@ impl Journal {
     /// The journal under `cache_dir` (created if needed).
     pub fn open(cache_dir: &Path) -> std::io::Result<Self> {
         let dir = cache_dir.join("bucketfs-uploads");
-        std::fs::create_dir_all(&dir)?;
+        crate::private_dir::ensure(&dir)?;
         Ok(Self { dir, next: AtomicU64::new(0) })
     }
 

@@ -8,7 +8,7 @@
 //! refused with the reason (the mount warns and lists the bucket again). Written to a
 //! temporary name, synced, then renamed: a crash leaves the old file or the new one.
 //!
-//! The default cache directory (`/var/tmp`) is shared by every user: the index directory
+//! The cache directory may be shared by users (root's default `/var/tmp`): the index directory
 //! is created `0700`, and an index file (or directory) that another user owns or could
 //! write is refused, since its entries and modes would be shown as the bucket's.
 
@@ -72,7 +72,7 @@ pub fn save(path: &Path, identity: &str, listed_at: SystemTime, index: &SourceIn
     let listed_at_ms = listed_at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
     let body = postcard::to_stdvec(&SavedRef { identity, listed_at_ms, index }).map_err(std::io::Error::other)?;
     if let Some(dir) = path.parent() {
-        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700).create(dir)?;
+        crate::private_dir::ensure(dir)?;
     }
     let temporary = path.with_extension(format!("tmp{}", std::process::id()));
     let mut file = File::create(&temporary)?;

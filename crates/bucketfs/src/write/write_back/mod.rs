@@ -198,7 +198,7 @@ impl WriteBackLog {
     /// `limit` bytes of records not done.
     pub fn open(cache_dir: &Path, limit: u64) -> std::io::Result<Arc<Self>> {
         let dir = cache_dir.join("bucketfs-write-back");
-        std::fs::create_dir_all(&dir)?;
+        crate::private_dir::ensure(&dir)?;
         let limit_kib = u32::try_from(limit / 1024).unwrap_or(u32::MAX).max(1);
         Ok(Arc::new(Self {
             dir,
