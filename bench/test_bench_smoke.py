@@ -118,6 +118,18 @@ def test_smoke_run_writes_a_table_per_workload(tmp_path):
             if r["tool"] == "bucketfs":
                 assert r["cache_disk_bytes"] <= r["cache_cap"], (case["id"], r)
     assert "cache on disk" in summary and "× paired local" in summary
+    # The throttled store (issue 32): every measured run has its counts (a tool failing there,
+    # e.g. bucketfs with EIO before its throttling fix, is a row with errors, not a crash);
+    # the reference, the SDK's adaptive retries, reads and writes everything right.
+    throttled = next(t for t in data["tables"] if t["workload"] == "throttled")
+    th = throttled["cases"][0]["throttle"]
+    for r in th["rows"]:
+        assert 0 <= r["reads_ok"] <= r["reads"] and 0 <= r["writes_ok"] <= r["writes"], r
+        assert r["seconds"] is None or r["seconds"] > 0, r
+    ref_runs = [r for r in th["rows"] if r["tool"] == "direct"]
+    assert ref_runs and all(r["errors"] == 0 and r["reads_ok"] == r["reads"]
+                            and r["writes_ok"] == r["writes"] for r in ref_runs), ref_runs
+    assert "| tool | run | elapsed | × ref |" in summary
     assert re.search(r"\| cores \| \d+", summary) and "| kernel |" in summary
 
     # The report can be rebuilt from results.json alone.

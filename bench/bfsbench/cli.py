@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             fuse_tools.append(t)
         tools = fuse_tools + [Direct(dirs, minio.url), Local(dirs, minio.url)]
         ctx = Context(profile=profile, work=work, ramdisk=ramdisk, s3=s3, mounts=mounts,
-                      tools=tools, store_pid=minio.proc.pid,
+                      tools=tools, store_pid=minio.proc.pid, minio_bin=minio_bin,
                       can_drop_caches=is_root and os.access("/proc/sys/vm/drop_caches", os.W_OK))
         records = ctx.records
         meta = {
@@ -246,6 +246,11 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
     finally:
         mounts.unmount_all()
+        for wl in workloads:   # e.g. the throttled workload's own MinIO
+            try:
+                wl.close()
+            except Exception as e:
+                log(f"closing {wl.name} failed: {e}")
         minio.stop()
         shutil.copytree(dirs.logs(), raw_dir / "logs", dirs_exist_ok=True)
         _cleanup(work, ramdisk, keep=args.keep_workdir)

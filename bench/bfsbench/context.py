@@ -33,7 +33,7 @@ class Case:
 class Context:
     def __init__(self, *, profile: Profile, work: Path, ramdisk: Path, s3: S3Direct,
                  mounts: MountManager, tools: list[Tool], can_drop_caches: bool,
-                 store_pid: Optional[int] = None):
+                 store_pid: Optional[int] = None, minio_bin: Optional[str] = None):
         self.profile = profile
         self.work = work
         self.ramdisk = ramdisk
@@ -42,6 +42,7 @@ class Context:
         self.tools = tools
         self.can_drop_caches = can_drop_caches
         self.store_pid = store_pid   # the MinIO process
+        self.minio_bin = minio_bin   # for a workload that starts a MinIO of its own
         self.records: list[dict] = []
         self._write_support: dict[str, Optional[str]] = {}
         self.local_env = {"PATH": BASE_PATH, "HOME": str(work / "home" / "local"), "LANG": "C",

@@ -33,10 +33,15 @@ def free_port() -> int:
 
 
 class MinIO:
-    def __init__(self, binary: str, data_dir: Path, log_path: Path):
+    """`extra_env`: more environment for the server, e.g. `MINIO_API_REQUESTS_MAX` for the
+    throttled store of the `throttled` workload."""
+
+    def __init__(self, binary: str, data_dir: Path, log_path: Path,
+                 extra_env: Optional[dict] = None):
         self.binary = binary
         self.data_dir = data_dir
         self.log_path = log_path
+        self.extra_env = dict(extra_env or {})
         self.proc: Optional[subprocess.Popen] = None
         self.port = 0
 
@@ -56,6 +61,7 @@ class MinIO:
             "MINIO_ROOT_PASSWORD": SECRET_KEY,
             "MINIO_BROWSER": "off",
             "MINIO_UPDATE": "off",
+            **self.extra_env,
         }
         for attempt in range(3):
             self.port = free_port()

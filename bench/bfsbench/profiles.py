@@ -34,6 +34,15 @@ class Profile:
     fio_reads: int = 400            # W7: random reads per random case
     cached_size: int = GiB          # W8: the object read again from each tool's disk cache
     cached_files: int = 1000        # W8: small files grepped again from the disk cache
+    # W9 (issue 32): readers and writers at once through one mount against a MinIO that
+    # refuses requests over `throttle_requests_max` (see workloads/throttled.py)
+    throttle_readers: int = 32      # processes each reading (and hashing) one object
+    throttle_writers: int = 8       # processes each writing one new file (cp from a RAM disk)
+    throttle_size: int = 16 * MiB   # bytes of every object read and file written
+    throttle_requests_max: int = 4  # MINIO_API_REQUESTS_MAX of the throttled MinIO
+    throttle_deadline: str = "100ms"  # MINIO_API_REQUESTS_DEADLINE (ignored by the MinIO installed)
+    throttle_max_attempts: int = 50   # the reference's (s3direct --adaptive) attempts per request
+    throttle_timeout: float = 900   # limit of one timed run (rclone: 183-245 s at quick size)
 
     def runs_for(self, workload: str) -> int:
         return self.runs_per_workload.get(workload, self.runs)
@@ -49,7 +58,8 @@ PROFILES = {
         large_size=8 * MiB, large_count=2, multi_size=4 * MiB, tree_scale=0.001,
         rand_size=32 * MiB, rand_reads=30, rand_len=100, small_count=40, flat_count=200,
         flat_size=64, overhead_size=32 * MiB, timeout=60, fio_size=8 * MiB, fio_reads=20,
-        cached_size=4 * MiB, cached_files=20),
+        cached_size=4 * MiB, cached_files=20, throttle_readers=4, throttle_writers=2,
+        throttle_size=MiB, throttle_timeout=300),
     "quick": Profile(
         name="quick", runs=2, runs_per_workload={"randread": 3},
         large_size=GiB, large_count=2, multi_size=256 * MiB, tree_scale=0.01, rand_size=GiB,
@@ -57,7 +67,7 @@ PROFILES = {
         overhead_size=512 * MiB, timeout=300, fio_size=512 * MiB, fio_reads=100,
         cached_size=512 * MiB, cached_files=1000),
     "full": Profile(
-        name="full", runs=5, runs_per_workload={"large": 3, "tree": 3},
+        name="full", runs=5, runs_per_workload={"large": 3, "tree": 3, "throttled": 3},
         large_size=GiB, large_count=24, multi_size=GiB, tree_scale=1.0, rand_size=8 * GiB,
         rand_reads=100, rand_len=100, small_count=1000, flat_count=100_000, flat_size=64,
         overhead_size=4 * GiB, timeout=4 * 3600),

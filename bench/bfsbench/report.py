@@ -127,9 +127,18 @@ def build_tables(records: list[dict], workloads: list, tools: list) -> list[dict
                      "headlines": headlines}
             if case.ref2:
                 entry.update(ref2=case.ref2, ref2_title=case.ref2_title, ref2_row=ref2)
+            throttle = throttle_table(records, wl.name, case.id, fuse)
+            if throttle:
+                entry["throttle"] = throttle
             table["cases"].append(entry)
         out.append(table)
     return out
+
+
+def throttle_table(records: list[dict], wl: str, case: str, fuse: list[str]) -> Optional[dict]:
+    """The `throttled` workload's run-by-run table (reads right, writes stored...), if any."""
+    from .workloads.throttled import summarize
+    return summarize(records, wl, case, fuse)
 
 
 # ---- markdown ---------------------------------------------------------------------------------
@@ -324,6 +333,9 @@ def markdown(meta: dict, tables: list[dict], chart_files: dict) -> str:
                 label = f"*ref: {c['ref2']}* ({c['ref2_title']})"
                 L.append(_row(label, c["ref2_row"], "", ref2_col))
         L.append("")
+        for c in t["cases"]:
+            if c.get("throttle"):
+                L.extend(_throttle_md(c["throttle"]))
         if t["workload"] in chart_files:
             L.append(f"![{t['title']}]({chart_files[t['workload']]})\n")
 
@@ -391,6 +403,46 @@ def markdown(meta: dict, tables: list[dict], chart_files: dict) -> str:
         L.append(f"\n{meta['chart_note']}")
     L.append("")
     return "\n".join(L)
+
+
+def _errors_cell(r: dict) -> str:
+    if not r["errors"]:
+        return "0" if r["status"] == "ok" else (r.get("error") or "failed").replace("|", "/")[:160]
+    parts = [f"{n}× read: {m}" for m, n in sorted(r["read_errors"].items(), key=lambda x: -x[1])]
+    parts += [f"{n}× write: {m}" for m, n in sorted(r["write_errors"].items(), key=lambda x: -x[1])]
+    return f"**{r['errors']}**: " + "; ".join(parts).replace("|", "/")[:300]
+
+
+def _throttle_md(th: dict) -> list[str]:
+    """Issue 32, run by run: elapsed, × the reference's median, reads right, writes stored."""
+    limit = th["limit"]
+    L = ["Run by run (issue 32). *elapsed*: until every reader and writer has exited and every "
+         "written file is listed with its size (also for a run with errors). *× ref*: elapsed / "
+         f"the reference's median ({fmt_secs(th['ref_median'])}, the SDK in adaptive retry "
+         "mode); *× SDK std*: elapsed / the median of the same requests with the SDK's standard "
+         f"retry mode ({fmt_secs(th.get('standard_median'))}; same classifier, same attempts). "
+         "*reads right*: SHA-256 equal to the object's. *writes stored*: listed with its size "
+         "and read back with the source's SHA-256. *errors*: the processes' stderr without "
+         "paths, counted. *meets issue 32*: no error and elapsed ≤ "
+         f"{limit}× the reference.\n",
+         "| tool | run | elapsed | × ref | × SDK std | reads right | writes stored | errors | "
+         "meets issue 32 | notes |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    labels = {"direct": "*ref: direct, SDK adaptive*",
+              "direct-standard": "*direct, SDK standard*"}
+    for r in th["rows"]:
+        notes = []
+        if r.get("responses") is not None:
+            notes.append(f"{r['responses']} responses, {r['throttled_responses']} of them 429")
+        if r.get("returned_seconds") is not None and not r["tool"].startswith("direct"):
+            notes.append(f"processes done at {fmt_secs(r['returned_seconds'])}")
+        L.append(f"| {labels.get(r['tool'], r['tool'])} | {r['rep'] + 1} | "
+                 f"{fmt_secs(r['seconds'])} | {_ratio(r['x_ref'])} | "
+                 f"{_ratio(r.get('x_standard'))} | {r['reads_ok']}/{r['reads']} | "
+                 f"{r['writes_ok']}/{r['writes']} | {_errors_cell(r)} | {r['meets']} | "
+                 f"{'; '.join(notes)} |")
+    L.append("")
+    return L
 
 
 def _fact(key: str, v) -> str:

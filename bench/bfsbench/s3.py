@@ -14,9 +14,13 @@ BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class S3Direct:
-    def __init__(self, binary: str, endpoint: str, home: str):
+    """`global_args`: options before the subcommand, e.g. `--adaptive --max-attempts 50` for a
+    client of the throttled store."""
+
+    def __init__(self, binary: str, endpoint: str, home: str, global_args: tuple[str, ...] = ()):
         self.binary = binary
         self.endpoint = endpoint
+        self.global_args = tuple(global_args)
         self.env = {
             "PATH": BASE_PATH,
             "HOME": home,
@@ -31,12 +35,21 @@ class S3Direct:
 
     def cmd(self, *args: str) -> str:
         """A shell command line running s3direct (for timed runs through run_timed)."""
-        return " ".join(shlex.quote(a) for a in (self.binary, *args))
+        return " ".join(shlex.quote(a) for a in (self.binary, *self.global_args, *args))
 
-    def call(self, *args: str, timeout: float = 3600) -> dict:
-        cp = run_quiet([self.binary, *args], env=self.env, timeout=timeout)
+    def call(self, *args: str, timeout: float = 3600, check: bool = True) -> dict:
+        """Runs s3direct and returns its JSON line; with check=False a failed command returns
+        its JSON line too when it printed one (`mixed` does), else {"exit": N, "stderr": ...}."""
+        cp = run_quiet([self.binary, *self.global_args, *args], env=self.env, timeout=timeout,
+                       check=check)
         debug(f"s3direct {' '.join(args[:3])}: {cp.stdout.strip()[:200]}")
-        return json.loads(cp.stdout.strip().splitlines()[-1])
+        lines = cp.stdout.strip().splitlines()
+        if not check and (cp.returncode != 0 and not lines):
+            return {"exit": cp.returncode, "stderr": cp.stderr.strip()[-500:]}
+        out = json.loads(lines[-1])
+        if not check:
+            out["exit"] = cp.returncode
+        return out
 
     def mb(self, bucket: str) -> None:
         self.call("mb", bucket)

@@ -7,6 +7,7 @@ environment holding only the variables it needs.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import shutil
@@ -60,6 +61,13 @@ class Tool:
     def redacted_cmd(self) -> str:
         argv = self.mount_argv("BUCKET", Path("MOUNTPOINT"))
         return " ".join(argv)
+
+    def at_endpoint(self, endpoint: str, tag: str) -> "Tool":
+        """The same tool (same row, same options) talking to another server, e.g. the
+        throttled MinIO of the `throttled` workload. `tag` names its private files."""
+        other = copy.copy(self)
+        other.endpoint = endpoint
+        return other
 
     def before_mount(self, bucket: str) -> None:
         """Called before a daemon is started on `bucket`."""
@@ -295,6 +303,14 @@ class Rclone(Tool):
         super().__init__(dirs, endpoint)
         self.binary = shutil.which("rclone") or "rclone"
         self.conf = dirs.home(self.name) / "rclone.conf"
+        self._write_conf()
+        self.cache_mode = cache_mode
+        self.extra_args = extra_args
+        self.setup_note = (f"`--vfs-cache-mode {cache_mode}` (as in the article) with "
+                           "`--vfs-write-back 0s` so uploads start at close(); other options default"
+                           + (f", plus `{' '.join(extra_args)}`" if extra_args else ""))
+
+    def _write_conf(self) -> None:
         self.conf.write_text(
             "[bench]\n"
             "type = s3\n"
@@ -302,14 +318,15 @@ class Rclone(Tool):
             "env_auth = false\n"
             f"access_key_id = {ACCESS_KEY}\n"
             f"secret_access_key = {SECRET_KEY}\n"
-            f"endpoint = {endpoint}\n"
+            f"endpoint = {self.endpoint}\n"
             f"region = {REGION}\n")
         self.conf.chmod(0o600)
-        self.cache_mode = cache_mode
-        self.extra_args = extra_args
-        self.setup_note = (f"`--vfs-cache-mode {cache_mode}` (as in the article) with "
-                           "`--vfs-write-back 0s` so uploads start at close(); other options default"
-                           + (f", plus `{' '.join(extra_args)}`" if extra_args else ""))
+
+    def at_endpoint(self, endpoint: str, tag: str) -> "Tool":
+        other = super().at_endpoint(endpoint, tag)
+        other.conf = self.dirs.home(self.name) / f"rclone-{tag}.conf"
+        other._write_conf()
+        return other
 
     def check(self) -> None:
         if not shutil.which("rclone"):

@@ -1,5 +1,6 @@
-"""The workload groups, in summary order: the six of issue 3, fio's job shapes (issue 18), then
-reads from each tool's data cache on local disk."""
+"""The workload groups, in summary order: the six of issue 3, fio's job shapes (issue 18),
+reads from each tool's data cache on local disk, then readers and writers against a throttled
+store (issue 32)."""
 
 from .cached_reads import CachedReads
 from .fio_reads import FioReads
@@ -8,7 +9,9 @@ from .large_files import LargeFiles
 from .metadata import Metadata
 from .random_reads import RandomReads
 from .small_files import SmallFiles
+from .throttled import Throttled
 from .tree import Tree
 
-ALL = [LargeFiles, Tree, RandomReads, SmallFiles, Metadata, FuseOverhead, FioReads, CachedReads]
+ALL = [LargeFiles, Tree, RandomReads, SmallFiles, Metadata, FuseOverhead, FioReads, CachedReads,
+       Throttled]
 BY_NAME = {w.name: w for w in ALL}

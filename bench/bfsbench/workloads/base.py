@@ -48,6 +48,11 @@ class Workload:
     def teardown(self) -> None:
         pass
 
+    def close(self) -> None:
+        """Stops whatever the workload started that outlives a run (a server of its own),
+        whatever happened; called at the end of the bench run, after every unmount. Must be
+        safe to call more than once and after a failed set-up."""
+
     # helpers ----------------------------------------------------------------------------------
 
     def unsupported_writes(self, tool: Tool, rep: int, cases: list[str]) -> bool:

@@ -5,6 +5,15 @@
 //! * the fast set-up tool that fills the benchmark buckets
 //!   (`mb`, `put-file`, `put-gen`, `put-dir`, `populate`).
 //!
+//! `mixed` runs GETs and PUTs all at once: the reference of the bench's `throttled` workload,
+//! with `--adaptive` (the SDK's adaptive retry mode) against a MinIO that refuses requests over
+//! its `MINIO_API_REQUESTS_MAX` with HTTP 429 `TooManyRequests`. The SDK's classifiers do not
+//! retry that answer (its throttling codes are `SlowDown`, `Throttling`,
+//! `TooManyRequestsException`...; its transient statuses 500/502/503/504), so every client made
+//! here also has [`TooManyRequests`], a classifier that calls a 429 a throttling error: then
+//! the SDK's own retry strategy (backoff; with `--adaptive`, its client-side rate limiter too)
+//! handles it. `--no-429-classifier` leaves it out, to see what the SDK does on its own.
+//!
 //! Every command prints exactly one JSON object on stdout (its measurements);
 //! diagnostics go to stderr. Credentials and endpoint come from flags or from the
 //! usual `AWS_*` variables; path-style addressing is always used.
@@ -15,18 +24,26 @@ use bucketfs::cli::args::parse_size;
 use std::fmt::Write as _;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use aws_config::retry::RetryConfig;
 use aws_config::BehaviorVersion;
-use aws_sdk_s3::config::{Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation};
+use aws_sdk_s3::config::interceptors::BeforeDeserializationInterceptorContextRef;
+use aws_sdk_s3::config::{
+    ConfigBag, Credentials, Intercept, Region, RequestChecksumCalculation, ResponseChecksumValidation,
+    RuntimeComponents,
+};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
 use aws_sdk_s3::Client;
+use aws_smithy_runtime_api::client::interceptors::context::InterceptorContext;
+use aws_smithy_runtime_api::client::retries::classifiers::{ClassifyRetry, RetryAction, RetryClassifierPriority};
 use clap::{Parser, Subcommand};
 use futures::stream::{self, StreamExt, TryStreamExt};
+use sha2::{Digest, Sha256};
 
 #[derive(Parser, Debug)]
 #[command(name = "s3direct", about = "Direct S3 client used as the bucketfs benchmark baseline")]
@@ -43,6 +60,16 @@ struct Cli {
     /// Secret key (or AWS_SECRET_ACCESS_KEY)
     #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
     secret_key: String,
+    /// The SDK's adaptive retry mode (`RetryConfig::adaptive()`: backoff plus a client-side
+    /// rate limiter that slows down on throttling errors) instead of the standard one
+    #[arg(long, global = true)]
+    adaptive: bool,
+    /// Attempts per request, the first one included
+    #[arg(long, global = true, default_value_t = 5)]
+    max_attempts: u32,
+    /// Do not add the classifier that makes HTTP 429 a throttling error (the SDK alone)
+    #[arg(long, global = true)]
+    no_429_classifier: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -84,6 +111,9 @@ enum Cmd {
         bucket: String,
         #[arg(default_value = "")]
         prefix: String,
+        /// Also print every key with its size (`"keys":[["KEY",SIZE],...]`)
+        #[arg(long)]
+        keys: bool,
     },
     /// Upload one local file (multipart with parallel parts when larger than a part)
     PutFile {
@@ -141,6 +171,68 @@ enum Cmd {
         #[arg(default_value = "")]
         prefix: String,
     },
+    /// GETs and PUTs all at once, one request per object (the `throttled` workload's
+    /// reference); exits non-zero if any fails or a GET's bytes have another SHA-256
+    Mixed {
+        bucket: String,
+        /// KEY or KEY=SHA256 (hex): an object to GET and hash (repeatable)
+        #[arg(long = "get", value_name = "KEY[=SHA256]")]
+        gets: Vec<String>,
+        /// FILE=KEY: a local file to upload with one PutObject (repeatable)
+        #[arg(long = "put", value_name = "FILE=KEY")]
+        puts: Vec<String>,
+    },
+}
+
+/// Responses received (one per attempt that got an answer) and those with HTTP 429, counted by
+/// [`CountResponses`].
+static RESPONSES: AtomicU64 = AtomicU64::new(0);
+static THROTTLED_RESPONSES: AtomicU64 = AtomicU64::new(0);
+
+/// Counts every HTTP response, retried attempts included, for `mixed`'s report.
+#[derive(Debug)]
+struct CountResponses;
+
+impl Intercept for CountResponses {
+    fn name(&self) -> &'static str {
+        "s3direct-count-responses"
+    }
+
+    fn read_before_deserialization(
+        &self,
+        context: &BeforeDeserializationInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> std::result::Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        RESPONSES.fetch_add(1, Ordering::Relaxed);
+        if context.response().status().as_u16() == 429 {
+            THROTTLED_RESPONSES.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+/// Classifies HTTP 429 (MinIO's `TooManyRequests` when more requests arrive than its
+/// `MINIO_API_REQUESTS_MAX`) as a throttling error, which the SDK's classifiers do not.
+#[derive(Debug, Default)]
+struct TooManyRequests;
+
+impl ClassifyRetry for TooManyRequests {
+    fn classify_retry(&self, ctx: &InterceptorContext) -> RetryAction {
+        match ctx.response() {
+            Some(res) if res.status().as_u16() == 429 => RetryAction::throttling_error(),
+            _ => RetryAction::NoActionIndicated,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "HTTP 429 Too Many Requests is throttling"
+    }
+
+    fn priority(&self) -> RetryClassifierPriority {
+        // After the SDK's own (the last one's verdict stands, unless one forbids a retry).
+        RetryClassifierPriority::run_after(RetryClassifierPriority::transient_error_classifier())
+    }
 }
 
 /// Deterministic pseudo-random bytes: `splitmix64` keyed by (seed, stream, word index).
@@ -173,18 +265,24 @@ async fn make_client(cli: &Cli) -> Client {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .region(Region::new(cli.region.clone()))
         .credentials_provider(creds)
-        .retry_config(RetryConfig::standard().with_max_attempts(5));
+        .retry_config(
+            if cli.adaptive { RetryConfig::adaptive() } else { RetryConfig::standard() }
+                .with_max_attempts(cli.max_attempts.max(1)),
+        );
     if let Some(url) = &cli.endpoint_url {
         loader = loader.endpoint_url(url);
     }
     let sdk = loader.load().await;
-    let conf = aws_sdk_s3::config::Builder::from(&sdk)
+    let mut conf = aws_sdk_s3::config::Builder::from(&sdk)
         .force_path_style(true)
         // A lean baseline: no extra checksums beyond what the API requires.
         .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
         .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
-        .build();
-    Client::from_conf(conf)
+        .interceptor(CountResponses);
+    if !cli.no_429_classifier {
+        conf = conf.retry_classifier(TooManyRequests);
+    }
+    Client::from_conf(conf.build())
 }
 
 /// Reads the bytes of one part of an upload source.
@@ -316,6 +414,76 @@ async fn get_discard(client: &Client, bucket: &str, key: &str, range: Option<Str
     Ok(n)
 }
 
+/// GETs a whole object; returns its size and the SHA-256 of its bytes (hex).
+async fn get_sha256(client: &Client, bucket: &str, key: &str) -> Result<(u64, String)> {
+    let out = client
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .with_context(|| format!("GetObject {bucket}/{key}"))?;
+    let mut body = out.body;
+    let mut hasher = Sha256::new();
+    let mut n = 0u64;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.with_context(|| format!("reading body of {bucket}/{key}"))?;
+        n += chunk.len() as u64;
+        hasher.update(&chunk);
+    }
+    Ok((n, hex::encode(hasher.finalize())))
+}
+
+/// One request of `mixed`: a GET (with the SHA-256 its bytes must have) or a PUT of a file.
+enum MixedOp {
+    Get { key: String, sha256: Option<String> },
+    Put { file: PathBuf, key: String },
+}
+
+/// Runs every operation at once; returns (bytes moved, one line per failed operation).
+async fn run_mixed(client: &Client, bucket: &str, ops: Vec<MixedOp>) -> (u64, Vec<String>) {
+    let tasks: Vec<_> = ops
+        .into_iter()
+        .map(|op| {
+            let client = client.clone();
+            let bucket = bucket.to_string();
+            tokio::spawn(async move {
+                match op {
+                    MixedOp::Get { key, sha256 } => {
+                        let (n, got) =
+                            get_sha256(&client, &bucket, &key).await.map_err(|e| format!("GET {key}: {e:#}"))?;
+                        match sha256 {
+                            Some(want) if !want.eq_ignore_ascii_case(&got) => {
+                                Err(format!("GET {key}: {n} bytes with SHA-256 {got}, expected {want}"))
+                            }
+                            _ => Ok(n),
+                        }
+                    }
+                    MixedOp::Put { file, key } => {
+                        let (size, src) = file_source(&file).map_err(|e| format!("PUT {key}: {e:#}"))?;
+                        // One PutObject up to 5 GiB, as one writer of one file (multipart above).
+                        let part = size.clamp(5 << 20, 5 << 30);
+                        upload_object(&client, &bucket, &key, size, part, 4, src)
+                            .await
+                            .map_err(|e| format!("PUT {key}: {e:#}"))?;
+                        Ok(size)
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut bytes = 0u64;
+    let mut errors = Vec::new();
+    for t in tasks {
+        match t.await {
+            Ok(Ok(n)) => bytes += n,
+            Ok(Err(e)) => errors.push(e),
+            Err(e) => errors.push(format!("task failed: {e}")),
+        }
+    }
+    (bytes, errors)
+}
+
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .with_context(|| format!("read_dir {}", dir.display()))?
@@ -426,13 +594,20 @@ async fn main() -> Result<()> {
                 .await?;
             println!("{{\"objects\":{n},\"bytes\":{bytes},\"seconds\":{}}}", secs(t0.elapsed()));
         }
-        Cmd::List { bucket, prefix } => {
+        Cmd::List { bucket, prefix, keys: with_keys } => {
             let keys = list_all(&client, bucket, prefix).await?;
             let markers = keys.iter().filter(|(k, _)| k.ends_with('/')).count();
             let files: Vec<_> = keys.iter().filter(|(k, _)| !k.ends_with('/')).collect();
             let bytes: u64 = files.iter().map(|(_, s)| s).sum();
+            let listed = if *with_keys {
+                let each: Vec<String> =
+                    files.iter().map(|(k, s)| format!("[{},{s}]", serde_json::Value::from(k.as_str()))).collect();
+                format!(",\"keys\":[{}]", each.join(","))
+            } else {
+                String::new()
+            };
             println!(
-                "{{\"objects\":{},\"bytes\":{bytes},\"dir_markers\":{markers},\"seconds\":{}}}",
+                "{{\"objects\":{},\"bytes\":{bytes},\"dir_markers\":{markers}{listed},\"seconds\":{}}}",
                 files.len(),
                 secs(t0.elapsed())
             );
@@ -541,6 +716,39 @@ async fn main() -> Result<()> {
                 .try_collect::<Vec<()>>()
                 .await?;
             println!("{{\"deleted\":{n},\"seconds\":{}}}", secs(t0.elapsed()));
+        }
+        Cmd::Mixed { bucket, gets, puts } => {
+            let mut ops = Vec::new();
+            for g in gets {
+                ops.push(match g.rsplit_once('=') {
+                    Some((key, sha)) => MixedOp::Get { key: key.to_string(), sha256: Some(sha.to_string()) },
+                    None => MixedOp::Get { key: g.clone(), sha256: None },
+                });
+            }
+            for p in puts {
+                let (file, key) = p.rsplit_once('=').ok_or_else(|| anyhow!("--put wants FILE=KEY, got {p:?}"))?;
+                ops.push(MixedOp::Put { file: PathBuf::from(file), key: key.to_string() });
+            }
+            let (bytes, errors) = run_mixed(&client, bucket, ops).await;
+            for e in &errors {
+                eprintln!("s3direct mixed: {e}");
+            }
+            let list =
+                errors.iter().map(|e| serde_json::Value::from(e.as_str()).to_string()).collect::<Vec<_>>().join(",");
+            println!(
+                "{{\"gets\":{},\"puts\":{},\"bytes\":{bytes},\"errors\":{},\"error_list\":[{list}],\"responses\":{},\"throttled_responses\":{},\"adaptive\":{},\"max_attempts\":{},\"seconds\":{}}}",
+                gets.len(),
+                puts.len(),
+                errors.len(),
+                RESPONSES.load(Ordering::Relaxed),
+                THROTTLED_RESPONSES.load(Ordering::Relaxed),
+                cli.adaptive,
+                cli.max_attempts,
+                secs(t0.elapsed())
+            );
+            if !errors.is_empty() {
+                bail!("{} of {} requests failed", errors.len(), gets.len() + puts.len());
+            }
         }
     }
     Ok(())
