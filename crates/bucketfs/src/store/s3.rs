@@ -714,8 +714,8 @@ impl S3Store {
             // stopped do not all come back at the same instant.
             let pause = backoff / 2 + backoff.mul_f64(rand::random::<f64>() / 2.0);
             if failing_for + pause > self.retry_window {
-                // The one line that says why a program got an error.
-                tracing::warn!(bucket = %self.bucket, key, "s3 {what} failed after {failures} attempts: {error}");
+                // The operation that gets this error logs it (at warn, with the answer).
+                tracing::info!(bucket = %self.bucket, key, "s3 {what} failed after {failures} attempts: {error}");
                 return Err(error);
             }
             tracing::debug!(bucket = %self.bucket, key, "s3 {what} failed ({error}); retrying in {pause:?}");
