@@ -389,7 +389,11 @@ fn open_readers_survive_metadata_changes() {
         Command::new("touch").args(["-m", "-d", "2001-02-03 04:05:06"]).arg(m.join("f")).status().expect("touch");
     assert!(status.success());
     reader.read_to_end(&mut read).expect("read after setxattr and touch");
-    assert_ne!(head(&b, "f").etag, etag_before, "the rewrite gave the object a new ETag");
     assert_eq!(read.len(), data.len());
     assert!(read == data, "the reader read the same bytes");
+    // SeaweedFS keeps a multipart ETag through a copy onto itself (the reader then has no
+    // copy to follow); MinIO, like S3, gives the copy a new one.
+    if !store_is_not_minio() {
+        assert_ne!(head(&b, "f").etag, etag_before, "the rewrite gave the object a new ETag");
+    }
 }

@@ -154,6 +154,7 @@ fn write_back_command(m: &Mount, action: &str, args: &[&str]) -> String {
 /// write-back list`, until discarded.
 #[test]
 fn refused_upload_after_close_is_logged_and_leaves_no_entry() {
+    require_minio!("the read-only identity that refuses the upload comes from MinIO's STS (AssumeRole)");
     let b = create_bucket("wb-refused");
     let creds = read_only_credentials(&b);
     let m = MountBuilder::new().bucket(&b).arg("--write-back").credentials(&creds).mount();
@@ -493,6 +494,7 @@ fn keys_on(server: &OwnMinio, bucket: &str) -> Vec<String> {
 /// and leaves no multipart upload.
 #[test]
 fn untar_while_the_store_is_stopped_is_stored_by_the_next_mount() {
+    require_minio!("stops and restarts a MinIO of its own (OwnMinio), not the store under test");
     let mut own = OwnMinio::start();
     let b = "wb-store-stopped";
     block_on(own.client().create_bucket().bucket(b).send()).expect("create bucket");
@@ -585,6 +587,7 @@ fn a_new_directory_shows_before_its_marker_is_stored() {
 /// is stored, closes return early again.
 #[test]
 fn refused_files_count_against_the_limit_and_retry_stores_them() {
+    require_minio!("stops and restarts a MinIO of its own (OwnMinio), not the store under test");
     let mut own = OwnMinio::start();
     let b = "wb-retry";
     block_on(own.client().create_bucket().bucket(b).send()).expect("create bucket");

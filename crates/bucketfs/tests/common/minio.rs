@@ -2,6 +2,14 @@
 //! free loopback port with a fresh data directory, killed when the test process exits
 //! (PR_SET_PDEATHSIG from a parked thread, plus an atexit handler), even when a test panics
 //! or the process is killed; the root credentials every client and mount uses; free ports.
+//!
+//! Or a store started outside the test process (scripts/test-stores): with
+//! `BUCKETFS_TEST_STORE_ENDPOINT=http://127.0.0.1:PORT` and `BUCKETFS_TEST_STORE_KIND` (a kind
+//! of scripts/start-store: minio, minio-erasure, seaweedfs, moto) [`minio()`] describes that
+//! store instead, taking the same keys; nothing is started, and the harness never stops it or
+//! deletes anything of it (it has no pid here and registers no exit handler). Optional
+//! `BUCKETFS_TEST_STORE_LOG`: its log file, for failure messages. Tests that need what only
+//! MinIO does start with [`require_minio!`], which skips them on other stores.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -29,7 +37,9 @@ pub struct Minio {
     pub port: u16,
     pub data_dir: PathBuf,
     pub log_path: PathBuf,
-    pub pid: u32,
+    /// The server process, when this test process started it (None for an external store:
+    /// never signalled, never waited for).
+    pub pid: Option<u32>,
     exit: Arc<Mutex<Option<ExitStatus>>>,
 }
 
@@ -63,10 +73,103 @@ pub fn free_port() -> u16 {
 /// task names, it is privileged and never used by anything on this machine.
 pub const UNREACHABLE_ENDPOINT: &str = "http://127.0.0.1:1";
 
-/// The MinIO server of this test process, started on first use.
+/// The MinIO server of this test process, started on first use; or the external store of
+/// `BUCKETFS_TEST_STORE_ENDPOINT` (see the module's documentation).
 pub fn minio() -> &'static Minio {
     static MINIO: OnceLock<Minio> = OnceLock::new();
-    MINIO.get_or_init(|| start_minio(false))
+    MINIO.get_or_init(|| match external_store_kind() {
+        Some(kind) => external_store(kind),
+        None => start_minio(false),
+    })
+}
+
+/// The kind of the external store in use (`BUCKETFS_TEST_STORE_KIND`), or None when the tests
+/// start their own MinIO (`BUCKETFS_TEST_STORE_ENDPOINT` unset or empty).
+pub fn external_store_kind() -> Option<&'static str> {
+    static KIND: OnceLock<Option<String>> = OnceLock::new();
+    KIND.get_or_init(|| {
+        std::env::var("BUCKETFS_TEST_STORE_ENDPOINT").ok().filter(|e| !e.is_empty())?;
+        let kind = std::env::var("BUCKETFS_TEST_STORE_KIND").unwrap_or_default();
+        if kind.is_empty() {
+            panic!(
+                "BUCKETFS_TEST_STORE_ENDPOINT is set: set BUCKETFS_TEST_STORE_KIND too (minio, seaweedfs, moto, ...)"
+            );
+        }
+        Some(kind)
+    })
+    .as_deref()
+}
+
+/// The kind of store the tests run against: `minio` unless an external store is in use.
+pub fn store_kind() -> &'static str {
+    external_store_kind().unwrap_or("minio")
+}
+
+/// Whether the tests run against a store that is not MinIO (an external one of another kind).
+pub fn store_is_not_minio() -> bool {
+    external_store_kind().is_some_and(|kind| kind != "minio" && !kind.starts_with("minio-"))
+}
+
+/// Skips the calling test (returns from it) when the store is not MinIO, printing
+/// `SKIPPED on KIND: WHY` (see [`skipped_on_this_store`]); does nothing otherwise.
+#[macro_export]
+macro_rules! require_minio {
+    ($why:expr) => {
+        if $crate::common::skipped_on_this_store($why) {
+            return;
+        }
+    };
+}
+
+/// True (after printing `SKIPPED on KIND: WHY` on stdout and stderr, and appending
+/// `BINARY<TAB>TEST<TAB>KIND<TAB>WHY` to the file `BUCKETFS_TEST_SKIP_LOG` if set) when the
+/// store is not MinIO; false, silently, otherwise. Use [`require_minio!`].
+pub fn skipped_on_this_store(why: &str) -> bool {
+    if !store_is_not_minio() {
+        return false;
+    }
+    let kind = store_kind();
+    let line = format!("SKIPPED on {kind}: {why}");
+    println!("{line}");
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os("BUCKETFS_TEST_SKIP_LOG").filter(|p| !p.is_empty()) {
+        // The test's name is its thread's (libtest names each test's thread after it); the
+        // binary's name is its file's, without cargo's hash.
+        let test = std::thread::current().name().unwrap_or("?").to_owned();
+        let exe = std::env::current_exe().ok().and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()));
+        let exe = exe.unwrap_or_default();
+        let binary = exe.rsplit_once('-').map_or(exe.as_str(), |(name, _)| name);
+        let entry = format!("{binary}\t{test}\t{kind}\t{why}\n");
+        // One write of a file opened to append: lines of tests running at once do not mix.
+        let written =
+            File::options().create(true).append(true).open(&path).and_then(|mut f| f.write_all(entry.as_bytes()));
+        if let Err(e) = written {
+            eprintln!("cannot append to BUCKETFS_TEST_SKIP_LOG {}: {e}", Path::new(&path).display());
+        }
+    }
+    true
+}
+
+/// The [`Minio`] of an external store: its endpoint, nothing to start or stop.
+fn external_store(kind: &str) -> Minio {
+    let endpoint = std::env::var("BUCKETFS_TEST_STORE_ENDPOINT").unwrap_or_default();
+    let endpoint = endpoint.trim_end_matches('/').to_owned();
+    // Toxiproxy and the relay reach the store at 127.0.0.1:port.
+    let port = endpoint
+        .strip_prefix("http://127.0.0.1:")
+        .and_then(|p| p.parse::<u16>().ok())
+        .unwrap_or_else(|| panic!("BUCKETFS_TEST_STORE_ENDPOINT must be http://127.0.0.1:PORT, not {endpoint:?}"));
+    let log_path = std::env::var_os("BUCKETFS_TEST_STORE_LOG").map(PathBuf::from).unwrap_or_default();
+    eprintln!("tests run against an external {kind} store at {endpoint}");
+    Minio {
+        endpoint,
+        certificate: None,
+        port,
+        data_dir: PathBuf::new(),
+        log_path,
+        pid: None,
+        exit: Arc::new(Mutex::new(None)),
+    }
 }
 
 /// A second MinIO of this test process that serves HTTPS with a self-signed certificate
@@ -213,7 +316,8 @@ fn start_minio(tls: bool) -> Minio {
             Ok(m) => {
                 let base = m.data_dir.parent().unwrap().to_path_buf();
                 let cleanup = if tls { &MINIO_TLS_CLEANUP } else { &MINIO_CLEANUP };
-                if cleanup.set((m.pid, base)).is_ok() {
+                let pid = m.pid.expect("a MinIO started here has a pid");
+                if cleanup.set((pid, base)).is_ok() {
                     unsafe { libc::atexit(if tls { cleanup_minio_tls_at_exit } else { cleanup_minio_at_exit }) };
                 }
                 return m;
@@ -282,7 +386,7 @@ fn launch_minio(
 
     let scheme = if tls { "https" } else { "http" };
     let endpoint = format!("{scheme}://127.0.0.1:{port}");
-    let m = Minio { endpoint, certificate, port, data_dir, log_path, pid, exit };
+    let m = Minio { endpoint, certificate, port, data_dir, log_path, pid: Some(pid), exit };
     let deadline = Instant::now() + Duration::from_secs(30);
     // 1. the health endpoint answers (over TLS: the port accepts connections)
     loop {
@@ -350,7 +454,8 @@ impl OwnMinio {
 
     /// Stops the server (SIGTERM) and waits until it has exited.
     pub fn stop(&self) {
-        unsafe { libc::kill(self.server.pid as i32, libc::SIGTERM) };
+        let pid = self.server.pid.expect("an OwnMinio is started here");
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(20);
         while self.server.exit_status().is_none() {
             assert!(Instant::now() < deadline, "MinIO did not stop within 20 s");
@@ -368,8 +473,8 @@ impl OwnMinio {
 
 impl Drop for OwnMinio {
     fn drop(&mut self) {
-        if self.server.exit_status().is_none() {
-            unsafe { libc::kill(self.server.pid as i32, libc::SIGKILL) };
+        if let (None, Some(pid)) = (self.server.exit_status(), self.server.pid) {
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }
     }
 }

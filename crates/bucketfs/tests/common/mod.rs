@@ -23,7 +23,11 @@
 //! * `BUCKETFS_MINIO`: path of the MinIO binary (default `~/.cache/bucketfs-deps/bin/minio`);
 //! * `BUCKETFS_TOXIPROXY`: path of toxiproxy-server (default `~/.cache/bucketfs-deps/bin/toxiproxy-server`);
 //! * `RUST_LOG`: passed through to the bucketfs child processes (it is inherited);
-//! * `BUCKETFS_TEST_LOG_LEVEL`: when set, the mounts get `--log-level <value>`.
+//! * `BUCKETFS_TEST_LOG_LEVEL`: when set, the mounts get `--log-level <value>`;
+//! * `BUCKETFS_TEST_STORE_ENDPOINT` (`http://127.0.0.1:PORT`) with `BUCKETFS_TEST_STORE_KIND`:
+//!   run against that store, started elsewhere (scripts/test-stores), instead of a MinIO of
+//!   this process; `BUCKETFS_TEST_STORE_LOG`: its log, for failure messages;
+//!   `BUCKETFS_TEST_SKIP_LOG`: a file where tests skipped by [`require_minio!`] are listed.
 
 // Each test binary compiles this harness and uses a part of it.
 #![allow(dead_code)]
