@@ -97,7 +97,13 @@ pub fn version_to_restore(versions: &[VersionInfo]) -> Result<&VersionInfo, Stor
     if versions.iter().any(|v| v.is_latest && !v.deleted) {
         return Err(StoreError::AlreadyExists);
     }
-    versions.iter().filter(|v| !v.deleted).max_by_key(|v| v.mtime).ok_or(StoreError::NotFound)
+    // Newest first as listed: on equal times (stores that keep whole seconds) the first
+    // listed is the newer, so it wins the tie (`max_by_key` would keep the last).
+    versions
+        .iter()
+        .filter(|v| !v.deleted)
+        .reduce(|newest, v| if v.mtime > newest.mtime { v } else { newest })
+        .ok_or(StoreError::NotFound)
 }
 
 /// One page of a delimited listing (`delimiter = "/"`).
@@ -366,5 +372,12 @@ mod tests {
         assert!(matches!(version_to_restore(&live), Err(StoreError::AlreadyExists)));
         assert!(matches!(version_to_restore(&[version("m", 30, true, true)]), Err(StoreError::NotFound)));
         assert!(matches!(version_to_restore(&[]), Err(StoreError::NotFound)));
+    }
+
+    #[test]
+    fn of_versions_stored_in_one_second_the_first_listed_is_restored() {
+        // SeaweedFS, moto and AWS S3 list whole seconds; listings put the newest first.
+        let deleted = [version("m", 30, true, true), version("v2", 20, false, false), version("v1", 20, false, false)];
+        assert_eq!(version_to_restore(&deleted).map(|v| v.version_id.as_str()).ok(), Some("v2"));
     }
 }
