@@ -368,9 +368,14 @@ impl SmallDisk {
         self.0.path()
     }
 
+    /// A remount fails (EBUSY) while a file is open for writing on the disk: the cache may
+    /// still be writing the blocks of the last read in the background, so try for a while.
     fn make_read_only(&self) {
-        let status = std::process::Command::new("mount").args(["-o", "remount,ro"]).arg(self.path()).status();
-        assert!(status.is_ok_and(|s| s.success()), "remount read-only");
+        let remounted = wait_until(Duration::from_secs(10), || {
+            let status = std::process::Command::new("mount").args(["-o", "remount,ro"]).arg(self.path()).status();
+            status.is_ok_and(|s| s.success())
+        });
+        assert!(remounted, "remount read-only");
     }
 }
 
