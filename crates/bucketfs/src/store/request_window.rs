@@ -57,8 +57,8 @@ pub struct WindowReport {
     pub cap: usize,
     /// Throttling answers since the mount started.
     pub throttled_answers: u64,
-    /// When the store last throttled a request, if it is throttling now (an episode
-    /// not yet ended by `QUIET_ENDS_EPISODE` of answers without throttling).
+    /// When the current throttling episode began: `None` once the store has gone
+    /// `QUIET_ENDS_EPISODE` without a throttled answer (also on an idle mount).
     pub throttling_since: Option<Instant>,
 }
 
@@ -92,7 +92,11 @@ impl RequestWindow {
             allowed: state.allowed(),
             cap: self.cap,
             throttled_answers: state.throttled_answers,
-            throttling_since: state.episode.as_ref().map(|episode| episode.began),
+            throttling_since: state
+                .episode
+                .as_ref()
+                .filter(|episode| episode.last_throttled.elapsed() < QUIET_ENDS_EPISODE)
+                .map(|episode| episode.began),
         }
     }
 
