@@ -155,8 +155,11 @@ pub struct MountArgs {
     pub sources_and_mountpoint: Vec<String>,
 
     /// S3 endpoint URL (e.g. http://127.0.0.1:9000 for MinIO). Default: AWS, or AWS_ENDPOINT_URL.
-    #[arg(long, value_name = "URL")]
-    pub endpoint_url: Option<String>,
+    /// Several URLs of one store (its nodes or gateways), comma-separated or repeated:
+    /// requests are spread over those that answer; one that stops answering is left out
+    /// for a while.
+    #[arg(long, value_name = "URL[,URL...]", value_delimiter = ',', value_parser = parse_endpoint_url)]
+    pub endpoint_url: Vec<String>,
     /// Region of the buckets. Default: from the AWS config chain, else us-east-1.
     #[arg(long)]
     pub region: Option<String>,
@@ -274,7 +277,8 @@ pub struct MountArgs {
     #[arg(long, default_value_t = 16)]
     pub max_concurrent_requests: usize,
     /// An S3 request that receives no data for this many seconds fails (and is retried
-    /// within --retry-window), so a store that stops answering never hangs an operation.
+    /// within --retry-window), so a store that stops answering never hangs an operation
+    /// (a response body already flowing: this or 5 s, whichever is shorter).
     #[arg(long, default_value = "20", value_parser = parse_seconds, value_name = "SECONDS")]
     pub read_timeout: Duration,
     /// How long a request that failed for a passing reason (connection refused or reset,
@@ -344,6 +348,21 @@ fn parse_mode(text: &str) -> Result<u16, String> {
         .ok()
         .filter(|mode| *mode <= 0o7777)
         .ok_or_else(|| format!("'{text}' is not an octal mode such as 0644"))
+}
+
+/// One URL of `--endpoint-url`: `http://` or `https://` and a host (the SDK would take a
+/// bare `host:port` as a scheme and fail at the first request instead).
+fn parse_endpoint_url(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    let host = text.strip_prefix("http://").or_else(|| text.strip_prefix("https://"));
+    match host {
+        Some(host) if !host.is_empty() && !host.starts_with('/') && !host.contains(char::is_whitespace) => {
+            Ok(text.trim_end_matches('/').to_owned())
+        }
+        _ => Err(format!(
+            "'{text}' is not an endpoint URL such as http://127.0.0.1:9000 (http:// or https://, then the host)"
+        )),
+    }
 }
 
 fn parse_seconds(text: &str) -> Result<Duration, String> {

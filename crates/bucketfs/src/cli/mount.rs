@@ -608,7 +608,7 @@ fn store_config(args: &MountArgs) -> Result<StoreConfig> {
     };
     Ok(StoreConfig {
         bucket: String::new(),
-        endpoint_url: args.endpoint_url.clone(),
+        endpoint_urls: args.endpoint_url.clone(),
         region: args.region.clone(),
         profile: args.profile.clone(),
         force_path_style: args.force_path_style,

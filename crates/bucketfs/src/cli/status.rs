@@ -138,6 +138,7 @@ impl MountState {
         ]
         .into_iter()
         .chain(self.stores.iter().filter_map(|store| throttling_line(store.as_ref())))
+        .chain(self.stores.iter().filter_map(|store| endpoints_line(store.as_ref())))
         .collect::<Vec<_>>()
         .join("\n")
             + "\n"
@@ -158,6 +159,27 @@ fn throttling_line(store: &dyn ObjectStore) -> Option<String> {
         window.cap,
         store.location()
     ))
+}
+
+/// `endpoints: ...` for a store with several URLs: which answer, which are left out.
+fn endpoints_line(store: &dyn ObjectStore) -> Option<String> {
+    let endpoints = store.endpoints();
+    if endpoints.is_empty() {
+        return None;
+    }
+    let states: Vec<String> = endpoints
+        .iter()
+        .map(|endpoint| match endpoint.left_out_for {
+            Some(since) => format!(
+                "{} left out for {} s ({} failed attempts and probes)",
+                endpoint.url,
+                since.as_secs(),
+                endpoint.failures_in_row
+            ),
+            None => format!("{} in use", endpoint.url),
+        })
+        .collect();
+    Some(format!("endpoints: {}", states.join(", ")))
 }
 
 fn size(bytes: u64) -> String {

@@ -10,6 +10,7 @@
 
 mod body;
 pub mod buffer_pool;
+pub mod endpoints;
 mod listing_metadata;
 #[cfg(test)]
 pub mod memory;
@@ -192,6 +193,11 @@ impl StoreError {
 
     /// Worth another try: the store may answer after a moment (a restarting server, a
     /// dropped connection, a 5xx, a request to slow down).
+    /// The connection failed, not the store: another of its endpoints may answer.
+    pub fn is_connection_failure(&self) -> bool {
+        matches!(self, StoreError::Unreachable { .. } | StoreError::Timeout(_) | StoreError::Interrupted(_))
+    }
+
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
@@ -223,6 +229,11 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// (see `request_window`); `None` for a store without a window.
     fn request_window(&self) -> Option<request_window::WindowReport> {
         None
+    }
+
+    /// The store's URLs and which are left out now, when it has several (see `endpoints`).
+    fn endpoints(&self) -> Vec<endpoints::EndpointReport> {
+        Vec::new()
     }
 
     /// One page of `ListObjectsV2(prefix, delimiter="/")`. With `with_metadata`, objects

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use async_trait::async_trait;
 use aws_config::meta::region::RegionProviderChain;
 use aws_config::retry::RetryConfig;
+use aws_config::stalled_stream_protection::StalledStreamProtectionConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::BehaviorVersion;
 use aws_sdk_s3::config::RequestChecksumCalculation;
@@ -22,6 +23,7 @@ use aws_sdk_s3::Client;
 use bytes::Bytes;
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
+use super::endpoints::{EndpointReport, Endpoints, PoolResolver};
 use super::listing_metadata::{self, ListingInterceptor, ServerKind};
 use super::request_options::{RequestOptions, RequestOptionsInterceptor, UploadChecksums};
 use super::request_window::{RequestWindow, WindowReport};
@@ -34,7 +36,9 @@ use super::{
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
     pub bucket: String,
-    pub endpoint_url: Option<String>,
+    /// The store's URLs: none for AWS (or `AWS_ENDPOINT_URL`), several for the nodes or
+    /// gateways of one cluster (see `endpoints`).
+    pub endpoint_urls: Vec<String>,
     pub region: Option<String>,
     pub profile: Option<String>,
     pub force_path_style: bool,
@@ -58,6 +62,8 @@ pub struct StoreConfig {
 /// `CONNECT_TIMEOUT` (or the read timeout, if shorter), and one attempt may not take
 /// longer than twice the read timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a response body may receive nothing (the SDK's default grace period).
+const BODY_STALL: Duration = Duration::from_secs(5);
 /// Retries are ours, not the SDK's (whose standard mode gives up after 3 attempts, about
 /// 2 s against a refused connection, and draws on a shared retry quota): a transient
 /// failure is retried with exponential backoff and jitter, from `FIRST_BACKOFF` doubling
@@ -79,7 +85,10 @@ const SIGNED_PUT_LIMIT: usize = 256 * 1024;
 pub struct S3Store {
     client: Client,
     bucket: String,
+    /// The endpoint as messages name it (the first URL and how many more).
     endpoint: String,
+    /// The URLs requests are spread over, when the store has several.
+    endpoints: Option<Arc<Endpoints>>,
     /// Caps requests in flight to this bucket, whoever issues them: at most
     /// `--max-concurrent-requests`, fewer while the store is throttling.
     window: Arc<RequestWindow>,
@@ -105,11 +114,17 @@ impl S3Store {
                     .operation_attempt_timeout(read_timeout * 2)
                     .build(),
             );
+        // A body whose bytes stop coming fails after BODY_STALL (the SDK's stalled-stream
+        // protection), or the read timeout if shorter, and is resumed by a retry (maybe
+        // from another endpoint).
+        loader = loader.stalled_stream_protection(
+            StalledStreamProtectionConfig::enabled().grace_period(BODY_STALL.min(read_timeout)).build(),
+        );
         if let Some(profile) = &config.profile {
             loader = loader.profile_name(profile);
         }
-        if let Some(endpoint) = &config.endpoint_url {
-            loader = loader.endpoint_url(endpoint);
+        if let Some(first) = config.endpoint_urls.first() {
+            loader = loader.endpoint_url(first);
         }
         if config.no_sign_request {
             loader = loader.no_credentials();
@@ -125,8 +140,13 @@ impl S3Store {
             loader = loader.http_client(client);
         }
         let shared = loader.load().await;
-        let endpoint = shared.endpoint_url().map(str::to_owned).unwrap_or_else(|| "the AWS S3 endpoint".to_owned());
+        let mut endpoint = shared.endpoint_url().map(str::to_owned).unwrap_or_else(|| "the AWS S3 endpoint".to_owned());
         let mut s3_config = aws_sdk_s3::config::Builder::from(&shared).force_path_style(config.force_path_style);
+        let endpoints = (config.endpoint_urls.len() > 1).then(|| Endpoints::new(config.endpoint_urls.clone()));
+        if let Some(pool) = &endpoints {
+            s3_config = s3_config.endpoint_resolver(PoolResolver::new(pool.clone()));
+            endpoint = format!("{endpoint} (+{} more)", config.endpoint_urls.len() - 1);
+        }
         if !config.options.is_empty() {
             s3_config = s3_config.interceptor(RequestOptionsInterceptor(config.options.clone()));
         }
@@ -139,10 +159,36 @@ impl S3Store {
             bucket: config.bucket.clone(),
             window: RequestWindow::new(format!("{endpoint}/{}", config.bucket), config.max_concurrent_requests),
             endpoint,
+            endpoints,
             retry_window: config.retry_window,
             server: Arc::new(ServerKind::new(config.listing_metadata)),
             checksums: config.upload_checksums,
         }))
+    }
+
+    /// Probes endpoint `url`, left out, in the background until it answers: any answer to a
+    /// HeadBucket (even a refusal) shows the node is back. The probe takes no place in the
+    /// request window: it is one request every few seconds at most.
+    fn start_probing(&self, pool: &Arc<Endpoints>, url: usize) {
+        let (pool, client, bucket) = (pool.clone(), self.client.clone(), self.bucket.clone());
+        tokio::spawn(async move {
+            pool.probe(url, || async {
+                match client.head_bucket().bucket(&bucket).send().await {
+                    Ok(_) => true,
+                    Err(SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) | SdkError::ResponseError(_)) => false,
+                    Err(_) => true,
+                }
+            })
+            .await
+        });
+    }
+
+    /// The URL the request being answered went to, for messages.
+    fn endpoint_now(&self) -> String {
+        match self.endpoints.as_ref().and_then(|pool| pool.chosen()) {
+            Some(url) => url.to_owned(),
+            None => self.endpoint.clone(),
+        }
     }
 
     /// Turns any SDK failure into a [`StoreError`]. The only place that reads S3 error codes.
@@ -162,16 +208,17 @@ impl S3Store {
                     .map(innermost_message)
                     .unwrap_or_else(|| format!("{err}"));
                 if failure.is_timeout() {
-                    return StoreError::Timeout(format!("{} ({detail})", self.endpoint));
+                    return StoreError::Timeout(format!("{} ({detail})", self.endpoint_now()));
                 }
                 // Retrying does not make a certificate trusted: fail now, and say what helps.
                 if detail.contains("certificate") {
-                    let message = format!("TLS with {} failed: {detail} (a private CA: --ca-bundle)", self.endpoint);
+                    let message =
+                        format!("TLS with {} failed: {detail} (a private CA: --ca-bundle)", self.endpoint_now());
                     return StoreError::Other { message, request_id: None };
                 }
-                return StoreError::Unreachable { endpoint: self.endpoint.clone(), detail };
+                return StoreError::Unreachable { endpoint: self.endpoint_now(), detail };
             }
-            SdkError::TimeoutError(_) => return StoreError::Timeout(self.endpoint.clone()),
+            SdkError::TimeoutError(_) => return StoreError::Timeout(self.endpoint_now()),
             // An answer that could not be read whole: the connection broke while it came.
             SdkError::ResponseError(_) => return StoreError::Interrupted(innermost_message(&err)),
             _ => {}
@@ -682,7 +729,22 @@ impl S3Store {
                     queued += began - waiting;
                 }
                 first_sent.get_or_insert(began);
-                let result = attempt().await;
+                let result = match &self.endpoints {
+                    Some(pool) => {
+                        let url = pool.pick();
+                        let result = pool.scope(url, attempt()).await;
+                        match &result {
+                            Err(error) if error.is_connection_failure() => {
+                                if pool.failed(url, error) {
+                                    self.start_probing(pool, url);
+                                }
+                            }
+                            _ => pool.answered(url),
+                        }
+                        result
+                    }
+                    None => attempt().await,
+                };
                 let outcome = result.as_ref().map_or_else(StoreError::kind, |_| "ok");
                 crate::metrics::s3_request(what, outcome, began.elapsed());
                 match &result {
@@ -734,6 +796,10 @@ impl ObjectStore for S3Store {
 
     fn request_window(&self) -> Option<WindowReport> {
         Some(self.window.report())
+    }
+
+    fn endpoints(&self) -> Vec<EndpointReport> {
+        self.endpoints.as_ref().map(|pool| pool.report()).unwrap_or_default()
     }
 
     async fn list(

@@ -1,0 +1,289 @@
+//! One store reached through several endpoints (`--endpoint-url A,B`, the gateways or nodes
+//! of a cluster without a load balancer): requests are spread over the endpoints, and one
+//! that dies in the middle of a read or a write is left out while the program sees nothing
+//! but a short pause.
+//!
+//! The two "gateways" are two relays in front of the one MinIO: two endpoints of one data
+//! set, each of which can be made to die (reset every connection, open or new) at an exact
+//! moment. `scripts/test-stores` runs the same tests through two relays in front of the
+//! store under test.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use sha2::{Digest, Sha256};
+
+/// Two endpoints of the store under test.
+fn two_gateways() -> (Relay, Relay) {
+    (Relay::start(minio().port), Relay::start(minio().port))
+}
+
+/// What a program reading or writing in 1 MiB calls saw: its longest wait for one call, and
+/// how far it was then.
+#[derive(Default)]
+struct Progress {
+    bytes: AtomicU64,
+    longest_call_us: AtomicU64,
+    longest_call_at: AtomicU64,
+}
+
+impl Progress {
+    fn call_took(&self, took: Duration, at: u64) {
+        let micros = took.as_micros() as u64;
+        if micros > self.longest_call_us.fetch_max(micros, Ordering::Relaxed) {
+            self.longest_call_at.store(at, Ordering::Relaxed);
+        }
+        self.bytes.store(at, Ordering::Relaxed);
+    }
+
+    fn wait_for(&self, bytes: u64, timeout: Duration) {
+        let started = Instant::now();
+        while self.bytes.load(Ordering::Relaxed) < bytes {
+            assert!(started.elapsed() < timeout, "no progress to {bytes} bytes in {timeout:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn longest(&self) -> (Duration, u64) {
+        (
+            Duration::from_micros(self.longest_call_us.load(Ordering::Relaxed)),
+            self.longest_call_at.load(Ordering::Relaxed) / MIB as u64,
+        )
+    }
+}
+
+/// The longest a single read or write call may take at the failover: the attempts to the
+/// dead endpoint fail at once (reset), their retries go to the other after one backoff
+/// (tens of ms here; seconds if requests kept going to the dead endpoint, checked).
+const STALL_BOUND: Duration = Duration::from_millis(1500);
+
+/// Requests tried again in a whole test: those in flight to the endpoint when it died (a
+/// few parts), not one in two of all the requests sent after (30 to 90 here, checked).
+const RETRIED_BOUND: u64 = 12;
+
+fn assert_endpoint_left_out_once(m: &Mount, dead: &Relay) {
+    let log = m.stderr();
+    let said = log.matches(&format!("the store's endpoint {} stopped answering", dead.endpoint)).count();
+    assert_eq!(said, 1, "the log says once that {} stopped answering:\n{log}", dead.endpoint);
+    assert!(!log.contains(" ERROR ") && !log.contains("failed after"), "no operation failed:\n{log}");
+}
+
+/// A 1 GiB read through two endpoints, one of which dies a quarter of the way in: every
+/// byte right, no error, the longest read call within [`STALL_BOUND`], and `bucketfs
+/// status` shows the dead endpoint left out.
+#[test]
+fn an_endpoint_dying_in_the_middle_of_a_read_is_not_seen_by_the_reader() {
+    let b = create_bucket("endpoints-read");
+    let data = gen_data(71, 1024 * MIB);
+    let expected = sha256_hex(&data);
+    put(&b, "big", data);
+    let (first, second) = two_gateways();
+    let m = MountBuilder::new().bucket(&b).endpoint(format!("{},{}", first.endpoint, second.endpoint)).mount();
+
+    let progress = Arc::new(Progress::default());
+    let reader = {
+        let (path, progress) = (m.join("big"), progress.clone());
+        std::thread::spawn(move || -> std::io::Result<String> {
+            let mut file = std::fs::File::open(path)?;
+            let mut hasher = Sha256::new();
+            let mut buffer = vec![0u8; MIB];
+            let mut total = 0u64;
+            loop {
+                let started = Instant::now();
+                let n = file.read(&mut buffer)?;
+                if n == 0 {
+                    return Ok(hex::encode(hasher.finalize()));
+                }
+                total += n as u64;
+                progress.call_took(started.elapsed(), total);
+                hasher.update(&buffer[..n]);
+            }
+        })
+    };
+    progress.wait_for(256 * MIB as u64, Duration::from_secs(120));
+    first.faults.down.store(true, Ordering::Relaxed);
+    let died_at = progress.bytes.load(Ordering::Relaxed) / MIB as u64;
+    let read = run_with_timeout("the reader", Duration::from_secs(300), move || reader.join().expect("reader"));
+    let digest = read.unwrap_or_else(|error| panic!("read failed: {error}\n{}", m.diagnostics()));
+    assert_eq!(digest, expected, "the bytes read are the object's");
+    let (longest, at) = progress.longest();
+    eprintln!("endpoint died at {died_at} MiB; longest read call {longest:?} at {at} MiB");
+    assert!(longest < STALL_BOUND, "a read call took {longest:?} (at {at} MiB; the endpoint died at {died_at} MiB)");
+    assert_endpoint_left_out_once(&m, &first);
+    let retried = retried(&m);
+    eprintln!("{retried} requests retried");
+    assert!(retried <= RETRIED_BOUND, "{retried} requests retried: the dead endpoint was not left out");
+    let line = endpoints_line(&m);
+    assert!(line.contains(&format!("{} left out", first.endpoint)), "{line}");
+    assert!(line.contains(&format!("{} in use", second.endpoint)), "{line}");
+}
+
+/// A 256 MiB write through two endpoints, one of which dies a quarter of the way in: the
+/// writes and the close succeed, the object is stored whole, no upload is left behind; the
+/// dead endpoint, once back, is used again.
+#[test]
+fn an_endpoint_dying_in_the_middle_of_a_write_is_not_seen_by_the_writer() {
+    let b = create_bucket("endpoints-write");
+    let data = Arc::new(gen_data(72, 256 * MIB));
+    let (first, second) = two_gateways();
+    let m = MountBuilder::new().bucket(&b).endpoint(format!("{},{}", first.endpoint, second.endpoint)).mount();
+
+    let progress = Arc::new(Progress::default());
+    let writer = {
+        let (path, progress, data) = (m.join("big"), progress.clone(), data.clone());
+        std::thread::spawn(move || -> std::io::Result<()> {
+            let mut file = std::fs::File::create(path)?;
+            let mut total = 0u64;
+            for chunk in data.chunks(MIB) {
+                let started = Instant::now();
+                file.write_all(chunk)?;
+                total += chunk.len() as u64;
+                progress.call_took(started.elapsed(), total);
+            }
+            let started = Instant::now();
+            let closed = close(file);
+            eprintln!("close took {:?}", started.elapsed());
+            closed
+        })
+    };
+    progress.wait_for(64 * MIB as u64, Duration::from_secs(120));
+    second.faults.down.store(true, Ordering::Relaxed);
+    let died_at = progress.bytes.load(Ordering::Relaxed) / MIB as u64;
+    let written = run_with_timeout("the writer", Duration::from_secs(300), move || writer.join().expect("writer"));
+    written.unwrap_or_else(|error| panic!("write failed: {error}\n{}", m.diagnostics()));
+    let (longest, at) = progress.longest();
+    eprintln!("endpoint died at {died_at} MiB; longest write call {longest:?} at {at} MiB");
+    assert!(longest < STALL_BOUND, "a write call took {longest:?} (at {at} MiB; the endpoint died at {died_at} MiB)");
+    assert_eq!(sha256_hex(&get(&b, "big")), sha256_hex(&data), "the object is stored whole");
+    assert_eq!(open_uploads(&b), 0, "no multipart upload left behind");
+    assert_endpoint_left_out_once(&m, &second);
+    let retried = retried(&m);
+    eprintln!("{retried} requests retried");
+    assert!(retried <= RETRIED_BOUND, "{retried} requests retried: the dead endpoint was not left out");
+
+    // Back up: after its pause, requests find it again, and status shows it in use.
+    second.faults.down.store(false, Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut i = 0;
+    loop {
+        std::fs::write(m.join(format!("small-{i}")), b"x").expect("small write");
+        i += 1;
+        let line = endpoints_line(&m);
+        if line.contains(&format!("{} in use", second.endpoint)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{} never used again: {line}", second.endpoint);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The `endpoints:` line of `bucketfs status`.
+fn endpoints_line(m: &Mount) -> String {
+    status_line(m, "endpoints: ")
+}
+
+fn status_line(m: &Mount, name: &str) -> String {
+    let status = run_bucketfs(&["status", m.path().to_str().expect("utf-8")], Duration::from_secs(10)).1;
+    status
+        .lines()
+        .find_map(|line| line.trim().strip_prefix(name))
+        .unwrap_or_else(|| panic!("no {name} line in the status:\n{status}"))
+        .to_owned()
+}
+
+/// How many requests were tried again (`S3 requests: ... N retried`).
+fn retried(m: &Mount) -> u64 {
+    let line = status_line(m, "S3 requests: ");
+    line.trim_end_matches(" retried")
+        .rsplit(' ')
+        .next()
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("no retry count in: {line}"))
+}
+
+/// An endpoint that stops answering without closing anything (a node that hangs) in the
+/// middle of a 1 GiB read: the requests in flight to it time out once (`--read-timeout 2`),
+/// then none goes to it; probes bring it back once it answers again.
+#[test]
+fn an_endpoint_that_hangs_in_the_middle_of_a_read_costs_one_timeout() {
+    let b = create_bucket("endpoints-hang");
+    let data = gen_data(73, 1024 * MIB);
+    let expected = sha256_hex(&data);
+    put(&b, "big", data);
+    let (first, second) = two_gateways();
+    let m = MountBuilder::new()
+        .bucket(&b)
+        .endpoint(format!("{},{}", first.endpoint, second.endpoint))
+        .args(["--read-timeout", "2"])
+        .mount();
+
+    let progress = Arc::new(Progress::default());
+    let stalled_ms = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let (path, progress, stalled_ms) = (m.join("big"), progress.clone(), stalled_ms.clone());
+        std::thread::spawn(move || -> std::io::Result<String> {
+            let mut file = std::fs::File::open(path)?;
+            let mut hasher = Sha256::new();
+            let mut buffer = vec![0u8; MIB];
+            let mut total = 0u64;
+            loop {
+                let started = Instant::now();
+                let n = file.read(&mut buffer)?;
+                if n == 0 {
+                    return Ok(hex::encode(hasher.finalize()));
+                }
+                let took = started.elapsed();
+                if took > Duration::from_millis(500) {
+                    stalled_ms.fetch_add(took.as_millis() as u64, Ordering::Relaxed);
+                }
+                total += n as u64;
+                progress.call_took(took, total);
+                hasher.update(&buffer[..n]);
+            }
+        })
+    };
+    progress.wait_for(256 * MIB as u64, Duration::from_secs(120));
+    first.faults.frozen.store(true, Ordering::Relaxed);
+    let hung_at = progress.bytes.load(Ordering::Relaxed) / MIB as u64;
+    let read = run_with_timeout("the reader", Duration::from_secs(300), move || reader.join().expect("reader"));
+    let digest = read.unwrap_or_else(|error| panic!("read failed: {error}\n{}", m.diagnostics()));
+    assert_eq!(digest, expected, "the bytes read are the object's");
+    let (longest, at) = progress.longest();
+    let stalled = Duration::from_millis(stalled_ms.load(Ordering::Relaxed));
+    eprintln!(
+        "endpoint hung at {hung_at} MiB; longest read call {longest:?} at {at} MiB; {stalled:?} in calls over 0.5 s"
+    );
+    // One timeout of 2 s (an attempt may take twice that), not one per request sent to it.
+    assert!(stalled < Duration::from_secs(6), "reads stalled {stalled:?} in all: the hung endpoint was not left out");
+    assert_endpoint_left_out_once(&m, &first);
+
+    first.faults.frozen.store(false, Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let line = endpoints_line(&m);
+        if line.contains(&format!("{} in use", first.endpoint)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{} never probed back: {line}", first.endpoint);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// An endpoint that is not a URL is refused before anything is mounted, with the value named.
+#[test]
+fn an_endpoint_without_a_scheme_is_refused_with_its_value() {
+    let b = create_bucket("endpoints-bad");
+    let failure = MountBuilder::new()
+        .bucket(&b)
+        .endpoint(format!("{},127.0.0.1:{}", minio().endpoint, minio().port))
+        .expect_failure();
+    failure.assert_failed_cleanly();
+    let said = format!("invalid value '127.0.0.1:{}' for '--endpoint-url", minio().port);
+    assert!(failure.stderr.starts_with(&format!("error: {said}")), "{}", failure.stderr);
+    assert!(failure.stderr.contains("is not an endpoint URL such as http://"), "{}", failure.stderr);
+}
