@@ -11,12 +11,11 @@
 //! This file owns the two halves of that: an interceptor that adds the parameter and
 //! keeps the raw body of the answer (the SDK's parser drops elements it does not know),
 //! and a parser that reads `<UserMetadata>` out of it. Whether a server gets the
-//! parameter is decided by [`ServerKind`]: only servers that said they are MinIO (the
+//! parameter is decided by [`ServerKind`] (`server_kind`): only servers that said they are MinIO (the
 //! `Server` header of any listing), so no other server is sent a parameter it may
 //! refuse. An object whose `<Contents>` has no `<UserMetadata>` keeps `metadata: None`
 //! and is HEADed as before: an absent element is never read as "no metadata".
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use aws_sdk_s3::config::interceptors::{
@@ -27,32 +26,8 @@ use aws_smithy_xml::decode::{try_data, Document, XmlDecodeError};
 use bytes::Bytes;
 use parking_lot::Mutex;
 
+use super::server_kind::ServerKind;
 use super::{Metadata, SharedMetadata};
-
-/// What one store has learnt about its server's listings.
-#[derive(Debug)]
-pub struct ServerKind {
-    /// Asking is allowed at all (`--no-listing-metadata` turns it off).
-    allowed: bool,
-    /// A listing answer came from MinIO.
-    lists_metadata: AtomicBool,
-}
-
-impl ServerKind {
-    pub fn new(allowed: bool) -> Self {
-        Self { allowed, lists_metadata: AtomicBool::new(false) }
-    }
-
-    /// Whether the next listing should ask for metadata.
-    pub fn lists_metadata(&self) -> bool {
-        self.allowed && self.lists_metadata.load(Ordering::Relaxed)
-    }
-
-    /// An answer said it came from MinIO.
-    fn note_minio(&self) {
-        self.lists_metadata.store(true, Ordering::Relaxed);
-    }
-}
 
 /// Interceptor of one ListObjectsV2 call: notes the server's kind, adds `metadata=true`
 /// when asked to, and keeps the body of the answer for [`parse`].

@@ -17,6 +17,7 @@ pub mod memory;
 pub mod request_options;
 pub mod request_window;
 pub mod s3;
+mod server_kind;
 
 use std::collections::{BTreeMap, HashSet};
 use std::ops::Range;

@@ -24,9 +24,10 @@ use bytes::Bytes;
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::endpoints::{EndpointReport, Endpoints, PoolResolver};
-use super::listing_metadata::{self, ListingInterceptor, ServerKind};
+use super::listing_metadata::{self, ListingInterceptor};
 use super::request_options::{RequestOptions, RequestOptionsInterceptor, UploadChecksums};
 use super::request_window::{RequestWindow, WindowReport};
+use super::server_kind::{ServerKind, Support};
 use super::{
     version_to_restore, ListPage, Metadata, ObjectInfo, ObjectStore, RangeBody, StoreError, VersionInfo,
     MAX_VERSIONS_LISTED,
@@ -265,6 +266,36 @@ impl S3Store {
     }
 }
 
+impl S3Store {
+    /// [`S3Store::map_error`] for a request naming `key` (or listing prefix `key`; a copy
+    /// names two keys, one per line). MinIO never stores a key with a path component over
+    /// 255 bytes, and says so in ways that read as something else: one drive answers 400
+    /// (`XMinioInvalidObjectName`, mapped as such; a HEAD has no body, so a bare 400), an
+    /// erasure set 503 `SlowDownRead`/`SlowDownWrite` (each drive failed with "file name
+    /// too long", so there is no quorum), which was retried as throttling for the whole
+    /// retry window and ended in EIO. Either is the name refused. Other stores (AWS S3
+    /// takes components up to 1024 bytes) are judged by their answers as they are.
+    fn map_key_error<E>(&self, key: &str, err: SdkError<E, aws_sdk_s3::config::http::HttpResponse>) -> StoreError
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        let long_component = key.split(['/', '\n']).any(|component| component.len() > 255);
+        let refused_name = long_component
+            && err.raw_response().is_some_and(|response| {
+                let from_minio = response.headers().get("server").is_some_and(|server| server.starts_with("MinIO"));
+                match response.status().as_u16() {
+                    400 => err.code().is_none(),
+                    503 => from_minio,
+                    _ => false,
+                }
+            });
+        if refused_name {
+            return StoreError::KeyTooLong;
+        }
+        self.map_error(err)
+    }
+}
+
 /// The error codes of answers asking the client to slow down, whatever their HTTP status
 /// (AWS services' throttling codes, and MinIO's `TooManyRequests`).
 fn is_throttling_code(code: &str) -> bool {
@@ -367,7 +398,7 @@ impl S3Store {
             .interceptor(interceptor)
             .send()
             .await
-            .map_err(|e| self.map_error(e))?;
+            .map_err(|e| self.map_key_error(prefix, e))?;
         let answer = answer.lock().take();
         let stored = match answer.as_deref().map(listing_metadata::parse).transpose() {
             Ok(stored) => stored.unwrap_or_default(),
@@ -407,17 +438,14 @@ impl S3Store {
 impl S3Store {
     async fn head_once(&self, key: &str) -> Result<ObjectInfo, StoreError> {
         tracing::debug!(bucket = %self.bucket, key, "s3 HEAD");
-        let response = self.client.head_object().bucket(&self.bucket).key(key).send().await.map_err(|e| {
-            // A HEAD answer has no body, hence no error code: a 400 for a key with a
-            // component over 255 bytes is MinIO refusing the name (its PUT says
-            // XMinioInvalidObjectName), which AWS S3 accepts.
-            let bad_request = e.raw_response().is_some_and(|r| r.status().as_u16() == 400);
-            if bad_request && key.split('/').any(|component| component.len() > 255) {
-                StoreError::KeyTooLong
-            } else {
-                self.map_error(e)
-            }
-        })?;
+        let response = self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| self.map_key_error(key, e))?;
         Ok(ObjectInfo {
             key: key.to_owned(),
             size: response.content_length().unwrap_or(0).max(0) as u64,
@@ -437,7 +465,7 @@ impl S3Store {
             .range(format!("bytes=0-{}", limit.max(1) - 1))
             .send()
             .await
-            .map_err(|e| self.map_error(e))?;
+            .map_err(|e| self.map_key_error(key, e))?;
         // "bytes 0-99/12345": the object's size is after the slash.
         let size = response
             .content_range()
@@ -490,7 +518,7 @@ impl S3Store {
             .set_version_id(body.version_id().map(str::to_owned))
             .send()
             .await
-            .map_err(|e| self.map_error(e))?;
+            .map_err(|e| self.map_key_error(key, e))?;
         body.pin_etag(response.e_tag());
         let mut stream = response.body;
         while let Some(chunk) = stream
@@ -546,7 +574,7 @@ impl S3Store {
         } else {
             request.set_checksum_algorithm(self.checksums.algorithm()).customize().disable_payload_signing()
         };
-        let response = request.send().await.map_err(|e| created(self.map_error(e), create_only))?;
+        let response = request.send().await.map_err(|e| created(self.map_key_error(key, e), create_only))?;
         Ok(response.e_tag().map(str::to_owned))
     }
 
@@ -561,7 +589,7 @@ impl S3Store {
             .set_content_type(metadata.content_type.clone())
             .send()
             .await
-            .map_err(|e| self.map_error(e))?;
+            .map_err(|e| self.map_key_error(key, e))?;
         response
             .upload_id()
             .map(str::to_owned)
@@ -592,7 +620,7 @@ impl S3Store {
         } else {
             response.customize().disable_payload_signing()
         };
-        let response = response.send().await.map_err(|e| self.map_error(e))?;
+        let response = response.send().await.map_err(|e| self.map_key_error(key, e))?;
         response.e_tag().map(str::to_owned).ok_or_else(|| StoreError::Other {
             message: format!("no ETag for part {number} of {key}"),
             request_id: None,
@@ -601,12 +629,13 @@ impl S3Store {
 
     async fn copy_once(
         &self,
+        what: &'static str,
         source: &str,
         key: &str,
         if_match: Option<&str>,
         metadata: &Metadata,
     ) -> Result<Option<String>, StoreError> {
-        tracing::debug!(bucket = %self.bucket, source, key, "s3 COPY");
+        tracing::debug!(bucket = %self.bucket, source, key, "s3 {what}");
         let response = self
             .client
             .copy_object()
@@ -619,7 +648,7 @@ impl S3Store {
             .set_content_type(metadata.content_type.clone())
             .send()
             .await
-            .map_err(|e| self.map_error(e))?;
+            .map_err(|e| self.map_key_error(&format!("{source}\n{key}"), e))?;
         Ok(response.copy_object_result().and_then(|r| r.e_tag()).map(str::to_owned))
     }
 
@@ -645,7 +674,7 @@ impl S3Store {
             .set_copy_source_if_match(if_match.map(str::to_owned))
             .send()
             .await
-            .map_err(|e| self.map_error(e))?;
+            .map_err(|e| self.map_key_error(&format!("{source}\n{key}"), e))?;
         response.copy_part_result().and_then(|r| r.e_tag()).map(str::to_owned).ok_or_else(|| StoreError::Other {
             message: format!("no ETag for copied part {number} of {key}"),
             request_id: None,
@@ -674,7 +703,7 @@ impl S3Store {
             .set_if_none_match(create_only.then(|| "*".to_owned()))
             .send()
             .await
-            .map_err(|e| created(self.map_error(e), create_only))?;
+            .map_err(|e| created(self.map_key_error(key, e), create_only))?;
         Ok(response.e_tag().map(str::to_owned))
     }
 
@@ -687,13 +716,19 @@ impl S3Store {
             .upload_id(upload_id)
             .send()
             .await
-            .map_err(|e| self.map_error(e))?;
+            .map_err(|e| self.map_key_error(key, e))?;
         Ok(())
     }
 
     async fn delete_once(&self, key: &str) -> Result<(), StoreError> {
         tracing::debug!(bucket = %self.bucket, key, "s3 DELETE");
-        self.client.delete_object().bucket(&self.bucket).key(key).send().await.map_err(|e| self.map_error(e))?;
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| self.map_key_error(key, e))?;
         Ok(())
     }
 }
@@ -870,7 +905,9 @@ impl ObjectStore for S3Store {
         metadata: &Metadata,
         create_only: bool,
     ) -> Result<Option<String>, StoreError> {
-        self.retrying("PUT", key, || self.put_once(key, data.clone(), metadata, create_only)).await
+        let etag = self.retrying("PUT", key, || self.put_once(key, data.clone(), metadata, create_only)).await?;
+        self.learn_marker_metadata(key, metadata).await;
+        Ok(etag)
     }
 
     async fn start_upload(&self, key: &str, metadata: &Metadata) -> Result<String, StoreError> {
@@ -888,7 +925,12 @@ impl ObjectStore for S3Store {
         if_match: Option<&str>,
         metadata: &Metadata,
     ) -> Result<Option<String>, StoreError> {
-        self.retrying("COPY", key, || self.copy_once(source, key, if_match, metadata)).await
+        let learning = self.check_copy_source(source, if_match).await?;
+        let etag = self.retrying("COPY", key, || self.copy_once("COPY", source, key, if_match, metadata)).await?;
+        if learning {
+            self.learn_copy_conditions(key, metadata).await;
+        }
+        Ok(etag)
     }
 
     async fn upload_part_copy(
@@ -900,6 +942,7 @@ impl ObjectStore for S3Store {
         range: Range<u64>,
         if_match: Option<&str>,
     ) -> Result<String, StoreError> {
+        self.check_copy_source(source, if_match).await?;
         let attempt = || self.upload_part_copy_once(key, upload_id, number, source, range.clone(), if_match);
         self.retrying("UPLOAD-PART-COPY", key, attempt).await
     }
@@ -960,6 +1003,82 @@ impl ObjectStore for S3Store {
         let version = version_to_restore(&versions)?.version_id.clone();
         self.retrying("COPY", key, || self.copy_version_once(key, &version)).await?;
         self.head(key).await
+    }
+}
+
+/// An ETag no object has: the condition of the copy that tells whether a store honours
+/// copy conditions.
+const NO_SUCH_ETAG: &str = "\"bucketfs-probe-matches-no-object\"";
+
+/// What the store does with the condition on a copy and the metadata of a directory
+/// marker, learnt from the first request that needs it (`server_kind`; docs/STORES.md).
+impl S3Store {
+    /// Before a copy pinned to version `if_match` of `source`, on a store not known to
+    /// honour `x-amz-copy-source-if-match` (moto copies whatever is there): a HEAD checks
+    /// that `source` is still that version, else `Changed`, as a store that honours it
+    /// answers, with nothing written. A change between the HEAD and the copy is not caught
+    /// there: the weaker rule such a store gets. Returns whether the copy is to tell what
+    /// the store does ([`S3Store::learn_copy_conditions`]).
+    async fn check_copy_source(&self, source: &str, if_match: Option<&str>) -> Result<bool, StoreError> {
+        let Some(if_match) = if_match else { return Ok(false) };
+        let support = self.server.copy_conditions();
+        if support == Support::Works {
+            return Ok(false);
+        }
+        if self.head(source).await?.etag.as_deref() != Some(if_match) {
+            return Err(StoreError::Changed);
+        }
+        Ok(support == Support::Unknown)
+    }
+
+    /// Whether the store honours copy conditions, learnt from `key`, which a copy just
+    /// wrote with `metadata`: the same copy of `key` onto itself, on the condition of an
+    /// ETag no object has, is refused (412) by a store that honours it, and only rewrites
+    /// `key` as it is by one that does not. Said once in the log when not honoured.
+    async fn learn_copy_conditions(&self, key: &str, metadata: &Metadata) {
+        let probe = || self.copy_once("COPY-PROBE", key, key, Some(NO_SUCH_ETAG), metadata);
+        match self.retrying("COPY-PROBE", key, probe).await {
+            Err(StoreError::Changed) => {
+                self.server.learnt_copy_conditions(true);
+            }
+            Ok(_) => {
+                if !self.server.learnt_copy_conditions(false) {
+                    return;
+                }
+                tracing::warn!(
+                    store = %self.location(),
+                    "the store ignores copy conditions (x-amz-copy-source-if-match): the version of each \
+                     copy's source is checked with a HEAD just before the copy (rename, chmod, copy_file_range), \
+                     so a change another client makes in between is not caught"
+                );
+            }
+            Err(error) => tracing::debug!(key, "could not tell whether the store honours copy conditions: {error}"),
+        }
+    }
+
+    /// After a PUT of `key` with `metadata`: if it is a directory marker carrying user
+    /// metadata and the store is not known to keep that, a HEAD tells whether it did
+    /// (SeaweedFS answers the PUT 200 and keeps none). Said once in the log when not.
+    async fn learn_marker_metadata(&self, key: &str, metadata: &Metadata) {
+        if !key.ends_with('/') || metadata.user.is_empty() || self.server.marker_metadata() != Support::Unknown {
+            return;
+        }
+        let stored = match self.head(key).await {
+            Ok(stored) => stored.metadata,
+            Err(error) => {
+                tracing::debug!(key, "could not tell whether the store keeps directories' metadata: {error}");
+                return;
+            }
+        };
+        let kept = stored.is_some_and(|stored| metadata.user.keys().all(|name| stored.user.contains_key(name)));
+        if self.server.learnt_marker_metadata(kept) {
+            tracing::warn!(
+                store = %self.location(),
+                "the store drops the metadata of directory markers: a directory's mode, owner, times and \
+                 xattrs set through this mount show until --metadata-ttl passes, then the defaults \
+                 (--dir-mode, --uid, --gid, the time of mounting); files keep theirs"
+            );
+        }
     }
 }
 
