@@ -31,7 +31,7 @@ use tokio::sync::{watch, Notify};
 use super::error::FsError;
 use super::Fs;
 use crate::namespace::{HeldDir, Ino};
-use crate::store::{Metadata, ObjectStore};
+use crate::store::{Metadata, ObjectStore, StoreError};
 use crate::write::write_back::{PendingFile, Recorded};
 
 /// How long a marker write waits for more changes of its directory after the last one:
@@ -65,9 +65,23 @@ impl Fs {
                 return Ok(shown);
             }
         }
-        store.put(prefix, Bytes::new(), &metadata, create_only).await?;
+        store_marker(&store, prefix, &metadata, create_only).await?;
         Ok(show(Arc::new(metadata)).1)
     }
+}
+
+/// Writes directory marker `prefix` with `metadata`: the one request that writes a
+/// marker, for `mkdir`, a directory's attribute changes, and a directory's `rename`,
+/// which writes the markers below it anew rather than copying them (a marker is empty,
+/// so a PUT costs what a copy does, and SeaweedFS cannot copy one: `404 NoSuchKey`).
+/// Returns the marker's ETag.
+pub(super) async fn store_marker(
+    store: &Arc<dyn ObjectStore>,
+    prefix: &str,
+    metadata: &Metadata,
+    create_only: bool,
+) -> Result<Option<String>, StoreError> {
+    store.put(prefix, Bytes::new(), metadata, create_only).await
 }
 
 /// The marker writes not finished yet, by directory. Locks: `by_dir` before a
@@ -144,7 +158,7 @@ impl PendingMarkers {
             }
             let taken = pending.latest.lock().take();
             if let Some((metadata, recorded)) = taken {
-                match store.put(&prefix, Bytes::new(), &metadata, false).await {
+                match store_marker(&store, &prefix, &metadata, false).await {
                     Ok(_) => drop(recorded),
                     Err(error) => {
                         tracing::warn!(key = prefix, "could not store a directory's marker: {error}");

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 
+use super::dir_markers::store_marker;
 use super::error::FsError;
 use super::{content_type, Fs, Reader, RENAME_CONCURRENCY};
 use crate::namespace::{Copied, Ino, Location, NamespaceError, Node};
@@ -196,8 +197,12 @@ impl Fs {
                         None => store.head(&key).await?,
                     };
                     let metadata = info.metadata.as_deref().cloned().unwrap_or_default();
-                    let etag =
-                        copy_object(&store, journal, &key, &to_key, info.size, info.etag.as_deref(), &metadata).await?;
+                    let etag = if key.ends_with('/') && info.size == 0 {
+                        // A marker is written anew, as markers are (SeaweedFS cannot copy one).
+                        store_marker(&store, &to_key, &metadata, false).await?
+                    } else {
+                        copy_object(&store, journal, &key, &to_key, info.size, info.etag.as_deref(), &metadata).await?
+                    };
                     Ok::<_, FsError>(Copied { from: key, from_etag: info.etag, to: to_key, etag })
                 }
             })
