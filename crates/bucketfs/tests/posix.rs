@@ -177,6 +177,10 @@ fn ctime_and_atime_are_stored_with_each_change() {
 /// times kept in memory win over re-reads of the marker.
 #[test]
 fn directory_times_follow_their_entries() {
+    require_store_feature!(
+        StoreFeature::DirectoryMarkerMetadata,
+        "a directory's times are stored in its marker's metadata, which the store drops"
+    );
     let b = create_bucket("posix-dirtimes");
     let m = MountBuilder::new().bucket(&b).args(["--metadata-ttl", "0"]).request_log().mount();
     let d = m.join("d");

@@ -121,13 +121,65 @@ macro_rules! require_minio {
     };
 }
 
-/// True (after printing `SKIPPED on KIND: WHY` on stdout and stderr, and appending
-/// `BINARY<TAB>TEST<TAB>KIND<TAB>WHY` to the file `BUCKETFS_TEST_SKIP_LOG` if set) when the
-/// store is not MinIO; false, silently, otherwise. Use [`require_minio!`].
+/// True (after saying so, see [`skip`]) when the store is not MinIO; false, silently,
+/// otherwise. Use [`require_minio!`].
 pub fn skipped_on_this_store(why: &str) -> bool {
     if !store_is_not_minio() {
         return false;
     }
+    skip(why);
+    true
+}
+
+/// What bucketfs uses that some stores lack, for tests whose subject is exactly that
+/// (docs/STORES.md, "Why tests fail on the other stores"). The mount finds out and falls
+/// back (one log line); such a test skips itself there with [`require_store_feature!`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreFeature {
+    /// A directory marker (`dir/`) keeps the user metadata it is written with, where
+    /// directories' modes, owners and times are stored. SeaweedFS answers 200 and drops it.
+    DirectoryMarkerMetadata,
+}
+
+impl StoreFeature {
+    /// The kinds of scripts/start-store without it.
+    fn missing_on(self) -> &'static [&'static str] {
+        match self {
+            StoreFeature::DirectoryMarkerMetadata => &["seaweedfs"],
+        }
+    }
+}
+
+/// Whether the store the tests run against has `feature`.
+pub fn store_has(feature: StoreFeature) -> bool {
+    !feature.missing_on().contains(&store_kind())
+}
+
+/// Skips the calling test (returns from it) when the store lacks a [`StoreFeature`],
+/// printing and logging `WHY` as [`require_minio!`] does; does nothing otherwise.
+#[macro_export]
+macro_rules! require_store_feature {
+    ($feature:expr, $why:expr) => {
+        if $crate::common::skipped_without($feature, $why) {
+            return;
+        }
+    };
+}
+
+/// True (after saying so, see [`skip`]) when the store lacks `feature`. Use
+/// [`require_store_feature!`].
+pub fn skipped_without(feature: StoreFeature, why: &str) -> bool {
+    if store_has(feature) {
+        return false;
+    }
+    skip(why);
+    true
+}
+
+/// Says that the calling test skips itself on this store: `SKIPPED on KIND: WHY` on
+/// stdout and stderr, and `BINARY<TAB>TEST<TAB>KIND<TAB>WHY` appended to the file
+/// `BUCKETFS_TEST_SKIP_LOG` if set (scripts/test-stores lists them).
+fn skip(why: &str) {
     let kind = store_kind();
     let line = format!("SKIPPED on {kind}: {why}");
     println!("{line}");
@@ -147,7 +199,6 @@ pub fn skipped_on_this_store(why: &str) -> bool {
             eprintln!("cannot append to BUCKETFS_TEST_SKIP_LOG {}: {e}", Path::new(&path).display());
         }
     }
-    true
 }
 
 /// The [`Minio`] of an external store: its endpoint, nothing to start or stop.

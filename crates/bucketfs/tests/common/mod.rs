@@ -27,7 +27,8 @@
 //! * `BUCKETFS_TEST_STORE_ENDPOINT` (`http://127.0.0.1:PORT`) with `BUCKETFS_TEST_STORE_KIND`:
 //!   run against that store, started elsewhere (scripts/test-stores), instead of a MinIO of
 //!   this process; `BUCKETFS_TEST_STORE_LOG`: its log, for failure messages;
-//!   `BUCKETFS_TEST_SKIP_LOG`: a file where tests skipped by [`require_minio!`] are listed.
+//!   `BUCKETFS_TEST_SKIP_LOG`: a file where tests skipped by [`require_minio!`] or
+//!   [`require_store_feature!`] are listed.
 
 // Each test binary compiles this harness and uses a part of it.
 #![allow(dead_code)]
