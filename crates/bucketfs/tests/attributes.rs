@@ -39,14 +39,13 @@ fn tree_attributes_of(root: &Path, dirs: bool) -> String {
     // Directory sizes differ between file systems; everything else must match.
     lines
         .iter()
-        .map(|line| {
+        .filter_map(|line| {
             let fields: Vec<&str> = line.split(' ').collect();
             match fields.as_slice() {
                 [path, "d", mode, owner, _size, time] => dirs.then(|| format!("{path} d {mode} {owner} {time}")),
                 _ => Some(line.to_string()),
             }
         })
-        .flatten()
         .collect::<Vec<_>>()
         .join("\n")
 }
