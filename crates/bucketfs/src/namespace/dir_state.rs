@@ -104,6 +104,17 @@ impl KeptListings {
     }
 }
 
+/// A name known to be missing.
+#[derive(Clone, Copy)]
+struct Missing {
+    until: Instant,
+    /// This mount removed it (unlink, rmdir, rename away): until `until`, a listing from
+    /// the store that still shows it is not believed. A store whose listings lag behind
+    /// its deletes (SeaweedFS lists an emptied folder for 2 minutes) would otherwise show
+    /// the name in `ls` while `stat` says ENOENT.
+    removed_here: bool,
+}
+
 /// What a per-directory counter counts.
 #[derive(Clone, Copy)]
 pub(super) enum Counted {
@@ -116,7 +127,7 @@ pub(super) enum Counted {
 pub(super) struct DirState {
     pub inodes: InodeTable,
     /// (parent, name) known to be missing, until the instant given.
-    missing: HashMap<(Ino, String), Instant>,
+    missing: HashMap<(Ino, String), Missing>,
     /// Files created here whose upload has not finished: not in any LIST yet, but shown
     /// in their directory (read-your-writes). Directory inode → names.
     pending: HashMap<Ino, BTreeSet<String>>,
@@ -154,18 +165,25 @@ impl DirState {
     }
 
     pub fn known_missing(&self, parent: Ino, name: &str, now: Instant) -> bool {
-        self.missing.get(&(parent, name.to_owned())).is_some_and(|until| *until > now)
+        self.missing.get(&(parent, name.to_owned())).is_some_and(|missing| missing.until > now)
     }
 
-    pub fn mark_missing(&mut self, parent: Ino, name: &str, until: Instant) {
+    /// Whether this mount removed (parent, name) recently (see [`Missing::removed_here`]).
+    pub fn removed_here(&self, parent: Ino, name: &str, now: Instant) -> bool {
+        self.missing.get(&(parent, name.to_owned())).is_some_and(|missing| missing.removed_here && missing.until > now)
+    }
+
+    /// (parent, name) is missing until `until`; `removed_here` if this mount removed it.
+    pub fn mark_missing(&mut self, parent: Ino, name: &str, until: Instant, removed_here: bool) {
         if self.missing.len() >= MAX_MISSING_NAMES {
             // The quarter that expires soonest goes (amortized: once per quarter filled).
-            let mut expiries: Vec<Instant> = self.missing.values().copied().collect();
+            let mut expiries: Vec<Instant> = self.missing.values().map(|missing| missing.until).collect();
             let cut = MAX_MISSING_NAMES / 4;
             let (_, &mut threshold, _) = expiries.select_nth_unstable(cut);
-            self.missing.retain(|_, until| *until > threshold);
+            self.missing.retain(|_, missing| missing.until > threshold);
         }
-        self.missing.insert((parent, name.to_owned()), until);
+        let removed_here = removed_here || self.removed_here(parent, name, Instant::now());
+        self.missing.insert((parent, name.to_owned()), Missing { until, removed_here });
     }
 
     /// `dir`'s stored metadata is `metadata`, unless something more precise (a HEAD) is
@@ -307,7 +325,7 @@ impl DirState {
             self.listings.remove(ino);
         }
         self.remove_pending(parent, name);
-        self.mark_missing(parent, name, missing_until);
+        self.mark_missing(parent, name, missing_until, true);
     }
 
     /// The kernel dropped `count` references to `ino`: once it holds none, the inode and
@@ -325,7 +343,7 @@ impl DirState {
         for ino in self.inodes.sweep(now) {
             self.forget_dir(ino);
         }
-        self.missing.retain(|_, until| *until > now);
+        self.missing.retain(|_, missing| missing.until > now);
         self.listings.retain_fresh(now);
         self.recent_pages.retain(|_, page| page.until > now);
         self.counters.retain(|_, (_, since)| now.duration_since(*since) <= ttl);
@@ -373,7 +391,7 @@ impl DirState {
             self.pending.entry(to.0).or_default().insert(to.1.to_owned());
         }
         self.missing.remove(&(to.0, to.1.to_owned()));
-        self.mark_missing(from.0, from.1, missing_until);
+        self.mark_missing(from.0, from.1, missing_until, true);
     }
 }
 
@@ -394,7 +412,7 @@ mod tests {
         let mut state = state();
         let start = Instant::now() + Duration::from_secs(3600);
         for i in 0..10 * MAX_MISSING_NAMES {
-            state.mark_missing(1, &format!("n{i}"), start + Duration::from_millis(i as u64));
+            state.mark_missing(1, &format!("n{i}"), start + Duration::from_millis(i as u64), false);
         }
         assert!(state.missing.len() <= MAX_MISSING_NAMES, "{} missing names kept", state.missing.len());
         let last = format!("n{}", 10 * MAX_MISSING_NAMES - 1);

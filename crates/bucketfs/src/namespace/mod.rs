@@ -330,7 +330,7 @@ impl Namespace {
                 Ok(self.state.lock().enter_found(parent, name, location, Attributes::file(info, valid_until)))
             }
             Err(StoreError::NotFound) => {
-                self.state.lock().mark_missing(parent, name, now + self.ttl);
+                self.state.lock().mark_missing(parent, name, now + self.ttl, false);
                 Err(NamespaceError::NotFound)
             }
             Err(error) => Err(error.into()),
@@ -694,8 +694,13 @@ impl Namespace {
     /// their names for metadata batches.
     fn enter_indexed(&self, dir: Ino, source: usize, prefix: &str, entries: Vec<(String, Indexed)>) -> Vec<Listed> {
         let valid_until = self.valid_until();
-        let names = entries.iter().map(|(name, _)| name.clone()).collect();
+        let now = Instant::now();
         let mut state = self.state.lock();
+        // What this mount removed within the TTL stays removed, whatever a lagging
+        // listing still shows (see `dir_state::Missing`).
+        let entries: Vec<(String, Indexed)> =
+            entries.into_iter().filter(|(name, _)| !state.removed_here(dir, name, now)).collect();
+        let names = entries.iter().map(|(name, _)| name.clone()).collect();
         state.remember_page(dir, valid_until, names);
         entries
             .into_iter()
@@ -820,6 +825,27 @@ mod tests {
         let after = names(ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page"));
         assert_eq!(after, ["b", "c"]);
         assert_eq!(store.lists.load(Ordering::Relaxed), lists, "still from memory");
+    }
+
+    /// A listing that lags behind this mount's removals (SeaweedFS lists an emptied
+    /// folder for minutes) does not bring a removed name back within the TTL; a name
+    /// created again shows.
+    #[tokio::test]
+    async fn a_name_removed_here_stays_out_of_a_lagging_listing() {
+        let (ns, _store) = namespace_and_store(["d/a", "d/b", "d/sub/x"].map(String::from));
+        let d = ns.lookup(ROOT_INO, "d").await.expect("d");
+        ns.lookup(d.ino, "a").await.expect("a");
+        ns.lookup(d.ino, "sub").await.expect("sub");
+        // Removed through the mount; the store (not told here) still lists both.
+        ns.remove_entry(d.ino, "a");
+        ns.remove_entry(d.ino, "sub");
+        let names = |listed: Vec<Listed>| listed.into_iter().map(|l| l.name).collect::<Vec<_>>();
+        assert_eq!(names(ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page")), ["b"]);
+        assert!(matches!(ns.lookup(d.ino, "a").await, Err(NamespaceError::NotFound)), "stat agrees with ls");
+        ns.enter_dir(d.ino, "sub", 0, "d/sub/".into(), Arc::default());
+        ns.expire(d.ino);
+        let relisted = names(ns.list(d.ino).expect("list").next_batch(&ns).await.expect("page"));
+        assert_eq!(relisted, ["b", "sub"], "made again here: shown");
     }
 
     #[tokio::test]

@@ -138,14 +138,16 @@ impl DirStream {
             for entry in &entries {
                 self.pending.remove(&entry.name);
             }
-            if let Some(collected) = &mut self.collected {
-                collected.extend(entries.iter().map(|e| e.name.clone()));
-                if collected.len() > MAX_CACHED_LISTING {
-                    self.collected = None;
-                }
-            }
             if !entries.is_empty() || self.done {
+                // Entered first: what is kept is what was shown (names this mount just
+                // removed are left out there).
                 let mut listed = namespace.enter_listed(self.dir, source, &prefix, entries);
+                if let Some(collected) = &mut self.collected {
+                    collected.extend(listed.iter().map(|entry| entry.name.clone()));
+                    if collected.len() > MAX_CACHED_LISTING {
+                        self.collected = None;
+                    }
+                }
                 if self.done {
                     if let Some(names) = self.collected.take() {
                         namespace.remember_listing(self.dir, self.started, names);
