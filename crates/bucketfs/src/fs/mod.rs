@@ -885,8 +885,13 @@ impl Fs {
         }
         let mut metadata = self.new_entry_metadata(S_IFDIR | (mode & 0o7777), caller, Some(SystemTime::now()));
         metadata.content_type = Some(DIRECTORY_CONTENT_TYPE.into());
+        // A new marker is create-only, so that another client's directory is not taken
+        // over. Not where this mount removed the name just now: a store whose deletes
+        // lag (SeaweedFS keeps an emptied folder for about 2 minutes) would answer 412
+        // for the folder it still holds, and `mkdir` after `mv d e` or `rm -r d` fail.
+        let create_only = !self.namespace.removed_here(parent, name);
         let node = self
-            .write_marker(source, &prefix, metadata, true, |metadata| {
+            .write_marker(source, &prefix, metadata, create_only, |metadata| {
                 let node = self.namespace.enter_dir(parent, name, source, prefix.clone(), metadata);
                 (node.ino, node)
             })
