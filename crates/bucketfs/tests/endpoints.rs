@@ -18,6 +18,16 @@ use std::time::{Duration, Instant};
 use common::*;
 use sha2::{Digest, Sha256};
 
+/// The size of the reads: 1 GiB, but 256 MiB on moto, which keeps objects in the memory
+/// of one Python process and serves them at a few MB/s.
+fn big_read_size() -> usize {
+    if store_kind() == "moto" {
+        256 * MIB
+    } else {
+        1024 * MIB
+    }
+}
+
 /// Two endpoints of the store under test.
 fn two_gateways() -> (Relay, Relay) {
     (Relay::start(minio().port), Relay::start(minio().port))
@@ -47,6 +57,12 @@ impl Progress {
             assert!(started.elapsed() < timeout, "no progress to {bytes} bytes in {timeout:?}");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Only calls from now on count (the endpoint is about to fail; a slow store's first
+    /// calls are not what the test is about).
+    fn restart_longest(&self) {
+        self.longest_call_us.store(0, Ordering::Relaxed);
     }
 
     fn longest(&self) -> (Duration, u64) {
@@ -79,7 +95,7 @@ fn assert_endpoint_left_out_once(m: &Mount, dead: &Relay) {
 #[test]
 fn an_endpoint_dying_in_the_middle_of_a_read_is_not_seen_by_the_reader() {
     let b = create_bucket("endpoints-read");
-    let data = gen_data(71, 1024 * MIB);
+    let data = gen_data(71, big_read_size());
     let expected = sha256_hex(&data);
     put(&b, "big", data);
     let (first, second) = two_gateways();
@@ -105,7 +121,8 @@ fn an_endpoint_dying_in_the_middle_of_a_read_is_not_seen_by_the_reader() {
             }
         })
     };
-    progress.wait_for(256 * MIB as u64, Duration::from_secs(120));
+    progress.wait_for(big_read_size() as u64 / 4, Duration::from_secs(120));
+    progress.restart_longest();
     first.faults.down.store(true, Ordering::Relaxed);
     let died_at = progress.bytes.load(Ordering::Relaxed) / MIB as u64;
     let read = run_with_timeout("the reader", Duration::from_secs(300), move || reader.join().expect("reader"));
@@ -152,6 +169,7 @@ fn an_endpoint_dying_in_the_middle_of_a_write_is_not_seen_by_the_writer() {
         })
     };
     progress.wait_for(64 * MIB as u64, Duration::from_secs(120));
+    progress.restart_longest();
     second.faults.down.store(true, Ordering::Relaxed);
     let died_at = progress.bytes.load(Ordering::Relaxed) / MIB as u64;
     let written = run_with_timeout("the writer", Duration::from_secs(300), move || writer.join().expect("writer"));
@@ -212,7 +230,7 @@ fn retried(m: &Mount) -> u64 {
 #[test]
 fn an_endpoint_that_hangs_in_the_middle_of_a_read_costs_one_timeout() {
     let b = create_bucket("endpoints-hang");
-    let data = gen_data(73, 1024 * MIB);
+    let data = gen_data(73, big_read_size());
     let expected = sha256_hex(&data);
     put(&b, "big", data);
     let (first, second) = two_gateways();
@@ -247,7 +265,9 @@ fn an_endpoint_that_hangs_in_the_middle_of_a_read_costs_one_timeout() {
             }
         })
     };
-    progress.wait_for(256 * MIB as u64, Duration::from_secs(120));
+    progress.wait_for(big_read_size() as u64 / 4, Duration::from_secs(120));
+    progress.restart_longest();
+    stalled_ms.store(0, Ordering::Relaxed);
     first.faults.frozen.store(true, Ordering::Relaxed);
     let hung_at = progress.bytes.load(Ordering::Relaxed) / MIB as u64;
     let read = run_with_timeout("the reader", Duration::from_secs(300), move || reader.join().expect("reader"));

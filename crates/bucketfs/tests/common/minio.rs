@@ -139,6 +139,9 @@ pub enum StoreFeature {
     /// A directory marker (`dir/`) keeps the user metadata it is written with, where
     /// directories' modes, owners and times are stored. SeaweedFS answers 200 and drops it.
     DirectoryMarkerMetadata,
+    /// Drive directories a test can take away (`BUCKETFS_TEST_STORE_DRIVES`, set by
+    /// scripts/test-stores for minio-erasure): only an erasure set has them.
+    FailingDrives,
 }
 
 impl StoreFeature {
@@ -146,13 +149,24 @@ impl StoreFeature {
     fn missing_on(self) -> &'static [&'static str] {
         match self {
             StoreFeature::DirectoryMarkerMetadata => &["seaweedfs"],
+            StoreFeature::FailingDrives => &["minio", "seaweedfs", "moto"],
         }
     }
 }
 
 /// Whether the store the tests run against has `feature`.
 pub fn store_has(feature: StoreFeature) -> bool {
-    !feature.missing_on().contains(&store_kind())
+    match feature {
+        StoreFeature::FailingDrives => store_drives().is_some(),
+        _ => !feature.missing_on().contains(&store_kind()),
+    }
+}
+
+/// The drive directories of the store under test (`BUCKETFS_TEST_STORE_DRIVES`,
+/// `:`-separated), if it has them.
+pub fn store_drives() -> Option<Vec<std::path::PathBuf>> {
+    let drives = std::env::var("BUCKETFS_TEST_STORE_DRIVES").ok().filter(|drives| !drives.is_empty())?;
+    Some(drives.split(':').map(std::path::PathBuf::from).collect())
 }
 
 /// Skips the calling test (returns from it) when the store lacks a [`StoreFeature`],
