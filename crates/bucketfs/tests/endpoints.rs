@@ -106,6 +106,27 @@ fn store_gateways() -> Option<Vec<(String, i32)>> {
     Some(list.split(',').map(|entry| parse(entry).unwrap_or_else(|| panic!("gateway {entry:?}"))).collect())
 }
 
+/// Reads `path` whole in 1 MiB calls in a thread of its own, noting each call in
+/// `progress`; the bytes' digest.
+fn spawn_reader(path: std::path::PathBuf, progress: Arc<Progress>) -> std::thread::JoinHandle<std::io::Result<String>> {
+    std::thread::spawn(move || {
+        let mut file = std::fs::File::open(path)?;
+        let mut hasher = Sha256::new();
+        let mut buffer = vec![0u8; MIB];
+        let mut total = 0u64;
+        loop {
+            let started = Instant::now();
+            let n = file.read(&mut buffer)?;
+            if n == 0 {
+                return Ok(hex::encode(hasher.finalize()));
+            }
+            total += n as u64;
+            progress.call_took(started.elapsed(), total);
+            hasher.update(&buffer[..n]);
+        }
+    })
+}
+
 /// Two endpoints of the store under test: two gateways of its own not used by another test
 /// yet (each test fails one), or two relays in front of it.
 fn two_gateways() -> (Gateway, Gateway) {
@@ -128,11 +149,16 @@ struct Progress {
     bytes: AtomicU64,
     longest_call_us: AtomicU64,
     longest_call_at: AtomicU64,
+    /// Time spent in calls over half a second (stalls), in microseconds.
+    stalled_us: AtomicU64,
 }
 
 impl Progress {
     fn call_took(&self, took: Duration, at: u64) {
         let micros = took.as_micros() as u64;
+        if took > Duration::from_millis(500) {
+            self.stalled_us.fetch_add(micros, Ordering::Relaxed);
+        }
         if micros > self.longest_call_us.fetch_max(micros, Ordering::Relaxed) {
             self.longest_call_at.store(at, Ordering::Relaxed);
         }
@@ -151,6 +177,11 @@ impl Progress {
     /// calls are not what the test is about).
     fn restart_longest(&self) {
         self.longest_call_us.store(0, Ordering::Relaxed);
+        self.stalled_us.store(0, Ordering::Relaxed);
+    }
+
+    fn stalled(&self) -> Duration {
+        Duration::from_micros(self.stalled_us.load(Ordering::Relaxed))
     }
 
     /// Waits until `until` bytes went through, and gives the longest call from `from` on:
@@ -200,25 +231,7 @@ fn an_endpoint_dying_in_the_middle_of_a_read_is_not_seen_by_the_reader() {
     let m = MountBuilder::new().bucket(&b).endpoint(format!("{},{}", first.endpoint(), second.endpoint())).mount();
 
     let progress = Arc::new(Progress::default());
-    let reader = {
-        let (path, progress) = (m.join("big"), progress.clone());
-        std::thread::spawn(move || -> std::io::Result<String> {
-            let mut file = std::fs::File::open(path)?;
-            let mut hasher = Sha256::new();
-            let mut buffer = vec![0u8; MIB];
-            let mut total = 0u64;
-            loop {
-                let started = Instant::now();
-                let n = file.read(&mut buffer)?;
-                if n == 0 {
-                    return Ok(hex::encode(hasher.finalize()));
-                }
-                total += n as u64;
-                progress.call_took(started.elapsed(), total);
-                hasher.update(&buffer[..n]);
-            }
-        })
-    };
+    let reader = spawn_reader(m.join("big"), progress.clone());
     let steady = progress.steady_longest(big_read_size() as u64 / 16, big_read_size() as u64 / 4);
     progress.restart_longest();
     first.kill();
@@ -347,40 +360,16 @@ fn an_endpoint_that_hangs_in_the_middle_of_a_read_costs_one_timeout() {
         .mount();
 
     let progress = Arc::new(Progress::default());
-    let stalled_ms = Arc::new(AtomicU64::new(0));
-    let reader = {
-        let (path, progress, stalled_ms) = (m.join("big"), progress.clone(), stalled_ms.clone());
-        std::thread::spawn(move || -> std::io::Result<String> {
-            let mut file = std::fs::File::open(path)?;
-            let mut hasher = Sha256::new();
-            let mut buffer = vec![0u8; MIB];
-            let mut total = 0u64;
-            loop {
-                let started = Instant::now();
-                let n = file.read(&mut buffer)?;
-                if n == 0 {
-                    return Ok(hex::encode(hasher.finalize()));
-                }
-                let took = started.elapsed();
-                if took > Duration::from_millis(500) {
-                    stalled_ms.fetch_add(took.as_millis() as u64, Ordering::Relaxed);
-                }
-                total += n as u64;
-                progress.call_took(took, total);
-                hasher.update(&buffer[..n]);
-            }
-        })
-    };
+    let reader = spawn_reader(m.join("big"), progress.clone());
     progress.wait_for(big_read_size() as u64 / 4, Duration::from_secs(120));
     progress.restart_longest();
-    stalled_ms.store(0, Ordering::Relaxed);
     first.hang();
     let hung_at = progress.bytes.load(Ordering::Relaxed) / MIB as u64;
     let read = run_with_timeout("the reader", Duration::from_secs(300), move || reader.join().expect("reader"));
     let digest = read.unwrap_or_else(|error| panic!("read failed: {error}\n{}", m.diagnostics()));
     assert_eq!(digest, expected, "the bytes read are the object's");
     let (longest, at) = progress.longest();
-    let stalled = Duration::from_millis(stalled_ms.load(Ordering::Relaxed));
+    let stalled = progress.stalled();
     eprintln!(
         "endpoint hung at {hung_at} MiB; longest read call {longest:?} at {at} MiB; {stalled:?} in calls over 0.5 s"
     );
