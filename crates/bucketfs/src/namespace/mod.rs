@@ -658,13 +658,13 @@ impl Namespace {
         self.state.lock().has_pending(dir)
     }
 
-    /// Forgets (parent, name) after it was deleted (or its creation failed): later lookups
-    /// say ENOENT without asking the store, until the TTL passes.
     /// Whether this mount removed (parent, name) within the TTL (see `dir_state::Missing`).
     pub fn removed_here(&self, parent: Ino, name: &str) -> bool {
         self.state.lock().removed_here(parent, name, Instant::now())
     }
 
+    /// Forgets (parent, name) after it was deleted (or its creation failed): later lookups
+    /// say ENOENT without asking the store, and listings leave it out, until the TTL passes.
     pub fn remove_entry(&self, parent: Ino, name: &str) {
         let missing_until = self.valid_until();
         self.state.lock().remove_entry(parent, name, missing_until);

@@ -192,13 +192,13 @@ impl StoreError {
         }
     }
 
-    /// Worth another try: the store may answer after a moment (a restarting server, a
-    /// dropped connection, a 5xx, a request to slow down).
     /// The connection failed, not the store: another of its endpoints may answer.
     pub fn is_connection_failure(&self) -> bool {
         matches!(self, StoreError::Unreachable { .. } | StoreError::Timeout(_) | StoreError::Interrupted(_))
     }
 
+    /// Worth another try: the store may answer after a moment (a restarting server, a
+    /// dropped connection, a 5xx, a request to slow down).
     pub fn is_transient(&self) -> bool {
         matches!(
             self,

@@ -131,9 +131,9 @@ pub fn skipped_on_this_store(why: &str) -> bool {
     true
 }
 
-/// What bucketfs uses that some stores lack, for tests whose subject is exactly that
-/// (docs/STORES.md, "Why tests fail on the other stores"). The mount finds out and falls
-/// back (one log line); such a test skips itself there with [`require_store_feature!`].
+/// What a test needs that some stores lack, for tests whose subject is exactly that
+/// (docs/STORES.md, "Why tests fail on the other stores"); such a test skips itself there
+/// with [`require_store_feature!`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoreFeature {
     /// A directory marker (`dir/`) keeps the user metadata it is written with, where
@@ -144,21 +144,11 @@ pub enum StoreFeature {
     FailingDrives,
 }
 
-impl StoreFeature {
-    /// The kinds of scripts/start-store without it.
-    fn missing_on(self) -> &'static [&'static str] {
-        match self {
-            StoreFeature::DirectoryMarkerMetadata => &["seaweedfs"],
-            StoreFeature::FailingDrives => &["minio", "seaweedfs", "moto"],
-        }
-    }
-}
-
 /// Whether the store the tests run against has `feature`.
 pub fn store_has(feature: StoreFeature) -> bool {
     match feature {
+        StoreFeature::DirectoryMarkerMetadata => store_kind() != "seaweedfs",
         StoreFeature::FailingDrives => store_drives().is_some(),
-        _ => !feature.missing_on().contains(&store_kind()),
     }
 }
 

@@ -28,7 +28,9 @@
 //!   run against that store, started elsewhere (scripts/test-stores), instead of a MinIO of
 //!   this process; `BUCKETFS_TEST_STORE_LOG`: its log, for failure messages;
 //!   `BUCKETFS_TEST_SKIP_LOG`: a file where tests skipped by [`require_minio!`] or
-//!   [`require_store_feature!`] are listed.
+//!   [`require_store_feature!`] are listed; `BUCKETFS_TEST_STORE_DRIVES`: an erasure set's
+//!   drive directories, `:`-separated (tests/drives.rs); `BUCKETFS_TEST_STORE_GATEWAYS`:
+//!   more S3 gateways of the store as `URL=PID,...` (tests/endpoints.rs).
 
 // Each test binary compiles this harness and uses a part of it.
 #![allow(dead_code)]
