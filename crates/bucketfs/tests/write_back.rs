@@ -367,6 +367,73 @@ fn every_file_closed_before_a_kill_mid_tree_is_stored() {
     assert_eq!(open_uploads(&b), 0);
 }
 
+/// A close waits for its file's record, never for an upload: with every upload slot (32)
+/// taken by uploads the network holds for 10 s, 60 closes all return at once, and every
+/// file is stored after.
+#[test]
+fn closes_do_not_wait_for_uploads_in_flight() {
+    let b = create_bucket("wb-no-wait");
+    let proxy = ToxiProxy::to_minio();
+    let args = ["--write-back", "--metadata-ttl", "60"];
+    let m = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(args).mount();
+    let files: Vec<(String, Vec<u8>)> = (0..60).map(|i| (format!("f{i:02}"), gen_data(i, 500 + i as usize))).collect();
+    for (name, _) in &files {
+        assert!(std::fs::metadata(m.join(name)).is_err()); // looked up now, kept 60 s
+    }
+    proxy.add("slow", Direction::Upstream, Toxic::Latency { latency_ms: 10_000, jitter_ms: 0 });
+    let started = Instant::now();
+    for (name, data) in &files {
+        let mut file = File::create(m.join(name)).expect("create");
+        file.write_all(data).expect("write");
+        close(file).expect("close");
+    }
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(8), "60 closes took {took:?}: some waited for an upload");
+    proxy.remove("slow");
+    assert!(wait_until(Duration::from_secs(60), || list_keys(&b, "").len() == files.len()), "all stored in time");
+    drop(m);
+    assert_all_stored(&b, &files);
+}
+
+/// A daemon that stops while another mount of its cache directory runs: here still
+/// running when the second mount starts (stopped with SIGSTOP, its uploads held by the
+/// network), then killed and not reaped, as a supervisor restarting it may leave it for
+/// a moment. The running mount stores every file the killed daemon had closed, within
+/// seconds, rather than leaving them to some later mount.
+#[test]
+fn files_of_a_daemon_killed_after_the_next_mount_started_are_stored_by_it() {
+    let b = create_bucket("wb-kill-later");
+    let (_cache, cache_dir) = temp_cache_dir();
+    let proxy = ToxiProxy::to_minio();
+    let args = ["--write-back", "--metadata-ttl", "60", "--cache-dir", &cache_dir];
+    let first = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(args).mount();
+    let files: Vec<(String, Vec<u8>)> =
+        (0..40).map(|i| (format!("f{i:02}"), gen_data(i, 1000 + i as usize * 37))).collect();
+    // Looked up now (missing, kept 60 s), so that creating them sends no request.
+    for (name, _) in &files {
+        assert!(std::fs::metadata(first.join(name)).is_err());
+    }
+    // From now on no upload of the first daemon reaches the store.
+    proxy.add("held", Direction::Upstream, Toxic::Timeout { after_ms: 0 });
+    for (name, data) in &files {
+        let mut file = File::create(first.join(name)).expect("create");
+        file.write_all(data).expect("write");
+        close(file).expect("close");
+    }
+    first.signal(libc::SIGSTOP);
+    proxy.remove("held");
+    // The same endpoint: records name the store they are for.
+    let second = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(["--cache-dir", &cache_dir]).mount();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(list_keys(&b, "").is_empty(), "the first daemon runs still: its files are its own to store");
+    first.signal(libc::SIGKILL); // not reaped: a zombie until `first` drops
+    let stored = wait_until(Duration::from_secs(30), || list_keys(&b, "").len() == files.len());
+    assert!(stored, "stored {} of {} files\n{}", list_keys(&b, "").len(), files.len(), second.diagnostics());
+    assert_all_stored(&b, &files);
+    drop(second);
+    drop(first);
+}
+
 /// PUTs of `key` the mount has sent so far.
 fn puts_of(m: &Mount, key: &str) -> usize {
     m.s3_requests().iter().filter(|r| r.op == "PUT" && r.key == key).count()

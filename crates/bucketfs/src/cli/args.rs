@@ -315,8 +315,9 @@ pub struct MountArgs {
     pub staging_limit: u64,
     /// Return from close() before the file is uploaded, and upload in the background (up
     /// to 32 files at once), like rclone's write-back; mkdir and a directory's attribute
-    /// changes are stored just after they return too. Each is first synced to a log under
-    /// --cache-dir that the next mount stores if this daemon dies. Faster for many small
+    /// changes are stored just after they return too. Each is first written to a log
+    /// under --cache-dir (synced within --write-back-sync) that the next mount stores if
+    /// this daemon dies. Faster for many small
     /// files; an upload the store refuses is kept in that log and reported (`bucketfs
     /// status`, `bucketfs write-back`): use fsync() where an error must be seen. The next
     /// operation on the file waits for its upload; unmount waits for all.
@@ -327,6 +328,12 @@ pub struct MountArgs {
     /// close stores its file before returning (and returns the store's error).
     #[arg(long, default_value = "1GiB", value_parser = parse_size, value_name = "BYTES")]
     pub write_back_limit: u64,
+    /// How long a file closed with --write-back may wait in the page cache before the
+    /// write-back log reaches the disk (one sync covers every close of that time). A kill
+    /// of the daemon loses nothing closed either way; a power cut may lose what was
+    /// closed in the last interval and not stored yet. 0 syncs at every close.
+    #[arg(long, default_value = "0.1", value_parser = parse_seconds, value_name = "SECONDS")]
+    pub write_back_sync: Duration,
 
     /// Log level: error, warn, info, debug, trace (or a tracing filter such as bucketfs=debug).
     #[arg(long, default_value = "warn")]

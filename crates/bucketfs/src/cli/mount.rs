@@ -35,6 +35,7 @@ use crate::store::request_options::{CustomerKey, Encryption, RequestOptions, Upl
 use crate::store::s3::{S3Store, StoreConfig};
 use crate::store::{ObjectStore, StoreError};
 use crate::write::journal::Journal;
+use crate::write::recovery;
 use crate::write::staging::StagingConfig;
 use crate::write::write_back::WriteBackLog;
 
@@ -544,10 +545,11 @@ pub(super) fn unescape_mountinfo(field: &str) -> String {
 /// What stopped daemons left in these sources' buckets, dealt with before the mount
 /// answers (so what it shows includes it): the uploads they left unfinished are aborted
 /// (upload journal), and the files they closed with `--write-back` and had not stored
-/// are stored (write-back log; at every mount, with the option or not). Returns both,
-/// for this daemon's own records. A cache directory that cannot hold them fails the
-/// mount: without them an upload cut by a crash would be left behind, and files closed
-/// with `--write-back` lost.
+/// are stored (write-back log; at every mount, with the option or not). Daemons still
+/// running are watched, and what they leave is dealt with once they stop
+/// (`write::recovery`). Returns both, for this daemon's own records. A cache directory
+/// that cannot hold them fails the mount: without them an upload cut by a crash would be
+/// left behind, and files closed with `--write-back` lost.
 fn recover_stopped_daemons(
     args: &MountArgs,
     runtime: &tokio::runtime::Runtime,
@@ -559,15 +561,17 @@ fn recover_stopped_daemons(
         format!("cannot keep the {what} in {dir} (--cache-dir: a directory of this user's own)")
     };
     let journal = Arc::new(Journal::open(&args.cache_dir).with_context(|| unusable("journal of uploads"))?);
-    let aborted = runtime.block_on(journal.recover(&stores));
-    if aborted > 0 {
-        tracing::info!("aborted {aborted} unfinished uploads left by stopped daemons");
+    let log = WriteBackLog::open(&args.cache_dir, args.write_back_limit, args.write_back_sync)
+        .with_context(|| unusable("write-back log"))?;
+    let running = recovery::running_daemons(&journal, &log);
+    let recovered = runtime.block_on(recovery::recover(&journal, &log, &stores));
+    if recovered.aborted > 0 {
+        tracing::info!("aborted {} unfinished uploads left by stopped daemons", recovered.aborted);
     }
-    let log = WriteBackLog::open(&args.cache_dir, args.write_back_limit).with_context(|| unusable("write-back log"))?;
-    let replayed = runtime.block_on(log.replay(&stores));
-    if replayed > 0 {
-        tracing::info!("stored {replayed} files closed with --write-back by stopped daemons");
+    if recovered.stored > 0 {
+        tracing::info!("stored {} files closed with --write-back by stopped daemons", recovered.stored);
     }
+    runtime.spawn(recovery::watch(journal.clone(), log.clone(), stores, running));
     Ok((journal, log))
 }
 

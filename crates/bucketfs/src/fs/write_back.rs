@@ -20,10 +20,11 @@ use crate::write::write_back::{FailedFile, PendingFile, Recorded};
 pub const WRITE_BACK: &str = "bucketfs.write-back";
 
 impl Fs {
-    /// `close()` with `--write-back`: returns once the whole file is synced to the
-    /// write-back log on local disk (so the next mount stores it if this daemon dies), and
-    /// stores it in the background, at most `uploads` at once. A file too large for one
-    /// PUT, a staging file, or one the log has no room for is stored before it returns.
+    /// `close()` with `--write-back`: returns once the whole file is in the write-back
+    /// log on local disk (so the next mount stores it if this daemon dies), and stores it
+    /// in the background, at most `uploads` at once; a close does not wait for an upload
+    /// to end (the log's limit bounds what waits). A file too large for one PUT, a staging
+    /// file, or one the log has no room for is stored before it returns.
     pub(super) async fn hand_off(
         self: &Arc<Self>,
         writer: Arc<Writer>,
@@ -32,11 +33,12 @@ impl Fs {
         let Some(recorded) = self.record_write_back(&writer).await else {
             return self.commit_heard(&writer).await;
         };
-        let room = uploads.clone().acquire_owned().await;
         let busy = writer.background.clone().lock_owned().await;
         writer.handed_off.store(true, Ordering::Release);
         let fs = self.clone();
+        let uploads = uploads.clone();
         tokio::spawn(async move {
+            let room = uploads.acquire_owned().await;
             if let Err(FsError::Store(error)) = fs.commit_unheard(&writer).await {
                 // Refused after the store's own retries: kept and reported until stored
                 // (`bucketfs write-back retry`, or the next mount) or discarded.

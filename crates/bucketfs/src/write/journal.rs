@@ -47,30 +47,42 @@ impl Drop for Entry {
 }
 
 /// Who this daemon is, as record names say it: `BOOT-PID-START`.
-pub(super) fn this_daemon() -> String {
+pub fn this_daemon() -> String {
     let pid = std::process::id();
-    format!("{}-{pid}-{}", boot_id().unwrap_or_default(), start_time(pid).unwrap_or_default())
+    let start = start_time(pid).map(|(time, _)| time).unwrap_or_default();
+    format!("{}-{pid}-{start}", boot_id().unwrap_or_default())
 }
 
 fn boot_id() -> Option<String> {
     Some(std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?.trim().replace('-', ""))
 }
 
-/// When process `pid` started (clock ticks since boot: field 22 of /proc/PID/stat).
-fn start_time(pid: u32) -> Option<u64> {
+/// When process `pid` started (clock ticks since boot: field 22 of /proc/PID/stat), and
+/// whether it has exited (a zombie, or dead, not reaped yet by its parent).
+fn start_time(pid: u32) -> Option<(u64, bool)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: count after its end.
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let exited = matches!(fields.next()?, "Z" | "X" | "x");
+    Some((fields.nth(18)?.parse().ok()?, exited))
 }
 
-/// Whether the daemon named `BOOT-PID-START` still runs.
-pub(super) fn daemon_alive(name: &str) -> bool {
+/// Whether the daemon named `BOOT-PID-START` still runs. A daemon killed and not reaped
+/// yet (a zombie: its parent has not waited for it) runs no more.
+pub fn daemon_alive(name: &str) -> bool {
     let mut fields = name.split('-');
     let (Some(boot), Some(pid), Some(start)) = (fields.next(), fields.next(), fields.next()) else {
         return true; // not ours to judge
     };
     let Ok(pid) = pid.parse::<u32>() else { return true };
-    boot_id().as_deref() == Some(boot) && start_time(pid).map(|t| t.to_string()).as_deref() == Some(start)
+    let running = start_time(pid).filter(|(_, exited)| !exited).map(|(time, _)| time.to_string());
+    boot_id().as_deref() == Some(boot) && running.as_deref() == Some(start)
+}
+
+/// The daemons that left records in the journal: `BOOT-PID-START` of each `BOOT-PID-START-N`.
+fn daemons_in(dir: &Path) -> std::collections::HashSet<String> {
+    let names = std::fs::read_dir(dir).into_iter().flatten().flatten();
+    names.filter_map(|entry| Some(entry.file_name().to_str()?.rsplit_once('-')?.0.to_owned())).collect()
 }
 
 impl Journal {
@@ -105,6 +117,11 @@ impl Journal {
                 None
             }
         }
+    }
+
+    /// The daemons whose uploads are recorded here (this one's too).
+    pub fn daemons(&self) -> std::collections::HashSet<String> {
+        daemons_in(&self.dir)
     }
 
     /// Aborts the uploads recorded by daemons no longer running, in these stores; returns
@@ -150,5 +167,26 @@ mod tests {
         fields = me.split('-').map(str::to_owned).collect();
         fields[0] = "0".repeat(32);
         assert!(!daemon_alive(&fields.join("-")), "same pid and start time, another boot");
+    }
+
+    /// A process killed and not yet reaped by its parent (as a supervisor restarting a
+    /// daemon may leave it for a moment) is a zombie: it runs no more.
+    #[test]
+    fn a_killed_process_not_reaped_yet_is_not_alive() {
+        let mut child = std::process::Command::new("sleep").arg("60").spawn().expect("sleep");
+        let pid = child.id();
+        let (start, _) = start_time(pid).expect("its stat");
+        let name = format!("{}-{pid}-{start}", boot_id().expect("boot id"));
+        assert!(daemon_alive(&name), "running");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL)
+            .expect("kill");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while start_time(pid).is_some_and(|(_, exited)| !exited) {
+            assert!(std::time::Instant::now() < deadline, "still running 10 s after SIGKILL");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(start_time(pid).is_some(), "not reaped yet: still in /proc");
+        assert!(!daemon_alive(&name), "a zombie is not alive");
+        child.wait().expect("reaped");
     }
 }

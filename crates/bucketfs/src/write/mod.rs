@@ -30,6 +30,7 @@ mod error;
 pub mod journal;
 pub mod multipart;
 mod part_buffer;
+pub mod recovery;
 pub mod staging;
 pub mod write_back;
 

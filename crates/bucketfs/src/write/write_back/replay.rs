@@ -40,7 +40,7 @@ pub enum Replayed {
 
 /// The daemon a log file belongs to: `DAEMON.N.log`, `DAEMON.failed-ID.log` (and
 /// `DAEMON.log`, as earlier versions named it).
-fn daemon_of(path: &Path) -> Option<&str> {
+pub(super) fn daemon_of(path: &Path) -> Option<&str> {
     let name = path.file_name()?.to_str()?.strip_suffix(".log")?;
     name.split('.').next()
 }
@@ -305,7 +305,7 @@ mod tests {
     #[tokio::test]
     async fn a_dead_daemons_log_is_replayed_once_and_not_while_locked() {
         let dir = tempfile::tempdir().expect("dir");
-        let log = WriteBackLog::open(dir.path(), 1 << 30).expect("open");
+        let log = WriteBackLog::open(dir.path(), 1 << 30, std::time::Duration::ZERO).expect("open");
         let header = Header {
             id: 0,
             len: 4,
@@ -358,7 +358,7 @@ mod tests {
     #[tokio::test]
     async fn records_replay_in_close_order_across_files_and_others_stay() {
         let dir = tempfile::tempdir().expect("dir");
-        let log = WriteBackLog::open(dir.path(), 1 << 30).expect("open");
+        let log = WriteBackLog::open(dir.path(), 1 << 30, std::time::Duration::ZERO).expect("open");
         let (first, second, third) = (
             header(0, "memory", "first", b"first"),
             header(1, "memory", "second", b"second"),
@@ -393,7 +393,7 @@ mod tests {
     #[tokio::test]
     async fn refused_records_are_taken_over_as_failed_and_retried() {
         let dir = tempfile::tempdir().expect("dir");
-        let log = WriteBackLog::open(dir.path(), 1 << 30).expect("open");
+        let log = WriteBackLog::open(dir.path(), 1 << 30, std::time::Duration::ZERO).expect("open");
         dead_log(dir.path(), "0-1-1.0.log", &[header(0, "memory", "a", b"a"), header(1, "memory", "b", b"b")], b"");
         let store = Arc::new(MemoryStore::default());
         store.away.store(true, std::sync::atomic::Ordering::Relaxed);
