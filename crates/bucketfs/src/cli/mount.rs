@@ -42,6 +42,8 @@ use crate::write::write_back::WriteBackLog;
 /// Set in the environment of the daemon child: write "ready" to stdout once mounted.
 const READY_ENV: &str = "BUCKETFS_NOTIFY_READY";
 const FUSE_THREADS: usize = 4;
+/// How long an exiting daemon waits for blocks on their way to the data cache.
+const CACHE_WRITES_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub fn run(args: MountArgs) -> Result<()> {
     let (mountpoint, sources) = split_arguments(&args.sources_and_mountpoint)?;
@@ -197,6 +199,11 @@ pub fn run(args: MountArgs) -> Result<()> {
     notify_service_manager(&[NotifyState::Stopping, NotifyState::Status("storing files still uploading")]);
     // Uploads still running (release, --write-back) would be lost with the runtime.
     runtime.block_on(fs.finish_uploads());
+    // Blocks of what programs read just before the unmount, still on their way to the
+    // data cache: bounded, a cache is never worth a hung exit.
+    if !runtime.block_on(fs.finish_cache_writes(CACHE_WRITES_AT_EXIT)) {
+        tracing::warn!("data cache: blocks still being written after {CACHE_WRITES_AT_EXIT:?} are left out");
+    }
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     if let Some(indexes) = indexes {
         indexes.save_all(); // with what this mount changed and fetched since the last refresh

@@ -60,6 +60,18 @@ pub struct DataCache {
     /// an eviction's recount from the files adds them (else each eviction forgot the
     /// blocks being written at that moment, and the cap drifted by as much).
     writing: AtomicU64,
+    /// Fetched bytes on their way to the cache (see [`DataCache::storing`]): the daemon
+    /// waits for them before it exits.
+    storing: tokio::sync::watch::Sender<usize>,
+}
+
+/// Bytes fetched for the cache and not written to it yet; dropped once they are.
+pub struct Storing(tokio::sync::watch::Sender<usize>);
+
+impl Drop for Storing {
+    fn drop(&mut self) {
+        self.0.send_modify(|storing| *storing -= 1);
+    }
 }
 
 /// What `bucketfs cache status` prints.
@@ -91,12 +103,28 @@ impl DataCache {
             warned: AtomicBool::new(false),
             checking: Default::default(),
             writing: AtomicU64::new(0),
+            storing: tokio::sync::watch::Sender::new(0),
         });
         cache.with_usage(|_, _| {
             let (_, bytes) = scan(&cache.objects)?;
             Ok(bytes)
         })?;
         Ok(cache)
+    }
+
+    /// Held by a fetch from before its readers get the bytes until they are written to
+    /// the cache, so that a daemon exiting right after a program read a file (a plain
+    /// `umount` just after `cat`) still leaves them in the cache.
+    pub fn storing(&self) -> Storing {
+        self.storing.send_modify(|storing| *storing += 1);
+        Storing(self.storing.clone())
+    }
+
+    /// Waits until every fetch holding [`DataCache::storing`] has written its blocks, for
+    /// at most `limit`; whether they all did.
+    pub async fn stored_all(&self, limit: std::time::Duration) -> bool {
+        let mut storing = self.storing.subscribe();
+        tokio::time::timeout(limit, storing.wait_for(|storing| *storing == 0)).await.is_ok_and(|done| done.is_ok())
     }
 
     pub fn cap(&self) -> u64 {

@@ -215,6 +215,15 @@ impl Fs {
     }
 
     /// Reads of objects go through `cache` (`--cache`).
+    /// At exit: waits up to `limit` for the blocks fetched for the data cache to be
+    /// written; whether they were (true without a cache).
+    pub async fn finish_cache_writes(&self, limit: std::time::Duration) -> bool {
+        match &self.data_cache {
+            Some(cache) => cache.stored_all(limit).await,
+            None => true,
+        }
+    }
+
     pub fn with_data_cache(mut self, cache: Arc<DataCache>) -> Self {
         self.small_files_ahead = Some(SmallFilesAhead::new(cache.clone(), self.namespace.ttl()));
         self.data_cache = Some(cache);

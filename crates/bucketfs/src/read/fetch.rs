@@ -84,6 +84,9 @@ pub async fn fill(
     let mut fetched = Vec::new();
     let result = fill_from_cache_and_store(&*store, key, origin, body, link, &mut fetched).await;
     let complete = result.is_ok();
+    // Taken before the readers get their bytes: a daemon told to exit once they have
+    // them waits for this write.
+    let _storing = link.cache.storing();
     body.finish(result);
     if complete {
         store_fetched_blocks(link, origin, body, &fetched).await;
