@@ -20,23 +20,26 @@ from .context import Context
 from .minio import MinIO, find_minio
 from .profiles import PROFILES, get_profile
 from .s3 import S3Direct
-from .tools import (BucketFS, BucketFSIndex, BucketFSWriteBack, Direct, Dirs, Local, MountManager,
-                    Rclone, S3FS, mounted_paths)
+from .tools import (BucketFS, BucketFSIndex, BucketFSWriteBack, Direct, Dirs, GeeseFS, Local,
+                    MountManager, MountpointS3, Rclone, S3FS, mounted_paths)
 from .util import log
 from .workloads import ALL as ALL_WORKLOADS, BY_NAME
 
 BENCH = Path(__file__).resolve().parents[1]
 REPO = BENCH.parent
 FUSE_TOOLS = ["bucketfs", "s3fs", "rclone"]
-# Run only when named in --tools: other bucketfs modes, to compare them in one run.
-OPTIONAL_TOOLS = ["bucketfs-wb", "bucketfs-index"]
+# Run only when named in --tools: other bucketfs modes, to compare them in one run, and the
+# peers that scripts/install-deps cannot install from the package registries (no machine has
+# them by default, so a default run would only list them as missing).
+OPTIONAL_TOOLS = ["bucketfs-wb", "bucketfs-index", "geesefs", "mountpoint-s3"]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="bench/run",
-        description="Benchmark bucketfs against s3fs, rclone mount and a direct S3 client on a "
-                    "private MinIO. See bench/README.md.")
+        description="Benchmark bucketfs against s3fs, rclone mount (and geesefs, mountpoint-s3 "
+                    "when named in --tools) and a direct S3 client on a private MinIO. See "
+                    "bench/README.md.")
     size = ap.add_mutually_exclusive_group()
     size.add_argument("--smoke", dest="profile", action="store_const", const="smoke",
                       help="tiny sizes, 1 run: checks the machinery in under a minute (CI)")
@@ -46,8 +49,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                       help="the articles' sizes (24 x 1 GiB, 71k-file tree, 8 GiB, 100k objects)")
     ap.add_argument("--tools", default=",".join(FUSE_TOOLS),
                     help=f"comma-separated FUSE tools to compare (default: {','.join(FUSE_TOOLS)}; "
-                         "also bucketfs-wb: bucketfs --write-back, and bucketfs-index: bucketfs "
-                         "--index, whose cold cases load a saved listing index)")
+                         "also bucketfs-wb: bucketfs --write-back, bucketfs-index: bucketfs "
+                         "--index, whose cold cases load a saved listing index, and the peers "
+                         "geesefs and mountpoint-s3)")
     ap.add_argument("--workloads", default=",".join(w.name for w in ALL_WORKLOADS),
                     help="comma-separated workloads: " + ", ".join(w.name for w in ALL_WORKLOADS))
     ap.add_argument("--runs", type=int, help="repetitions of every case (overrides the profile)")
@@ -73,6 +77,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--rclone-cache-mode", default="writes",
                     help="rclone --vfs-cache-mode (default: writes, as in the article)")
     ap.add_argument("--rclone-args", default="", help="extra arguments for rclone mount")
+    ap.add_argument("--geesefs-bin", help="geesefs binary (default: ~/.cache/bucketfs-deps/bin/"
+                    "geesefs or geesefs on PATH)")
+    ap.add_argument("--geesefs-args", default="", help="extra arguments for geesefs")
+    ap.add_argument("--mount-s3-bin", help="mountpoint-s3's mount-s3 binary (default: "
+                    "~/.cache/bucketfs-deps/bin/mount-s3 or mount-s3 on PATH)")
+    ap.add_argument("--mount-s3-args", default="", help="extra arguments for mount-s3")
     ap.add_argument("--minio", help="MinIO binary (default: $BUCKETFS_MINIO, "
                     "~/.cache/bucketfs-deps/bin/minio, or minio on PATH)")
     ap.add_argument("--timeout", type=float, help="per-command time limit in seconds")
@@ -174,8 +184,12 @@ def main(argv: list[str] | None = None) -> int:
                 t = BucketFSIndex(dirs, minio.url, **bfs, prep=args.index_prep)
             elif name == "s3fs":
                 t = S3FS(dirs, minio.url, args.s3fs_opts)
-            else:
+            elif name == "rclone":
                 t = Rclone(dirs, minio.url, args.rclone_cache_mode, shlex.split(args.rclone_args))
+            elif name == "geesefs":
+                t = GeeseFS(dirs, minio.url, args.geesefs_bin, shlex.split(args.geesefs_args))
+            else:
+                t = MountpointS3(dirs, minio.url, args.mount_s3_bin, shlex.split(args.mount_s3_args))
             t.check()
             if t.missing:
                 log(f"{name}: missing ({t.missing})")

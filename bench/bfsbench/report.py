@@ -9,7 +9,8 @@ from typing import Optional
 
 from .util import fmt_secs, fmt_size, log
 
-FUSE_ORDER = ["bucketfs", "bucketfs-wb", "bucketfs-index", "s3fs", "rclone"]
+FUSE_ORDER = ["bucketfs", "bucketfs-wb", "bucketfs-index", "s3fs", "rclone", "geesefs",
+              "mountpoint-s3"]
 STATUS_TEXT = {"unsupported": "not supported yet", "missing": "missing", "failed": "failed"}
 
 
@@ -460,7 +461,8 @@ def _fact(key: str, v) -> str:
 # bucketfs-wb and bucketfs-index: a light and a dark shade of bucketfs's blue, so the modes read as
 # one program.
 COLORS = {"bucketfs": "#1f77b4", "bucketfs-wb": "#aec7e8", "bucketfs-index": "#08306b",
-          "s3fs": "#ff7f0e", "rclone": "#2ca02c", "direct": "#7f7f7f", "local": "#9467bd"}
+          "s3fs": "#ff7f0e", "rclone": "#2ca02c", "geesefs": "#d62728", "mountpoint-s3": "#8c564b",
+          "direct": "#7f7f7f", "local": "#9467bd"}
 
 
 def charts(tables: list[dict], out: Path) -> tuple[dict, Optional[str]]:

@@ -106,6 +106,31 @@ class Dirs:
         return p
 
 
+def find_peer(program: str, explicit: Optional[str]) -> Optional[str]:
+    """A peer's binary: the one given (and then only that one: a wrong path must not measure
+    another build), else the project's dependency directory (scripts/install-deps builds
+    into it), else PATH."""
+    deps = os.environ.get("BUCKETFS_DEPS_DIR", os.path.expanduser("~/.cache/bucketfs-deps"))
+    cands = [explicit] if explicit else [os.path.join(deps, "bin", program), shutil.which(program)]
+    for cand in cands:
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def _s3_sdk_env(env: dict) -> dict:
+    """The bench's credentials for a peer built on an AWS SDK, and nothing else that SDK could
+    pick up: no shared config or credentials file, no instance metadata lookup."""
+    env.update({
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    })
+    return env
+
+
 class BucketFS(Tool):
     name = "bucketfs"
     label = "bucketfs"
@@ -176,15 +201,7 @@ class BucketFS(Tool):
         return super().redacted_cmd().replace(self.binary, self.shown_as, 1)
 
     def mount_env(self) -> dict:
-        env = super().mount_env()
-        env.update({
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_EC2_METADATA_DISABLED": "true",
-            "AWS_CONFIG_FILE": "/dev/null",
-            "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
-        })
-        return env
+        return _s3_sdk_env(super().mount_env())
 
 
 class BucketFSWriteBack(BucketFS):
@@ -358,6 +375,84 @@ class Rclone(Tool):
     def redacted_cmd(self) -> str:
         return " ".join(self.mount_argv("BUCKET", Path("MOUNTPOINT"))).replace(
             str(self.conf), "RCLONE_CONF").replace(str(self.dirs.home(self.name) / "cache"), "CACHE_DIR")
+
+
+class GeeseFS(Tool):
+    """geesefs (github.com/yandex-cloud/geesefs), a goofys descendant with write-back, read
+    ahead and an optional disk cache. Path-style requests are its default (`--subdomain` would
+    change that); it reads the credentials from the environment as any aws-sdk-go client."""
+    name = "geesefs"
+    label = "geesefs"
+    caps_data_cache = False   # `--cache DIR` takes no size limit (`--memory-limit` is RAM)
+
+    def __init__(self, dirs: Dirs, endpoint: str, binary: Optional[str], extra_args: list[str]):
+        super().__init__(dirs, endpoint)
+        self.given = binary
+        self.binary = find_peer("geesefs", binary) or binary or "geesefs"
+        self.extra_args = extra_args
+        self.setup_note = ("geesefs defaults (its write-back, read-ahead and 1 GB `--memory-limit`; "
+                           "no `--cache` disk cache), given only `-f --endpoint URL --region "
+                           f"{REGION}` (path-style requests are its default)"
+                           + (f", plus `{' '.join(extra_args)}`" if extra_args else ""))
+
+    def check(self) -> None:
+        if find_peer("geesefs", self.given) is None:
+            self.missing = ("geesefs not found (not installable from the package registries: "
+                            "see bench/README.md; --geesefs-bin PATH)")
+
+    def version(self) -> str:
+        return first_line([self.binary, "--version"])
+
+    def mount_argv(self, bucket: str, mnt: Path, more_args: tuple[str, ...] = ()) -> list[str]:
+        return [self.binary, "-f", "--endpoint", self.endpoint, "--region", REGION,
+                *more_args, *self.extra_args, bucket, str(mnt)]
+
+    def data_cache_argv(self, bucket: str, mnt: Path, cache_dir: Path, cap: int) -> list[str]:
+        return self.mount_argv(bucket, mnt, ("--cache", str(cache_dir)))
+
+    def mount_env(self) -> dict:
+        return _s3_sdk_env(super().mount_env())
+
+
+class MountpointS3(Tool):
+    """Mountpoint for Amazon S3 (`mount-s3`). It refuses by design what S3 cannot do in place:
+    a file is written only sequentially, from its start, when it is created (or truncated, with
+    `--allow-overwrite`); no rename, no chmod/chown/utimes. The bench gives it
+    `--allow-delete --allow-overwrite` so that its write cases can run; a case it refuses
+    (the tree's untar sets times) is a failed row with its error, not a crash."""
+    name = "mountpoint-s3"
+    label = "mountpoint-s3"
+
+    def __init__(self, dirs: Dirs, endpoint: str, binary: Optional[str], extra_args: list[str]):
+        super().__init__(dirs, endpoint)
+        self.given = binary
+        self.binary = find_peer("mount-s3", binary) or binary or "mount-s3"
+        self.extra_args = extra_args
+        self.setup_note = ("mount-s3 defaults plus `--foreground --endpoint-url URL "
+                           f"--force-path-style --region {REGION} --allow-delete --allow-overwrite` "
+                           "(writes: new files and truncating overwrites, sequential only)"
+                           + (f", plus `{' '.join(extra_args)}`" if extra_args else ""))
+
+    def check(self) -> None:
+        if find_peer("mount-s3", self.given) is None:
+            self.missing = ("mount-s3 not found (not installable from the package registries: "
+                            "see bench/README.md; --mount-s3-bin PATH)")
+
+    def version(self) -> str:
+        return first_line([self.binary, "--version"])
+
+    def mount_argv(self, bucket: str, mnt: Path, more_args: tuple[str, ...] = ()) -> list[str]:
+        return [self.binary, bucket, str(mnt), "--foreground", "--endpoint-url", self.endpoint,
+                "--force-path-style", "--region", REGION, "--allow-delete", "--allow-overwrite",
+                *more_args, *self.extra_args]
+
+    def data_cache_argv(self, bucket: str, mnt: Path, cache_dir: Path, cap: int) -> list[str]:
+        # --max-cache-size is in MiB.
+        mib = max(1, cap >> 20)
+        return self.mount_argv(bucket, mnt, ("--cache", str(cache_dir), "--max-cache-size", str(mib)))
+
+    def mount_env(self) -> dict:
+        return _s3_sdk_env(super().mount_env())
 
 
 class DataCached(Tool):

@@ -1,7 +1,7 @@
 """W8 — reads served from each tool's data cache on local disk: bucketfs `--cache` (a file
 wholly cached is read by FUSE passthrough, the kernel reading the cache file itself), rclone's
-`--vfs-cache-mode full` and s3fs's `use_cache`, against reading the same bytes from a local
-file. What a cache that outlives the mount is worth: data read once, read again after a
+`--vfs-cache-mode full`, s3fs's `use_cache` (and geesefs's and mountpoint-s3's `--cache`
+when in the run), against reading the same bytes from a local file. What a cache that outlives the mount is worth: data read once, read again after a
 remount or on the same mount, with the page cache dropped, so that the bytes come from the
 cache on disk and not from S3 or memory."""
 
@@ -27,8 +27,8 @@ NEEDLE = "123"
 # How long the bench waits for what the fill read to be servable from the cache (bucketfs:
 # whole and checked, up to ~1 s per GiB after the last block was read).
 CACHED_TIMEOUT = 60
-# Each tool's cap on its cache directory (rclone and bucketfs; s3fs has none): room for the
-# data of one case twice over, so that nothing is evicted.
+# Each tool's cap on its cache directory (bucketfs, rclone and mountpoint-s3; s3fs and geesefs
+# have none): room for the data of one case twice over, so that nothing is evicted.
 CAP_FACTOR = 2
 
 
@@ -39,7 +39,9 @@ class CachedReads(Workload):
     what = ("Each tool with its data cache on local disk, in a fresh directory of the work "
             "directory per case: bucketfs `--cache DIR --cache-size CAP`, rclone "
             "`--vfs-cache-mode full --cache-dir DIR --vfs-cache-max-size CAP`, s3fs "
-            "`-o use_cache=DIR` (no cap: s3fs has none). A first read through the mount fills "
+            "`-o use_cache=DIR` (no cap: s3fs has none), and when in the run geesefs "
+            "`--cache DIR` (no cap either) and mountpoint-s3 `--cache DIR --max-cache-size "
+            "CAP_MiB`. A first read through the mount fills "
             "the cache (untimed; for bucketfs the bench then waits, up to "
             f"{CACHED_TIMEOUT} s or until the status stops changing, until `bucketfs cache "
             "status` counts the objects whole and checked, which a later open needs to read "
