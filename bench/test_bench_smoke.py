@@ -177,3 +177,19 @@ def test_index_variant_cold_cases_load_a_saved_index(tmp_path):
     assert all(h["refresh_seconds"] > 0 and h["index_bytes"] > 0 for h in builds)
     assert all("files=" in h["index_status"] for h in cold), cold
     assert "Listing index builds" in (tmp_path / "SUMMARY.md").read_text()
+
+
+def test_peers_without_binary_are_rows_marked_missing(tmp_path):
+    # geesefs and mountpoint-s3 are chosen by name; without their binary every case has their
+    # row, marked missing with the reason, and the run goes on (one small workload is enough).
+    run_smoke(tmp_path, "--tools", "bucketfs,geesefs,mountpoint-s3", "--workloads", "metadata",
+              "--geesefs-bin", str(tmp_path / "no-geesefs"),
+              "--mount-s3-bin", str(tmp_path / "no-mount-s3"))
+    data = json.loads((tmp_path / "results.json").read_text())
+    for case in data["tables"][0]["cases"]:
+        rows = {r["tool"]: r for r in case["rows"]}
+        assert list(rows) == ["bucketfs", "geesefs", "mountpoint-s3"], case["id"]
+        for peer in ("geesefs", "mountpoint-s3"):
+            assert rows[peer]["status"] == "missing" and "not found" in rows[peer]["error"]
+    versions = data["meta"]["versions"]
+    assert versions["geesefs"].startswith("missing") and versions["mountpoint-s3"].startswith("missing")
