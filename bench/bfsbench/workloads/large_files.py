@@ -126,8 +126,11 @@ class LargeFiles(Workload):
 
         prefix = f"w/{tool.name}/copy_inside/r{rep}/"
         wm = ctx.mounts.fresh(tool, WRITE_BUCKET)
-        ctx.sh(f"mkdir -p {q(wm.path / prefix)}")
         ctx.drop_caches()
+        # The target directory after the drop: mountpoint-s3 keeps a directory made by mkdir
+        # only in memory until a file is written in it, and forgets it with its dentry, so a
+        # mkdir before the drop would fail its cp with ENOENT. The copy's source stays cold.
+        ctx.sh(f"mkdir -p {q(wm.path / prefix)}")
         self.measure("copy_inside", tool, rep,
                      f"cp {q(wm.path / self.copy_source)} {q(wm.path / prefix / 'file.bin')}", mount=wm,
                      settle=self.settle_exact(WRITE_BUCKET, prefix, 1, self.p.large_size))
