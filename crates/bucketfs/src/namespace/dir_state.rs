@@ -198,6 +198,17 @@ impl DirState {
         self.listings.get(dir).filter(|l| l.until > now).map(|l| l.names.clone())
     }
 
+    /// Whether a complete listing of `dir` is held, fresh or expired: a directory listed
+    /// whole (or made) by this mount lately.
+    pub fn held_listing(&self, dir: Ino) -> bool {
+        self.listings.get(dir).is_some()
+    }
+
+    /// Drops `dir`'s complete listing (it could not be listed again for a lookup).
+    pub fn drop_listing(&mut self, dir: Ino) {
+        self.listings.remove(dir);
+    }
+
     /// The fresh complete listing of `dir`, else the last page listed of it.
     pub fn fresh_names(&self, dir: Ino, now: Instant) -> Option<Arc<Vec<String>>> {
         self.fresh_listing(dir, now)

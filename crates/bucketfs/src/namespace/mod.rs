@@ -257,7 +257,7 @@ impl Namespace {
         if let Some(answer) = self.lookup_in_index(parent, name, source, &prefix) {
             return answer;
         }
-        {
+        let listed_before = {
             let state = self.state.lock();
             if state.known_missing(parent, name, now) {
                 return Err(NamespaceError::NotFound);
@@ -267,11 +267,16 @@ impl Namespace {
                     return Err(NamespaceError::NotFound); // not in a complete, fresh listing
                 }
             }
-        }
+            state.held_listing(parent)
+        };
 
-        if self.count(Counted::StoreLookups, parent, now) == LOOKUPS_BEFORE_LISTING {
-            if let Some(found) = self.list_whole(parent, name).await? {
-                return found.ok_or(NamespaceError::NotFound); // listed completely just now
+        // A directory whose complete listing just expired (listed, or made and filled
+        // here: `tar x` past the TTL) is listed again at once, one LIST for every name
+        // asked next rather than a HEAD and a LIST per name.
+        if listed_before || self.count(Counted::StoreLookups, parent, now) == LOOKUPS_BEFORE_LISTING {
+            match self.list_whole(parent, name).await? {
+                Some(found) => return found.ok_or(NamespaceError::NotFound), // listed completely just now
+                None => self.state.lock().drop_listing(parent),              // too long to list for lookups
             }
         }
 
@@ -895,6 +900,25 @@ mod tests {
         let shown = listed.iter().find(|l| l.name == "f").expect("listed");
         assert_eq!((shown.node.ino, shown.node.size), (f.ino, 12345), "the listing kept the write");
         assert_eq!(ns.getattr(f.ino).await.expect("getattr").size, 12345);
+    }
+
+    /// Names asked in a directory made and filled by this mount, after its listing
+    /// expired: one LIST answers them all, no HEAD.
+    #[tokio::test]
+    async fn a_directory_listed_before_is_listed_again_at_its_first_miss() {
+        let store = Arc::new(MemoryStore::with_keys(Vec::<(String, Vec<u8>)>::new()));
+        let source = Source { mount_name: None, store: store.clone(), prefix: String::new() };
+        let ns = Namespace::new(vec![source], Duration::from_millis(200));
+        ns.enter_dir(ROOT_INO, "d", 0, "d/".into(), Arc::default());
+        let d = ns.lookup(ROOT_INO, "d").await.expect("d");
+        ns.list(d.ino).expect("d").next_batch(&ns).await.expect("listed, empty");
+        tokio::time::sleep(Duration::from_millis(300)).await; // the listing expired
+        let (heads, lists) = (store.heads.load(Ordering::Relaxed), store.lists.load(Ordering::Relaxed));
+        for i in 0..5 {
+            assert!(matches!(ns.lookup(d.ino, &format!("new{i}")).await, Err(NamespaceError::NotFound)));
+        }
+        assert_eq!(store.heads.load(Ordering::Relaxed) - heads, 0, "no HEAD");
+        assert_eq!(store.lists.load(Ordering::Relaxed) - lists, 1, "one LIST for the five names");
     }
 
     #[tokio::test]
