@@ -198,10 +198,10 @@ impl DirState {
         self.listings.get(dir).filter(|l| l.until > now).map(|l| l.names.clone())
     }
 
-    /// Whether a complete listing of `dir` is held, fresh or expired: a directory listed
-    /// whole (or made) by this mount lately.
-    pub fn held_listing(&self, dir: Ino) -> bool {
-        self.listings.get(dir).is_some()
+    /// Whether a complete listing of `dir` of at most `most` names is held, fresh or
+    /// expired: a directory listed whole (or made) by this mount lately.
+    pub fn held_listing(&self, dir: Ino, most: usize) -> bool {
+        self.listings.get(dir).is_some_and(|listing| listing.names.len() <= most)
     }
 
     /// Drops `dir`'s complete listing (it could not be listed again for a lookup).

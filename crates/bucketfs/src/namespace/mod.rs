@@ -50,6 +50,9 @@ pub use versions::{History, VERSIONS_DIR};
 /// requests per name) — if the listing ends within `LISTING_BATCHES_FOR_LOOKUPS` pages.
 const LOOKUPS_BEFORE_LISTING: u32 = 8;
 const LISTING_BATCHES_FOR_LOOKUPS: usize = 10;
+/// A directory whose complete listing expired is listed again at its first lookup that
+/// misses if it held at most this many names (a page of a store's listing).
+const RELIST_AT_FIRST_MISS_UP_TO: usize = 1000;
 /// Bytes of small files kept until they are opened.
 const SMALL_OBJECTS_BUDGET: usize = 32 << 20;
 /// How often expired state is dropped ([`Namespace::sweep`]).
@@ -267,12 +270,12 @@ impl Namespace {
                     return Err(NamespaceError::NotFound); // not in a complete, fresh listing
                 }
             }
-            state.held_listing(parent)
+            state.held_listing(parent, RELIST_AT_FIRST_MISS_UP_TO)
         };
 
         // A directory whose complete listing just expired (listed, or made and filled
         // here: `tar x` past the TTL) is listed again at once, one LIST for every name
-        // asked next rather than a HEAD and a LIST per name.
+        // asked next rather than a HEAD and a LIST per name (if it held one page).
         if listed_before || self.count(Counted::StoreLookups, parent, now) == LOOKUPS_BEFORE_LISTING {
             match self.list_whole(parent, name).await? {
                 Some(found) => return found.ok_or(NamespaceError::NotFound), // listed completely just now
