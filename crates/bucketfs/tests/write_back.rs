@@ -62,9 +62,20 @@ fn assert_all_stored(bucket: &str, expected: &[(String, Vec<u8>)]) {
 #[test]
 fn unmount_waits_for_uploads_left_running_by_close() {
     let b = create_bucket("wb-unmount");
-    let m = write_back_mount(&b);
+    let proxy = ToxiProxy::to_minio();
+    let args = ["--write-back", "--metadata-ttl", "60"];
+    let mut m = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(args).mount();
+    for i in 0..300 {
+        assert!(std::fs::metadata(m.join(format!("small-{i:03}"))).is_err()); // missing, kept 60 s
+    }
+    // Uploads slow enough that most are still running at the unmount (as on a slow store).
+    proxy.add("slow", Direction::Upstream, Toxic::Latency { latency_ms: 300, jitter_ms: 0 });
     let expected = write_many_files(m.path());
-    drop(m); // unmounts and waits for the daemon to exit
+    // A plain unmount, as `umount` does, while uploads run: the daemon stores the files
+    // closed before it (closes wait for no upload: this can take longer than the
+    // harness's 10 s), then exits with success.
+    force_unmount(m.path()).expect("unmount");
+    assert!(m.wait_exit(Duration::from_secs(300)).is_some_and(|status| status.success()), "{}", m.diagnostics());
     assert_all_stored(&b, &expected);
 }
 

@@ -194,8 +194,14 @@ pub fn run(args: MountArgs) -> Result<()> {
     let serving = format!("serving {}", mountpoint.display());
     notify_service_manager(&[NotifyState::Ready, NotifyState::Status(&serving)]);
     tracing::info!(mountpoint = %mountpoint.display(), "mounted");
-    session.run().context("serving the mount")?;
-    tracing::info!("unmounted");
+    // Whatever ended the session, what was closed is stored before the daemon exits.
+    let served = session.run();
+    match &served {
+        Ok(()) => tracing::info!("unmounted"),
+        // The kernel aborts the connection when it is unmounted with requests pending.
+        Err(error) if error.kind() == std::io::ErrorKind::ConnectionAborted => tracing::info!("unmounted ({error})"),
+        Err(error) => tracing::error!("the mount ended: {error}"),
+    }
     notify_service_manager(&[NotifyState::Stopping, NotifyState::Status("storing files still uploading")]);
     // Uploads still running (release, --write-back) would be lost with the runtime.
     runtime.block_on(fs.finish_uploads());
@@ -208,7 +214,11 @@ pub fn run(args: MountArgs) -> Result<()> {
     if let Some(indexes) = indexes {
         indexes.save_all(); // with what this mount changed and fetched since the last refresh
     }
-    report_unstored(&fs)
+    report_unstored(&fs)?;
+    match served {
+        Err(error) if error.kind() != std::io::ErrorKind::ConnectionAborted => Err(error).context("serving the mount"),
+        _ => Ok(()),
+    }
 }
 
 /// Fails (so the daemon exits non-zero: `bucketfs run` tells its caller) if files were

@@ -849,7 +849,7 @@ impl Fs {
         tokio::task::spawn_blocking(move || cache.store_whole(&id, &bytes));
     }
 
-    pub async fn release(&self, handle: u64) {
+    pub async fn release(self: &Arc<Self>, handle: u64) {
         let reader = self.files.lock().remove(&handle).map(|(ino, _)| ino);
         let writer = self.writers.lock().get(&handle).cloned();
         if let Some(ino) = reader.or(writer.as_ref().map(|w| w.ino)) {
@@ -875,7 +875,16 @@ impl Fs {
                 }
             }
             if writer.handed_off.load(Ordering::Acquire) {
-                let _ = writer.background.lock().await;
+                // Its upload runs on (`--write-back`): the kernel's RELEASE is answered
+                // now rather than held for it (an unmount with uploads left would abort
+                // every RELEASE held), and the handle stays known until the upload ends,
+                // for `settle`.
+                let fs = self.clone();
+                tokio::spawn(async move {
+                    let _ = writer.background.lock().await;
+                    fs.writers.lock().remove(&handle);
+                });
+                return;
             } else {
                 // Usually committed at the last flush already; if not, nobody is left to
                 // hear of an error, so it is logged and kept.
