@@ -270,7 +270,8 @@ impl Namespace {
                     return Err(NamespaceError::NotFound); // not in a complete, fresh listing
                 }
             }
-            state.held_listing(parent, RELIST_AT_FIRST_MISS_UP_TO)
+            // Without a TTL (`--metadata-ttl 0`) nothing is trusted, listings neither.
+            !self.ttl.is_zero() && state.held_listing(parent, RELIST_AT_FIRST_MISS_UP_TO)
         };
 
         // A directory whose complete listing just expired (listed, or made and filled
