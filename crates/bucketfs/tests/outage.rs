@@ -100,6 +100,23 @@ fn store_restart_of_a_few_seconds_is_invisible() {
     m.assert_alive();
 }
 
+/// The answer to a CreateMultipartUpload is lost (the store started the upload, the
+/// connection broke before its id came back): the write goes on with a second upload,
+/// and the first one is aborted, not left behind.
+#[test]
+fn an_upload_started_by_an_attempt_whose_answer_was_lost_is_not_left_behind() {
+    let b = create_bucket("outage-lost-start");
+    let relay = Relay::start(minio().port);
+    let mut m = MountBuilder::new().bucket(&b).endpoint(relay.endpoint.clone()).args(["--part-size", "5MiB"]).mount();
+    relay.faults.lose_answers("?uploads", 1);
+    let data = gen_data(9, 12 * MIB);
+    std::fs::write(m.join("big"), &data).expect("the write succeeds");
+    assert_eq!(relay.faults.answers_lost.load(Ordering::Relaxed), 1, "one start's answer was lost");
+    assert!(get(&b, "big") == data, "stored whole");
+    assert_eq!(open_uploads_of(&b, "big"), 0, "no upload left behind:\n{}", m.diagnostics());
+    m.assert_alive();
+}
+
 /// A store that is gone for good: an operation fails within about the retry window
 /// (10 s), not at once and not never; with the store back, the mount works again.
 #[test]

@@ -106,10 +106,16 @@ impl Endpoints {
         true
     }
 
-    /// URL `index` answered: it is back if it was left out.
-    pub fn answered(&self, index: usize) {
+    /// URL `index` answered a request sent at `sent_at`: it is back if it was left out.
+    /// An answer to a request sent *before* it was left out says nothing about it since
+    /// (that answer was on its way when another request found the URL dead), so it is
+    /// ignored: the URL stays left out until a probe or a later request gets an answer.
+    pub fn answered(&self, index: usize, sent_at: Instant) {
         let mut health = self.health.lock();
         let entry = &mut health[index];
+        if entry.left_out_since.is_some_and(|since| sent_at < since) {
+            return;
+        }
         if let Some(since) = entry.left_out_since {
             tracing::info!(
                 "the store's endpoint {} answers again (left out for {} s)",
@@ -130,8 +136,9 @@ impl Endpoints {
         let mut pause = FIRST_PAUSE;
         loop {
             tokio::time::sleep(pause).await;
+            let sent_at = Instant::now();
             if self.scope(index, probe()).await {
-                self.answered(index);
+                self.answered(index, sent_at);
                 return;
             }
             self.health.lock()[index].failures_in_row += 1;
@@ -228,9 +235,24 @@ mod tests {
         assert!(!pool.failed(1, &"refused"), "already left out");
         let picks: Vec<usize> = (0..4).map(|_| pool.pick()).collect();
         assert!(!picks.contains(&1), "{picks:?}");
-        pool.answered(1);
+        pool.answered(1, Instant::now());
         let picks: Vec<usize> = (0..3).map(|_| pool.pick()).collect();
         assert!(picks.contains(&1), "{picks:?}");
+    }
+
+    /// The race CI met: a request in flight to a URL when another found it dead came back
+    /// answered just after, which brought the URL back, and the next failure left it out
+    /// (and said so) a second time.
+    #[test]
+    fn an_answer_to_a_request_sent_before_the_url_was_left_out_does_not_bring_it_back() {
+        let pool = pool(2);
+        let sent_before = Instant::now();
+        assert!(pool.failed(0, &"reset"), "left out now");
+        pool.answered(0, sent_before);
+        assert!(pool.report()[0].left_out_for.is_some(), "still left out");
+        assert!(!pool.failed(0, &"reset"), "not left out (nor said) a second time");
+        pool.answered(0, Instant::now());
+        assert!(pool.report()[0].left_out_for.is_none(), "a request sent since was answered: back");
     }
 
     #[test]

@@ -720,6 +720,44 @@ impl S3Store {
         Ok(())
     }
 
+    /// After a start of `key`'s upload that took more than one attempt: aborts the uploads
+    /// an attempt whose answer was lost may have started (the store started one, the
+    /// connection broke before its upload id came back, and the next attempt started
+    /// another). They are the other uploads of `key` started within `took` before `ours`,
+    /// by the store's clock (with a second's margin for its precision). Another writer of
+    /// the same key starting an upload in that window would lose it (and be told so at its
+    /// complete); a stray left behind would cost storage until a lifecycle rule, forever
+    /// on most stores. Best effort: a failure here is logged, the upload goes on.
+    async fn abort_strays(&self, key: &str, ours: &str, took: Duration) {
+        let listed = self.client.list_multipart_uploads().bucket(&self.bucket).prefix(key).send().await;
+        let uploads = match listed {
+            Ok(listed) => listed.uploads.unwrap_or_default(),
+            Err(error) => {
+                tracing::warn!(bucket = %self.bucket, key, "cannot list the uploads of {key} to abort those of attempts whose answer was lost: {}", self.map_key_error(key, error));
+                return;
+            }
+        };
+        let of_key: Vec<_> = uploads.iter().filter(|upload| upload.key() == Some(key)).collect();
+        let initiated_ms =
+            |upload: &aws_sdk_s3::types::MultipartUpload| upload.initiated().and_then(|at| at.to_millis().ok());
+        let Some(ours_at) = of_key.iter().find(|upload| upload.upload_id() == Some(ours)).and_then(|u| initiated_ms(u))
+        else {
+            tracing::debug!(bucket = %self.bucket, key, "the upload just started is not listed yet: no stray looked for");
+            return;
+        };
+        let since = ours_at - took.as_millis() as i64 - 1000;
+        for upload in of_key {
+            let (Some(id), Some(at)) = (upload.upload_id(), initiated_ms(upload)) else { continue };
+            if id == ours || at < since || at > ours_at {
+                continue;
+            }
+            tracing::info!(bucket = %self.bucket, key, "aborting an upload of {key} started by an attempt whose answer was lost");
+            if let Err(error) = self.abort_upload(key, id).await {
+                tracing::warn!(bucket = %self.bucket, key, "cannot abort a stray upload of {key}: {error}");
+            }
+        }
+    }
+
     async fn delete_once(&self, key: &str) -> Result<(), StoreError> {
         tracing::debug!(bucket = %self.bucket, key, "s3 DELETE");
         self.client
@@ -774,7 +812,7 @@ impl S3Store {
                                     self.start_probing(pool, url);
                                 }
                             }
-                            _ => pool.answered(url),
+                            _ => pool.answered(url, began),
                         }
                         result
                     }
@@ -911,7 +949,17 @@ impl ObjectStore for S3Store {
     }
 
     async fn start_upload(&self, key: &str, metadata: &Metadata) -> Result<String, StoreError> {
-        self.retrying("CREATE-MULTIPART", key, || self.start_upload_once(key, metadata)).await
+        let attempts = std::sync::atomic::AtomicU32::new(0);
+        let began = Instant::now();
+        let attempt = || {
+            attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.start_upload_once(key, metadata)
+        };
+        let upload_id = self.retrying("CREATE-MULTIPART", key, attempt).await?;
+        if attempts.into_inner() > 1 {
+            self.abort_strays(key, &upload_id, began.elapsed()).await;
+        }
+        Ok(upload_id)
     }
 
     async fn upload_part(&self, key: &str, upload_id: &str, number: i32, data: Bytes) -> Result<String, StoreError> {

@@ -19,9 +19,40 @@ pub struct Faults {
     pub slow_down: AtomicUsize,
     /// How many requests were answered `503 SlowDown` so far.
     pub slow_downs_answered: AtomicUsize,
+    /// Forward this many more requests whose head's first line contains
+    /// `lose_answers_to`, and cut their connection instead of forwarding the answer: the
+    /// store did the work, the client never hears of it (a store that restarts between
+    /// acting and answering).
+    pub lose_answers: AtomicUsize,
+    pub lose_answers_to: Mutex<String>,
+    /// How many answers were lost so far.
+    pub answers_lost: AtomicUsize,
 }
 
 impl Faults {
+    /// Lose the answers to the next `count` requests whose first line contains `pattern`
+    /// and which act (not GET or HEAD): e.g. `"?uploads"`, a CreateMultipartUpload.
+    pub fn lose_answers(&self, pattern: &str, count: usize) {
+        *self.lose_answers_to.lock().unwrap_or_else(|e| e.into_inner()) = pattern.to_owned();
+        self.lose_answers.store(count, Ordering::Relaxed);
+    }
+
+    /// `sent` (bytes a client sent on one connection) starts a request whose answer is to
+    /// be lost: it counts as one of them.
+    fn loses_answer_to(&self, sent: &[u8]) -> bool {
+        if self.lose_answers.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let first_line = sent.split(|&b| b == b'\n').next().unwrap_or_default();
+        let pattern = self.lose_answers_to.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        // Only requests that act (POST, PUT, DELETE): a GET of the same URL changes nothing.
+        let first_line = String::from_utf8_lossy(first_line);
+        let matches =
+            !first_line.starts_with("GET ") && !first_line.starts_with("HEAD ") && first_line.contains(&pattern);
+        matches
+            && self.lose_answers.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| left.checked_sub(1)).is_ok()
+    }
+
     /// Open connections are cut: the server is down, or the next requests must come on
     /// new connections to be answered 503 (clients keep connections alive).
     fn cut(&self) -> bool {
@@ -97,9 +128,14 @@ impl Relay {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
                 connection += 1;
                 let record = recorder.clone().map(|recording| (recording, connection));
-                for (from, to, record) in [(&client, &server, record), (&server, &client, None)] {
+                // Set by the client's side when the request it forwards is to lose its
+                // answer; the server's side then cuts both connections at the answer.
+                let lose_answer = Arc::new(AtomicBool::new(false));
+                for (from, to, record, to_client) in [(&client, &server, record, false), (&server, &client, None, true)]
+                {
                     let (mut from, mut to) = (from.try_clone().expect("clone"), to.try_clone().expect("clone"));
                     let faults = shared.clone();
+                    let lose_answer = lose_answer.clone();
                     std::thread::spawn(move || {
                         let _ = from.set_read_timeout(Some(Duration::from_millis(50)));
                         let mut buffer = vec![0; 64 * 1024];
@@ -121,6 +157,15 @@ impl Relay {
                             };
                             while faults.frozen.load(Ordering::Relaxed) {
                                 std::thread::sleep(Duration::from_millis(20));
+                            }
+                            if !to_client && faults.loses_answer_to(&buffer[..n]) {
+                                lose_answer.store(true, Ordering::Relaxed);
+                            }
+                            if to_client && lose_answer.load(Ordering::Relaxed) {
+                                faults.answers_lost.fetch_add(1, Ordering::Relaxed);
+                                reset_connection(&from);
+                                reset_connection(&to);
+                                break;
                             }
                             if let Some((recording, connection)) = &record {
                                 let mut connections = recording.lock().unwrap_or_else(|e| e.into_inner());
