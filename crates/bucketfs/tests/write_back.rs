@@ -98,10 +98,10 @@ fn bucketfs_unmount_returns_once_everything_is_stored() {
     assert!(left.is_empty(), "everything stored, so no log is left: {left:?}");
 }
 
-/// What follows a close on the same file waits for its upload: a rewrite lands after
-/// it, an append builds on it, rename and unlink move or remove the stored object, chmod
-/// changes the stored metadata, and a directory renamed right after its files were
-/// written moves them all.
+/// What follows a close on the same file waits for its upload, or goes with it: a
+/// rewrite lands after it, an append builds on it, a read reads what was written, rename
+/// and chmod end up in the stored object, unlink removes it, and a directory renamed
+/// right after its files were written moves them all.
 #[test]
 fn later_operations_wait_for_the_upload() {
     let b = create_bucket("wb-order");
@@ -111,7 +111,11 @@ fn later_operations_wait_for_the_upload() {
         std::fs::write(m.join("rewritten"), format!("version {i}")).expect("rewrite");
     }
     assert_eq!(std::fs::read_to_string(m.join("rewritten")).expect("read"), "version 29");
-    assert_eq!(get(&b, "rewritten"), b"version 29");
+    // A read does not hurry the last upload (it reads what was written); that upload
+    // lands last, and no older one after it.
+    assert!(wait_until(Duration::from_secs(10), || get(&b, "rewritten") == b"version 29"), "the last version stored");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(get(&b, "rewritten"), b"version 29", "no older version landed after it");
 
     std::fs::write(m.join("appended"), "first,").expect("write");
     OpenOptions::new()
@@ -122,8 +126,12 @@ fn later_operations_wait_for_the_upload() {
         .expect("append");
     assert_eq!(std::fs::read_to_string(m.join("appended")).expect("read"), "first,second");
 
+    // A rename or chmod of a file whose upload has not started goes with that upload
+    // (see `a_file_renamed_right_after_close_is_stored_once_under_its_final_name`); of
+    // one being stored, it waits for it. Either way the object ends up changed.
     std::fs::write(m.join("moved"), "moved content").expect("write");
     std::fs::rename(m.join("moved"), m.join("moved-to")).expect("rename");
+    assert!(wait_until(Duration::from_secs(10), || list_keys(&b, "moved-to").len() == 1), "stored");
     assert_eq!(get(&b, "moved-to"), b"moved content");
 
     std::fs::write(m.join("removed"), "gone").expect("write");
@@ -131,6 +139,7 @@ fn later_operations_wait_for_the_upload() {
 
     std::fs::write(m.join("private"), "secret").expect("write");
     std::fs::set_permissions(m.join("private"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    assert!(wait_until(Duration::from_secs(10), || list_keys(&b, "private").len() == 1), "stored");
     let mode = stored_metadata(&b, "private").get("mode").cloned();
     assert_eq!(mode.as_deref(), Some("33152"), "S_IFREG|0600 stored");
 
@@ -198,25 +207,40 @@ fn writes_after_a_handed_off_close_are_kept() {
     use std::os::unix::fs::FileExt;
     let b = create_bucket("wb-dup");
     let m = write_back_mount(&b);
-    let mut expected = gen_data(4, 100);
-    let mut file = File::create(m.join("f")).expect("create");
-    file.write_all(&expected).expect("write");
-    let duplicate = unsafe { File::from_raw_fd(libc::dup(file.as_raw_fd())) };
-    drop(file); // the opener's close: the upload goes to the background
-    duplicate.write_all_at(b"0123456789", 0).expect("write through the duplicate");
-    expected[..10].copy_from_slice(b"0123456789");
-    drop(duplicate);
-    let stored = (0..100).find_map(|_| {
-        let data = std::fs::read(m.join("f")).expect("read");
-        if data == expected {
-            return Some(data);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-        None
-    });
-    assert!(stored.is_some(), "the mount shows both writes");
+    // Write-only (streamed) and read-write (a staging file); the duplicate writes during
+    // the upload's grace, or after the upload.
+    for (name, read_write, pause_ms) in [("f", false, 0), ("g", true, 0), ("h", true, 300), ("i", false, 300)] {
+        let mut expected = gen_data(4, 100);
+        let mut file = OpenOptions::new()
+            .read(read_write)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(m.join(name))
+            .expect("create");
+        file.write_all(&expected).expect("write");
+        let duplicate = unsafe { File::from_raw_fd(libc::dup(file.as_raw_fd())) };
+        drop(file); // the opener's close: the upload goes to the background
+        std::thread::sleep(Duration::from_millis(pause_ms));
+        duplicate.write_all_at(b"0123456789", 0).expect("write through the duplicate");
+        expected[..10].copy_from_slice(b"0123456789");
+        drop(duplicate);
+        let stored = (0..100).find_map(|_| {
+            let data = std::fs::read(m.join(name)).expect("read");
+            if data == expected {
+                return Some(data);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            None
+        });
+        assert!(stored.is_some(), "{name}: the mount shows both writes");
+        let in_bucket = wait_until(Duration::from_secs(10), || get(&b, name) == expected);
+        assert!(in_bucket, "{name}: stored, 100 bytes, the first 10 new");
+    }
     drop(m);
-    assert_eq!(get(&b, "f"), expected, "stored after unmount: 100 bytes, the first 10 new");
+    for name in ["f", "g", "h", "i"] {
+        assert_eq!(&get(&b, name)[..10], b"0123456789", "{name}: still so after unmount");
+    }
 }
 
 /// `bucketfs unmount` says what it waits for: the files whose upload `close()` left
@@ -404,6 +428,96 @@ fn closes_do_not_wait_for_uploads_in_flight() {
     assert!(wait_until(Duration::from_secs(60), || list_keys(&b, "").len() == files.len()), "all stored in time");
     drop(m);
     assert_all_stored(&b, &files);
+}
+
+/// What rsync 3.2 (without `--inplace`) does with each file, as strace shows it (editors
+/// and package managers do much the same): create a temporary name `O_RDWR|O_EXCL`
+/// 0600, write, `fchmod` 0600, close; `utimensat` by name; open it read-only to
+/// `fchmod` it to its mode, close; rename it to its final name.
+fn write_as_rsync_does(dir: &Path, name: &str, data: &[u8], mode: u32, mtime: std::time::SystemTime) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let temporary = dir.join(format!(".{name}.XyZ123"));
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temporary)
+        .expect("create the temporary file");
+    file.write_all(data).expect("write");
+    file.set_permissions(std::fs::Permissions::from_mode(0o600)).expect("fchmod 0600");
+    close(file).expect("close");
+    set_times_by_name(&temporary, mtime).expect("utimensat");
+    let file = File::open(&temporary).expect("open read-only to fchmod");
+    file.set_permissions(std::fs::Permissions::from_mode(mode)).expect("fchmod");
+    close(file).expect("close");
+    std::fs::rename(&temporary, dir.join(name)).expect("rename to the final name");
+}
+
+/// With `--write-back`, a file renamed and given new attributes right after its close
+/// (before its upload started) is stored once, under its final name, with them: one PUT
+/// each, no copy, no delete, no temporary name ever in the bucket. Before, the close
+/// of an `O_RDWR` file stored it, and each change and the rename copied the object
+/// again (rsync -a of 711 files: 9.3-10.2 s against 0.75-1.0 s now).
+#[test]
+fn a_file_renamed_right_after_close_is_stored_once_under_its_final_name() {
+    let b = create_bucket("wb-rsync");
+    let m = MountBuilder::new().bucket(&b).args(["--write-back"]).request_log().mount();
+    let mtime = std::time::UNIX_EPOCH + Duration::from_secs(1_600_000_000);
+    let files: Vec<(String, Vec<u8>)> = (0..20).map(|i| (format!("f{i:02}"), gen_data(i, 3000 + i as usize))).collect();
+    let started = Instant::now();
+    for (name, data) in &files {
+        write_as_rsync_does(m.path(), name, data, 0o640, mtime);
+    }
+    eprintln!("20 files written as rsync does in {:?}", started.elapsed());
+    assert!(wait_until(Duration::from_secs(30), || list_keys(&b, "").len() == files.len()), "all stored");
+    let requests = m.s3_requests();
+    let of = |op: &str| requests.iter().filter(|r| r.op == op).map(|r| r.key.clone()).collect::<Vec<_>>();
+    assert_eq!(of("COPY"), Vec::<String>::new(), "no copy\n{}", m.diagnostics());
+    assert_eq!(of("DELETE"), Vec::<String>::new(), "no delete");
+    assert_eq!(of("PUT").len(), files.len(), "one PUT a file: {:?}", of("PUT"));
+    for (name, data) in &files {
+        assert!(get(&b, name) == *data, "{name}: its bytes");
+        let metadata = stored_metadata(&b, name);
+        assert_eq!(metadata.get("mode").map(String::as_str), Some("33184"), "{name}: S_IFREG|0640 stored");
+        assert!(metadata.get("mtime").is_some_and(|t| t.starts_with("1600000000")), "{name}: {metadata:?}");
+    }
+    assert_eq!(list_keys(&b, "").len(), files.len(), "no temporary name stored: {:?}", list_keys(&b, ""));
+}
+
+/// The same, with the daemon killed (-9) after the renames and before any upload ran (the
+/// upload slots all taken by uploads the network holds): the next mount stores each
+/// file under its final name with its new mode, as the write-back log noted them.
+#[test]
+fn a_file_renamed_before_its_upload_is_stored_under_its_final_name_after_a_kill() {
+    let b = create_bucket("wb-rsync-kill");
+    let (_cache, cache_dir) = temp_cache_dir();
+    let proxy = ToxiProxy::to_minio();
+    let args = ["--write-back", "--metadata-ttl", "60", "--cache-dir", &cache_dir];
+    let m = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(args).mount();
+    let held: Vec<String> = (0..32).map(|i| format!("held-{i:02}")).collect();
+    for name in held.iter().chain(["f", ".f.XyZ123"].map(str::to_owned).iter()) {
+        assert!(std::fs::metadata(m.join(name)).is_err()); // looked up now, kept 60 s
+    }
+    proxy.add("hang", Direction::Upstream, Toxic::Timeout { after_ms: 0 });
+    for name in &held {
+        std::fs::write(m.join(name), name.as_bytes()).expect("write a held file");
+    }
+    std::thread::sleep(Duration::from_millis(500)); // their uploads take every slot
+    let data = gen_data(7, 5000);
+    let mtime = std::time::UNIX_EPOCH + Duration::from_secs(1_600_000_000);
+    run_with_timeout("write as rsync does", Duration::from_secs(10), {
+        let (dir, data) = (m.path().to_owned(), data.clone());
+        move || write_as_rsync_does(&dir, "f", &data, 0o640, mtime)
+    });
+    kill_daemon(m);
+    proxy.remove("hang");
+    let _again = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(["--cache-dir", &cache_dir]).mount();
+    assert!(get(&b, "f") == data, "stored under its final name");
+    assert_eq!(stored_metadata(&b, "f").get("mode").map(String::as_str), Some("33184"), "with its new mode");
+    let keys = list_keys(&b, "");
+    assert!(!keys.iter().any(|k| k.contains("XyZ123")), "never under its temporary name: {keys:?}");
+    assert_eq!(keys.len(), held.len() + 1, "{keys:?}");
 }
 
 /// A daemon that stops while another mount of its cache directory runs: here still

@@ -20,6 +20,7 @@ use super::{
 use crate::namespace::{Copied, Ino, Location, NamespaceError, Node, ROOT_INO};
 use crate::store::{Metadata, StoreError};
 use crate::write::staging::Base;
+use crate::write::write_back::Amendment;
 use crate::write::{copy_object, Output};
 
 impl Fs {
@@ -56,7 +57,6 @@ impl Fs {
     pub async fn setxattr(&self, ino: Ino, name: &str, value: Option<&[u8]>, flags: i32) -> Result<(), FsError> {
         let key = xattrs::settable_key(name)?;
         let value = value.map(xattrs::settable_value).transpose()?;
-        self.settle(ino).await;
         let node = self.namespace.with_metadata(self.namespace.getattr(ino).await?).await?;
         Self::check_changeable(&node)?;
         let exists = node.metadata.as_deref().is_some_and(|m| m.user.contains_key(key));
@@ -83,7 +83,11 @@ impl Fs {
     /// rewritten in place with a server-side copy, which returns only once stored.
     /// Asking for what is already shown costs nothing.
     pub async fn setattr(&self, ino: Ino, change: AttrChange) -> Result<FileAttr, FsError> {
-        self.settle(ino).await;
+        // A new size builds on what is stored. Other changes go with an upload not
+        // started yet, or wait for it (`change_metadata`).
+        if change.size.is_some() {
+            self.settle(ino).await;
+        }
         Self::check_changeable(&self.namespace.node(ino)?)?;
         let mut current = self.getattr(ino).await?;
         if let Some(size) = change.size {
@@ -142,18 +146,29 @@ impl Fs {
         Ok(())
     }
 
-    /// Changes the metadata of `ino`: in its upload if it is open for writing (stored at
-    /// close), else in the store right away.
+    /// Changes the metadata of `ino`: in its upload if that has not started (a file open
+    /// for writing, stored at close, or closed with `--write-back` and not sent yet: the
+    /// change is noted in the write-back log too), else in the store right away, once an
+    /// upload running in the background has ended.
     async fn change_metadata(&self, ino: Ino, change: impl Fn(&mut Metadata)) -> Result<(), FsError> {
         self.check_writable()?;
         for writer in self.writers_where(|w| w.ino == ino) {
-            if let Some(metadata) = writer.output.update_metadata(&change).await {
+            let updated = if writer.handed_off.load(Ordering::Acquire) {
+                writer.output.update_metadata_unstored(&change).await
+            } else {
+                writer.output.update_metadata(&change).await
+            };
+            if let Some(metadata) = updated {
+                if let Some(record) = writer.write_back_record.lock().clone() {
+                    record.amend(Amendment { key: None, metadata: Some(metadata.clone()) });
+                }
                 self.namespace.set_metadata(ino, Arc::new(metadata), None);
                 // The times set now hold until the next write (see `Fs::write`).
                 writer.times_kept.store(true, Ordering::Release);
                 return Ok(());
             }
         }
+        self.settle(ino).await;
         self.rewrite_metadata(ino, change).await
     }
 

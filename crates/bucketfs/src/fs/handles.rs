@@ -19,6 +19,7 @@ use bytes::Bytes;
 
 use crate::namespace::Ino;
 use crate::read::ReadHandle;
+use crate::write::write_back::RecordHandle;
 use crate::write::Output;
 
 /// A file open for writing, through one descriptor or several.
@@ -32,6 +33,12 @@ pub(super) struct Writer {
     pub background: Arc<tokio::sync::Mutex<()>>,
     /// `close()` has handed the upload to the background.
     pub handed_off: AtomicBool,
+    /// Its record in the write-back log, once handed off: a rename or a change of its
+    /// attributes before its upload starts is noted there.
+    pub write_back_record: parking_lot::Mutex<Option<RecordHandle>>,
+    /// Starts the upload handed off at `close()` before its grace is over: someone waits
+    /// for it (see `Fs::hand_off`).
+    pub hurry: tokio::sync::Notify,
     /// The metadata may hold an mtime or ctime from before the next write (the stored
     /// object's, or set by `utimens`/`chmod` while open), which that write must drop so
     /// that the commit stamps the time of the last write (see `Fs::write`).
@@ -49,6 +56,8 @@ impl Writer {
             output,
             background: Arc::default(),
             handed_off: AtomicBool::new(false),
+            write_back_record: parking_lot::Mutex::new(None),
+            hurry: tokio::sync::Notify::new(),
             times_kept: AtomicBool::new(times_kept),
             failure_reported: AtomicBool::new(false),
         }

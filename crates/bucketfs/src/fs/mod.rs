@@ -297,11 +297,15 @@ impl Fs {
     }
 
     pub async fn open(&self, ino: Ino, flags: i32, caller: Caller) -> Result<Opened, FsError> {
-        self.settle(ino).await;
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+            // A write builds on the stored object: after an upload close() left running.
+            self.settle(ino).await;
             return self.open_for_writing(ino, flags, caller).await;
         }
-        // A file being written here is read from what was written (read-your-writes).
+        // A file being written here is read from what was written (read-your-writes),
+        // also one closed with --write-back and not stored yet: its upload is not
+        // hurried (rsync opens its temporary file to `fchmod` it, then renames it; the
+        // upload takes both). Once stored, its reads go to the object.
         let writer = self.writers.lock().values().find(|w| w.ino == ino).cloned();
         if let Some(writer) = writer {
             let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
@@ -677,7 +681,15 @@ impl Fs {
             return Ok(());
         }
         match &self.write_back {
-            Some(uploads) => self.hand_off(writer, uploads).await,
+            Some(uploads) => {
+                // A staging file another descriptor still has open goes on changing under
+                // that one (and new opens share it): stored now, as without the option.
+                let shared = self.writers.lock().iter().any(|(h, w)| *h != handle && Arc::ptr_eq(w, &writer));
+                if shared && writer.output.is_staged() {
+                    return self.commit_heard(&writer).await;
+                }
+                self.hand_off(writer, uploads).await
+            }
             None => self.commit_heard(&writer).await,
         }
     }
@@ -706,6 +718,9 @@ impl Fs {
 
     async fn settle_where(&self, wanted: impl Fn(&Writer) -> bool) {
         let handed_off = self.writers_where(|w| w.handed_off.load(Ordering::Acquire) && wanted(w));
+        for writer in &handed_off {
+            writer.hurry.notify_one();
+        }
         for writer in handed_off {
             let _ = writer.background.lock().await;
         }
@@ -882,6 +897,11 @@ impl Fs {
                 let fs = self.clone();
                 tokio::spawn(async move {
                     let _ = writer.background.lock().await;
+                    // A staging file takes writes after its commit (through a duplicate
+                    // of the descriptor); a close commits them, but none may come.
+                    if writer.output.is_staged() {
+                        let _kept_for_unstored = fs.commit_unheard(&writer).await;
+                    }
                     fs.writers.lock().remove(&handle);
                 });
                 return;

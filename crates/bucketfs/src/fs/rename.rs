@@ -9,7 +9,8 @@ use super::dir_markers::store_marker;
 use super::error::FsError;
 use super::{content_type, Fs, Reader, RENAME_CONCURRENCY};
 use crate::namespace::{Copied, Ino, Location, NamespaceError, Node};
-use crate::write::copy_object;
+use crate::write::write_back::Amendment;
+use crate::write::{copy_object, Renamed};
 
 impl Fs {
     /// `rename()`: a server-side copy to the new key, then a delete of the old one (S3
@@ -35,14 +36,12 @@ impl Fs {
             Self::check_changeable(target)?; // not onto the view of versions
         }
         // Uploads left running by close() (--write-back) must land before they are moved,
-        // and must not land on the target after the move.
+        // and must not land on the target after the move. (A file's own upload not
+        // started yet is sent to the new name instead: `rename_file`.)
         if node.location.is_dir() {
             self.settle_all().await;
-        } else {
-            self.settle(node.ino).await;
-            if let Some(target) = &target {
-                self.settle(target.ino).await;
-            }
+        } else if let Some(target) = &target {
+            self.settle(target.ino).await;
         }
         match (&node.location, target.as_ref().map(|t| t.location.is_dir())) {
             (Location::File { source, .. } | Location::Dir { source, .. }, _) if *source != to_source => {
@@ -71,17 +70,35 @@ impl Fs {
         to_key: String,
     ) -> Result<(), FsError> {
         let writers = self.writers_where(|w| w.ino == node.ino);
-        let mut uploading = false;
+        // Some(old key holds an object to delete) if the file is not stored yet.
+        let mut pending: Option<bool> = None;
         for writer in &writers {
-            uploading |= writer.output.rename(to_key.clone()).await;
+            if let Renamed::Pending { old_key_holds } = writer.output.rename(to_key.clone()).await {
+                pending = Some(pending.unwrap_or(false) | old_key_holds);
+                // Closed with --write-back, its upload not started: a replay after a
+                // crash must store it under the new name too.
+                if let Some(record) = writer.write_back_record.lock().clone() {
+                    record.amend(Amendment { key: Some(to_key.clone()), metadata: None });
+                }
+            }
         }
         let Location::File { source, .. } = node.location else { return Err(FsError::IsDir) };
         let store = self.namespace.store(source);
-        if uploading {
-            // The new content goes to the new key at close; an object the file is
-            // replacing (O_TRUNC) must not stay behind under the old name.
-            store.delete(key).await?;
+        if let Some(old_key_holds) = pending {
+            // The new content goes to the new key at close (or in the background, after
+            // one); an object the file is replacing (O_TRUNC) must not stay behind under
+            // the old name. A new file holds nothing there: no request (rsync's temporary
+            // names, renamed at once).
+            if old_key_holds {
+                store.delete(key).await?;
+            }
         } else {
+            // Stored, or being stored right now by close()'s upload (--write-back): the
+            // copy starts from what that upload stored.
+            if writers.iter().any(|w| w.handed_off.load(std::sync::atomic::Ordering::Acquire)) {
+                self.settle(node.ino).await;
+            }
+            let node = &self.namespace.node(node.ino)?;
             let mut metadata = self.stored_metadata(node.clone()).await?;
             if self.write_config.content_type_from_name {
                 content_type::follow_rename(&mut metadata, from.1, to.1);
@@ -129,7 +146,7 @@ impl Fs {
         for writer in below {
             let old_key = writer.output.key();
             let new_key = format!("{to_prefix}{}", &old_key[prefix.len()..]);
-            if writer.output.rename(new_key.clone()).await {
+            if matches!(writer.output.rename(new_key.clone()).await, Renamed::Pending { .. }) {
                 redirected.push((writer, old_key));
             } else {
                 stored_writers.push((writer, old_key));

@@ -14,6 +14,12 @@ use super::Fs;
 use crate::namespace::Location;
 use crate::write::write_back::{FailedFile, PendingFile, Recorded};
 
+/// How long after `close()` a file's upload starts under `--write-back` (see
+/// [`Fs::hand_off`]). rsync renames its temporary file about a millisecond after
+/// closing it; a close-to-upload delay costs nothing in throughput (uploads overlap), only
+/// this much more before the last file is stored.
+pub const UPLOAD_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// On the mount's root: reading it lists the files closed with `--write-back` that the
 /// store refused; setting it to `retry`, or to `discard` (then keys, one per line; none
 /// for all), acts on them.
@@ -24,7 +30,14 @@ impl Fs {
     /// log on local disk (so the next mount stores it if this daemon dies), and stores it
     /// in the background, at most `uploads` at once; a close does not wait for an upload
     /// to end (the log's limit bounds what waits). A file too large for one PUT, a staging
-    /// file, or one the log has no room for is stored before it returns.
+    /// file that starts from a stored object, or one the log has no room for is stored
+    /// before it returns.
+    ///
+    /// The upload starts [`UPLOAD_GRACE`] after the close, or at once when someone waits
+    /// for it (`Fs::settle`: an open, unmount). Programs that write a file under a
+    /// temporary name, then set its times and mode and rename it (rsync, editors, package
+    /// managers) do so within the grace: the upload takes the changes and goes to the
+    /// final name, where each would otherwise cost a copy of the stored object.
     pub(super) async fn hand_off(
         self: &Arc<Self>,
         writer: Arc<Writer>,
@@ -34,10 +47,15 @@ impl Fs {
             return self.commit_heard(&writer).await;
         };
         let busy = writer.background.clone().lock_owned().await;
+        *writer.write_back_record.lock() = Some(recorded.handle());
         writer.handed_off.store(true, Ordering::Release);
         let fs = self.clone();
         let uploads = uploads.clone();
         tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(UPLOAD_GRACE) => {}
+                () = writer.hurry.notified() => {}
+            }
             let room = uploads.acquire_owned().await;
             if let Err(FsError::Store(error)) = fs.commit_unheard(&writer).await {
                 // Refused after the store's own retries: kept and reported until stored

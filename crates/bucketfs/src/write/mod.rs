@@ -119,6 +119,16 @@ struct State {
     stored_bytes: Option<Bytes>,
 }
 
+/// What a rename did to a file being written (or closed and not stored yet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renamed {
+    /// It is stored already: the object must be moved.
+    Stored,
+    /// It will be stored at the new key. `old_key_holds`: an object this file replaces
+    /// is at the old key and must go (a new file not stored yet leaves nothing there).
+    Pending { old_key_holds: bool },
+}
+
 pub struct Upload {
     store: Arc<dyn ObjectStore>,
     /// Where the object goes (changed by a rename while open).
@@ -222,16 +232,20 @@ impl Upload {
         self.key.lock().clone()
     }
 
-    /// The file was renamed to `key` while open: the object goes there (replacing what
-    /// is there). `false` if it was already committed: then it is in the store to move.
-    pub async fn rename(&self, key: String) -> bool {
+    /// The file was renamed to `key` while open (or closed, not stored yet): the object
+    /// goes there (replacing what is there), unless it was already committed: then it is
+    /// in the store to move.
+    pub async fn rename(&self, key: String) -> Renamed {
         let mut state = self.state.lock().await;
         if state.outcome.is_some() {
-            return false;
+            return Renamed::Stored;
         }
+        // A new file not stored yet holds nothing at its old key; anything else (a
+        // replaced object, our own empty one, a name renamed over) leaves what must go.
+        let old_key_holds = !self.create_only || state.replace;
         state.replace = true;
         *self.key.lock() = key;
-        true
+        Renamed::Pending { old_key_holds }
     }
 
     /// Accepts `data` at `offset`; returns the file size so far.
@@ -631,11 +645,11 @@ impl Output {
         }
     }
 
-    /// See [`Upload::pending_whole`]; `None` for a staging file.
+    /// See [`Upload::pending_whole`] and [`Staged::pending_whole`] (a new staging file).
     pub async fn pending_whole(&self) -> Option<PendingFile> {
         match self {
             Output::Streamed(upload) => upload.pending_whole().await,
-            Output::Staged(_) => None,
+            Output::Staged(staged) => staged.pending_whole().await,
         }
     }
 
@@ -664,6 +678,16 @@ impl Output {
         }
     }
 
+    /// Changes the metadata of a file closed with `--write-back` whose upload has not
+    /// started; `None` once it started (the stored object is then to be changed). A
+    /// staging file would take the change for a next commit that never comes.
+    pub async fn update_metadata_unstored(&self, change: impl FnOnce(&mut Metadata)) -> Option<Metadata> {
+        match self {
+            Output::Streamed(upload) => upload.update_metadata(change).await,
+            Output::Staged(staged) => staged.update_metadata_unstored(change).await,
+        }
+    }
+
     /// Changes the metadata that the next commit stores if it goes with an upload that
     /// is made anyway (see `Upload::update_metadata_if_free`, `Staged::update_metadata_if_free`).
     pub async fn update_metadata_if_free(&self, change: impl FnOnce(&mut Metadata)) -> bool {
@@ -673,10 +697,10 @@ impl Output {
         }
     }
 
-    /// The file was renamed to `key`. `true` if the output takes care of it (nothing of it
-    /// is in the store yet); `false` if the stored object must be moved by the caller,
+    /// The file was renamed to `key`. Pending if the output takes care of it (nothing of
+    /// it is in the store yet); stored if the stored object must be moved by the caller,
     /// who then calls [`Output::relocated`].
-    pub async fn rename(&self, key: String) -> bool {
+    pub async fn rename(&self, key: String) -> Renamed {
         match self {
             Output::Streamed(upload) => upload.rename(key).await,
             Output::Staged(staged) => staged.rename_unstored(key).await,

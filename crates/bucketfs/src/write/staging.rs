@@ -123,16 +123,17 @@ impl Staged {
         self.key.lock().clone()
     }
 
-    /// Renamed to `key` while nothing of it is stored yet: `true`, the first commit goes
-    /// there (replacing what is there). `false` if an object is stored (to be moved).
-    pub async fn rename_unstored(&self, key: String) -> bool {
+    /// Renamed to `key` while nothing of it is stored yet: pending, the first commit goes
+    /// there (replacing what is there). Stored if an object is stored (to be moved).
+    pub async fn rename_unstored(&self, key: String) -> super::Renamed {
         let mut state = self.state.lock().await;
         if state.base.is_some() {
-            return false;
+            return super::Renamed::Stored;
         }
+        let old_key_holds = !state.create_only;
         state.create_only = false;
         *self.key.lock() = key;
-        true
+        super::Renamed::Pending { old_key_holds }
     }
 
     /// The stored object was moved to `key`, where it has `etag`.
@@ -190,6 +191,37 @@ impl Staged {
         }
         state.changed = true;
         Ok(state.size)
+    }
+
+    /// The whole file, if it is a new file not stored yet (nothing to fetch) and small
+    /// enough to be one PUT: what `--write-back` records in its log at close (rsync
+    /// writes its temporary files with `O_RDWR`).
+    pub async fn pending_whole(&self) -> Option<super::write_back::PendingFile> {
+        let state = self.state.lock().await;
+        if state.discarded || state.base.is_some() || !state.create_only || state.size > self.part_size {
+            return None;
+        }
+        let mut data = vec![0; usize::try_from(state.size).ok()?];
+        state.file.read_exact_at(&mut data, 0).ok()?;
+        Some(super::write_back::PendingFile {
+            key: self.key(),
+            data: Bytes::from(data),
+            metadata: state.metadata.clone(),
+            create_only: true,
+            replaces: None,
+        })
+    }
+
+    /// Changes the metadata the first commit stores, if the file is not stored yet (a
+    /// new file closed with `--write-back`, its upload not started); `None` otherwise.
+    pub async fn update_metadata_unstored(&self, change: impl FnOnce(&mut Metadata)) -> Option<Metadata> {
+        let mut state = self.state.lock().await;
+        if state.base.is_some() || state.discarded {
+            return None;
+        }
+        change(&mut state.metadata);
+        state.metadata_changed = true;
+        Some(state.metadata.clone())
     }
 
     /// Up to `len` bytes at `offset` of the file as it is now.

@@ -19,6 +19,20 @@ pub fn close(file: File) -> io::Result<()> {
     }
 }
 
+/// utimensat(2) of `path` by name (as `touch -d`, rsync and `cp -p` of a closed file do:
+/// no descriptor opened), access and modification time both `time`.
+pub fn set_times_by_name(path: &Path, time: std::time::SystemTime) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let since = time.duration_since(std::time::UNIX_EPOCH).map_err(io::Error::other)?;
+    let spec = libc::timespec { tv_sec: since.as_secs() as libc::time_t, tv_nsec: since.subsec_nanos() as _ };
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    if unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), [spec, spec].as_ptr(), 0) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Memory aligned for O_DIRECT reads (to a page), `len` bytes of it usable.
 pub struct AlignedBuffer {
     memory: Vec<u8>,

@@ -1,7 +1,9 @@
 //! The bytes of a write-back log file: what is written, and how a file is read back.
 //!
 //! A record is a JSON line (its header, with the CRC-32 of the file's bytes) followed by
-//! the file's bytes; a done mark is a line `{"done":ID}`; a failed record's file ends
+//! the file's bytes; a done mark is a line `{"done":ID}`; a change of a file not stored
+//! yet (a rename, new attributes) is a line `{"amended":ID,"key":…,"metadata":…}`; a
+//! failed record's file ends
 //! with `{"failed":ID,"error":"…"}`. A segment is written over zeros laid ahead of its
 //! records (see the log), so a file is read up to the first of: a zero byte where a line
 //! would start (nothing written there yet), a line that is not whole, or a record whose
@@ -16,9 +18,42 @@ use crate::store::Metadata;
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
 pub(super) enum Line {
-    Done { done: u64 },
-    Failed { failed: u64, error: String },
+    Done {
+        done: u64,
+    },
+    /// Record `amended` is to be stored as `amendment` says.
+    Amended {
+        amended: u64,
+        #[serde(flatten)]
+        amendment: Amendment,
+    },
+    Failed {
+        failed: u64,
+        error: String,
+    },
     Record(Header),
+}
+
+/// What changed of a file closed and not stored yet: its name (a rename: it goes to `key`,
+/// over whatever is there, as the rename replaced it) or its attributes (`metadata`).
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct Amendment {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Metadata>,
+}
+
+impl Amendment {
+    /// This amendment, then `later` over it.
+    pub fn and(&mut self, later: Amendment) {
+        if later.key.is_some() {
+            self.key = later.key;
+        }
+        if later.metadata.is_some() {
+            self.metadata = later.metadata;
+        }
+    }
 }
 
 /// The line before a file's bytes.
@@ -71,16 +106,22 @@ pub(super) fn line(line: &Line) -> std::io::Result<Vec<u8>> {
 }
 
 /// The records of a log file not marked done, in order, up to the end of what was
-/// written (see the module documentation): a torn last record is left out.
+/// written (see the module documentation): a torn last record is left out; an amended
+/// one is as its amendments made it.
 pub(super) fn parse(bytes: &[u8]) -> Parsed {
     let mut parsed = Parsed::default();
     let mut done = std::collections::HashSet::new();
+    let mut amended: std::collections::HashMap<u64, Amendment> = std::collections::HashMap::new();
     let mut at = 0;
     while bytes.get(at).is_some_and(|&b| b != 0) {
         let Some(end) = bytes[at..].iter().position(|&b| b == b'\n').map(|n| at + n) else { break };
         match serde_json::from_slice::<Line>(&bytes[at..end]) {
             Ok(Line::Done { done: id }) => {
                 done.insert(id);
+                at = end + 1;
+            }
+            Ok(Line::Amended { amended: id, amendment }) => {
+                amended.entry(id).or_default().and(amendment);
                 at = end + 1;
             }
             Ok(Line::Failed { .. }) => at = end + 1,
@@ -102,5 +143,25 @@ pub(super) fn parse(bytes: &[u8]) -> Parsed {
         }
     }
     parsed.records.retain(|(header, _)| !done.contains(&header.id));
+    for (header, _) in &mut parsed.records {
+        if let Some(amendment) = amended.remove(&header.id) {
+            header.amend(amendment);
+        }
+    }
     parsed
+}
+
+impl Header {
+    /// The file changed before it was stored. Renamed, it goes to the new key over
+    /// whatever is there (as the rename replaced it), as the live upload does.
+    pub(super) fn amend(&mut self, amendment: Amendment) {
+        if let Some(key) = amendment.key {
+            self.key = key;
+            self.create_only = false;
+            self.replaces = None;
+        }
+        if let Some(metadata) = amendment.metadata {
+            self.metadata = metadata;
+        }
+    }
 }

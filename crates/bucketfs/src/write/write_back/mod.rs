@@ -20,6 +20,10 @@
 //!   replay writes it over any marker of that key.
 //! - **Done** is a line `{"done":ID}` written after the last line of its segment (not
 //!   synced: a lost one only makes the next mount find the bytes stored already).
+//! - **Amended**: a file renamed or given new attributes before it was stored (rsync sets
+//!   its temporary file's times and mode, then renames it) gets a line
+//!   `{"amended":ID,…}` after the last line of its segment, synced as records are: a
+//!   replay stores it at its last name with its last attributes.
 //! - **The limit** (`--write-back-limit`) counts the bytes of records not done, failed
 //!   ones included: a close waits for room while uploads run, and is stored before it
 //!   returns (the caller hears the outcome) where failed records leave no room for it.
@@ -50,6 +54,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::journal::this_daemon;
 use crate::store::Metadata;
+pub use format::Amendment;
 use format::{Header, Line};
 pub use replay::Replayed;
 use sync::Syncer;
@@ -162,6 +167,8 @@ pub struct Recorded {
     log: Arc<WriteBackLog>,
     id: u64,
     seq: u64,
+    /// What changed since it was written.
+    amended: Arc<Mutex<Amendment>>,
     /// Where the record is in its segment.
     offset: u64,
     len: u64,
@@ -169,7 +176,29 @@ pub struct Recorded {
     kept: bool,
 }
 
+/// What amends a record while its upload waits elsewhere ([`Recorded::handle`]).
+#[derive(Clone)]
+pub struct RecordHandle {
+    log: Arc<WriteBackLog>,
+    id: u64,
+    seq: u64,
+    amended: Arc<Mutex<Amendment>>,
+}
+
+impl RecordHandle {
+    /// The file changed before it was stored (the upload takes the change): said in the
+    /// log, so that a replay stores it so, and kept for a failed record's file.
+    pub fn amend(&self, amendment: Amendment) {
+        self.amended.lock().and(amendment.clone());
+        self.log.amended(self.seq, self.id, amendment);
+    }
+}
+
 impl Recorded {
+    pub fn handle(&self) -> RecordHandle {
+        RecordHandle { log: self.log.clone(), id: self.id, seq: self.seq, amended: self.amended.clone() }
+    }
+
     /// The store refused the file (after its own retries): kept as a failed record, to be
     /// reported and stored later (see the module documentation).
     pub async fn fail(self, error: String) {
@@ -334,9 +363,59 @@ impl WriteBackLog {
             log.zeroed = segment.end + ZEROS_AHEAD;
         }
         segment.open += 1;
-        let recorded =
-            Recorded { log: self.clone(), id, seq: log.seq, offset, len: record.len() as u64, room: None, kept: false };
+        let recorded = Recorded {
+            log: self.clone(),
+            id,
+            seq: log.seq,
+            amended: Arc::default(),
+            offset,
+            len: record.len() as u64,
+            room: None,
+            kept: false,
+        };
         Ok((recorded, handle))
+    }
+
+    /// Writes `line` after the last line of segment `seq` (over the zeros of the current
+    /// one); returns a handle of the segment, to sync it by.
+    fn append_line(&self, log: &mut Log, seq: u64, line: &Line) -> std::io::Result<File> {
+        let Some(segment) = log.segments.get_mut(&seq) else { return Err(std::io::Error::other("segment gone")) };
+        let bytes = format::line(line)?;
+        let file = if seq == log.seq {
+            log.file.try_clone()?
+        } else {
+            OpenOptions::new().write(true).open(self.segment_path(seq))?
+        };
+        file.write_all_at(&bytes, segment.end)?;
+        segment.end += bytes.len() as u64;
+        Ok(file)
+    }
+
+    /// Record `id` of segment `seq` is to be stored as `amendment` says. Synced as records
+    /// are: a `kill -9` after it loses nothing, a power cut within the sync interval may
+    /// store the file as it was closed (SEMANTICS).
+    fn amended(&self, seq: u64, id: u64, amendment: Amendment) {
+        let appended = {
+            let mut guard = self.log.lock();
+            let Some(log) = guard.as_mut() else { return };
+            if log.segments.get(&seq).is_none_or(|segment| segment.open == 0) {
+                return; // done already: stored with the change, or being stored without it
+            }
+            self.append_line(log, seq, &Line::Amended { amended: id, amendment })
+        };
+        let synced = appended.and_then(|file| {
+            if self.syncer.syncs_each_record() {
+                file.sync_data()
+            } else {
+                self.syncer.note(seq, file);
+                Ok(())
+            }
+        });
+        if let Err(error) = synced {
+            tracing::warn!(
+                "write-back log: cannot note a change of record {id}: {error} (a replay would store it as closed)"
+            );
+        }
     }
 
     fn done(&self, seq: u64, id: u64) {
@@ -346,16 +425,8 @@ impl WriteBackLog {
         let Some(segment) = log.segments.get_mut(&seq) else { return };
         segment.open = segment.open.saturating_sub(1);
         let result = if segment.open > 0 || current {
-            // Mark it done after the segment's last line (over the zeros of the current one).
-            format::line(&Line::Done { done: id }).and_then(|mark| {
-                if current {
-                    log.file.write_all_at(&mark, segment.end)?;
-                } else {
-                    OpenOptions::new().write(true).open(self.segment_path(seq))?.write_all_at(&mark, segment.end)?;
-                }
-                segment.end += mark.len() as u64;
-                Ok(())
-            })
+            // Mark it done after the segment's last line.
+            self.append_line(log, seq, &Line::Done { done: id }).map(drop)
         } else {
             log.segments.remove(&seq);
             std::fs::remove_file(self.segment_path(seq))
@@ -387,9 +458,14 @@ impl WriteBackLog {
         let mut bytes = vec![0; usize::try_from(recorded.len).map_err(std::io::Error::other)?];
         File::open(self.segment_path(recorded.seq))?.read_exact_at(&mut bytes, recorded.offset)?;
         let parsed = format::parse(&bytes);
-        let Some((header, _)) = parsed.records.into_iter().next() else {
+        let Some((mut header, data)) = parsed.records.into_iter().next() else {
             return Err(std::io::Error::other("the record does not read back"));
         };
+        let amendment = recorded.amended.lock().clone();
+        if amendment.key.is_some() || amendment.metadata.is_some() {
+            header.amend(amendment);
+            bytes = format::encode(&header, &data)?;
+        }
         let path = self.keep_failed_bytes(recorded.id, bytes, error)?;
         tracing::warn!(key = header.key, "kept in the write-back log until it is stored or discarded: {error}");
         self.insert_failed(recorded.id, path, header, error, recorded.room.take());
@@ -529,6 +605,41 @@ mod tests {
         assert_eq!(keys(&std::fs::read(&path).expect("log")), [a, c], "a record marked done is left out");
         drop((first, third));
         assert_eq!(keys(&std::fs::read(&path).expect("log")), [], "every record done");
+    }
+
+    /// A record amended before it was stored (renamed, then given new attributes, in
+    /// either order and more than once) reads back as its last amendments made it: at the
+    /// last key, no longer create-only, with the last metadata; its bytes unchanged. A
+    /// failed record's file keeps the amendments too.
+    #[tokio::test]
+    async fn an_amended_record_reads_back_as_amended() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = WriteBackLog::open(dir.path(), 1 << 30, Duration::ZERO).expect("open");
+        let renamed = log.record("loc".into(), pending(".a.tmp", b"bytes of a")).await.expect("a");
+        let untouched = log.record("loc".into(), pending("b", b"bytes of b")).await.expect("b");
+        let mode = |mode: &str| Metadata { user: [("mode".to_owned(), mode.to_owned())].into(), ..Metadata::default() };
+        let handle = renamed.handle();
+        handle.amend(Amendment { key: None, metadata: Some(mode("33184")) });
+        handle.amend(Amendment { key: Some(".a.tmp2".into()), metadata: None });
+        handle.amend(Amendment { key: Some("a".into()), metadata: None });
+        let records = format::parse(&std::fs::read(log.segment_path(0)).expect("log")).records;
+        let read: Vec<_> = records
+            .iter()
+            .map(|(h, d)| (h.key.as_str(), h.create_only, h.metadata.user.get("mode").cloned(), d.to_vec()))
+            .collect();
+        assert_eq!(
+            read,
+            [("a", false, Some("33184".to_owned()), b"bytes of a".to_vec()), ("b", true, None, b"bytes of b".to_vec())]
+        );
+        renamed.fail("refused".into()).await;
+        assert_eq!(log.failed().iter().map(|f| f.key.as_str()).collect::<Vec<_>>(), ["a"], "kept as amended");
+        let kept = std::fs::read_dir(&log.dir)
+            .expect("dir")
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().contains("failed"));
+        let kept = format::parse(&std::fs::read(kept.expect("a failed record's file").path()).expect("read")).records;
+        assert_eq!(kept[0].0.metadata.user.get("mode").map(String::as_str), Some("33184"));
+        drop(untouched);
     }
 
     /// What a power cut can leave of the current segment: every page either as it was at
