@@ -485,6 +485,32 @@ fn a_file_renamed_right_after_close_is_stored_once_under_its_final_name() {
     assert_eq!(list_keys(&b, "").len(), files.len(), "no temporary name stored: {:?}", list_keys(&b, ""));
 }
 
+/// With `--write-back`, a file removed right after its close (before its upload
+/// started: builds and `configure` scripts write temporary files and remove them at
+/// once) is never sent: no PUT and, for a new file, no DELETE. A file that replaced an
+/// object is removed with one DELETE, and nothing of it is stored.
+#[test]
+fn a_file_removed_right_after_close_is_never_sent() {
+    let b = create_bucket("wb-temporary");
+    put(&b, "replaced", b"old content".to_vec());
+    let m = MountBuilder::new().bucket(&b).args(["--write-back"]).request_log().mount();
+    for i in 0..10 {
+        let path = m.join(format!("conftest-{i}"));
+        std::fs::write(&path, gen_data(i, 2000)).expect("write");
+        std::fs::remove_file(&path).expect("remove right after close");
+    }
+    std::fs::write(m.join("replaced"), b"new content").expect("replace");
+    std::fs::remove_file(m.join("replaced")).expect("remove right after close");
+    std::thread::sleep(Duration::from_millis(500)); // past the grace: anything left would be sent
+    let requests = m.s3_requests();
+    let of = |op: &str| requests.iter().filter(|r| r.op == op).map(|r| r.key.clone()).collect::<Vec<_>>();
+    assert_eq!(of("PUT"), Vec::<String>::new(), "nothing stored\n{}", m.diagnostics());
+    assert_eq!(of("DELETE"), ["replaced"], "only the replaced object deleted");
+    assert_eq!(list_keys(&b, ""), Vec::<String>::new());
+    drop(m);
+    assert_eq!(list_keys(&b, ""), Vec::<String>::new(), "nothing stored at unmount either");
+}
+
 /// The same, with the daemon killed (-9) after the renames and before any upload ran (the
 /// upload slots all taken by uploads the network holds): the next mount stores each
 /// file under its final name with its new mode, as the write-back log noted them.

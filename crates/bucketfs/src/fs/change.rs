@@ -160,7 +160,7 @@ impl Fs {
             };
             if let Some(metadata) = updated {
                 if let Some(record) = writer.write_back_record.lock().clone() {
-                    record.amend(Amendment { key: None, metadata: Some(metadata.clone()) });
+                    record.amend(Amendment { metadata: Some(metadata.clone()), ..Amendment::default() });
                 }
                 self.namespace.set_metadata(ino, Arc::new(metadata), None);
                 // The times set now hold until the next write (see `Fs::write`).

@@ -39,6 +39,7 @@ use crate::read::{CacheLink, ReadConfig, ReadHandle};
 use crate::store::Metadata;
 use crate::write::journal::Journal;
 use crate::write::staging::{Base, Staged, StagingConfig};
+use crate::write::write_back::Amendment;
 use crate::write::write_back::WriteBackLog;
 use crate::write::{Output, Upload, WriteError};
 use attrs::StoredAttrs;
@@ -903,6 +904,10 @@ impl Fs {
                         let _kept_for_unstored = fs.commit_unheard(&writer).await;
                     }
                     fs.writers.lock().remove(&handle);
+                    // Unlinked meanwhile: this was its last handle, unless one opened since.
+                    if !fs.is_open(writer.ino) {
+                        fs.unlinked.lock().remove(&writer.ino);
+                    }
                 });
                 return;
             } else {
@@ -944,11 +949,29 @@ impl Fs {
         let Location::File { source, key } = &node.location else {
             return Err(FsError::IsDir);
         };
-        self.settle(node.ino).await;
-        for writer in &self.writers_where(|w| w.ino == node.ino) {
-            writer.output.discard().await;
+        // A file closed with --write-back whose upload has not started goes with it:
+        // nothing is sent, and the log notes it (a replay does not store it). A new file
+        // then holds nothing at its key, and nothing is deleted either: builds and
+        // `configure` scripts write temporary files and remove them at once.
+        let writers = self.writers_where(|w| w.ino == node.ino);
+        let mut unstored = None;
+        if let [writer] = writers.as_slice() {
+            if writer.handed_off.load(Ordering::Acquire) {
+                unstored = writer.output.discard_unstored().await;
+                if let (Some(_), Some(record)) = (unstored, writer.write_back_record.lock().clone()) {
+                    record.amend(Amendment { discarded: true, ..Amendment::default() });
+                }
+            }
         }
-        self.namespace.store(*source).delete(key).await?;
+        if unstored.is_none() {
+            self.settle(node.ino).await;
+            for writer in &self.writers_where(|w| w.ino == node.ino) {
+                writer.output.discard().await;
+            }
+        }
+        if unstored != Some(false) {
+            self.namespace.store(*source).delete(key).await?;
+        }
         if self.is_open(node.ino) {
             let attr =
                 FileAttr { nlink: 0, ..self.attr(&self.namespace.node(node.ino).unwrap_or_else(|_| node.clone())) };

@@ -78,7 +78,7 @@ impl Fs {
                 // Closed with --write-back, its upload not started: a replay after a
                 // crash must store it under the new name too.
                 if let Some(record) = writer.write_back_record.lock().clone() {
-                    record.amend(Amendment { key: Some(to_key.clone()), metadata: None });
+                    record.amend(Amendment { key: Some(to_key.clone()), ..Amendment::default() });
                 }
             }
         }

@@ -248,6 +248,18 @@ impl Upload {
         Renamed::Pending { old_key_holds }
     }
 
+    /// The file was unlinked before its upload started (closed with `--write-back`):
+    /// nothing will be stored. `Some(old_key_holds)`, as for [`Upload::rename`]; `None` if
+    /// it was committed already (the stored object is to be deleted).
+    pub async fn discard_unstored(&self) -> Option<bool> {
+        let mut state = self.state.lock().await;
+        if state.outcome.is_some() {
+            return None;
+        }
+        state.discarded = true;
+        Some(!self.create_only || state.replace)
+    }
+
     /// Accepts `data` at `offset`; returns the file size so far.
     pub async fn write(&self, offset: u64, data: &[u8]) -> Result<u64, WriteError> {
         let mut state = self.state.lock().await;
@@ -711,6 +723,14 @@ impl Output {
     pub async fn relocated(&self, key: String, etag: Option<String>) {
         if let Output::Staged(staged) = self {
             staged.relocated(key, etag).await;
+        }
+    }
+
+    /// See [`Upload::discard_unstored`] and [`Staged::discard_unstored`].
+    pub async fn discard_unstored(&self) -> Option<bool> {
+        match self {
+            Output::Streamed(upload) => upload.discard_unstored().await,
+            Output::Staged(staged) => staged.discard_unstored().await,
         }
     }
 

@@ -165,6 +165,17 @@ impl Staged {
         self.state.lock().await.discarded = true;
     }
 
+    /// Unlinked while nothing of it is stored: nothing will be. `Some(old_key_holds)` (an
+    /// object this file replaces is at its key); `None` if it was stored (to be deleted).
+    pub async fn discard_unstored(&self) -> Option<bool> {
+        let mut state = self.state.lock().await;
+        if state.base.is_some() {
+            return None;
+        }
+        state.discarded = true;
+        Some(!state.create_only)
+    }
+
     /// Changes the metadata only if the next commit stores something anyway (changed
     /// content or metadata), so that the change costs no request; `false` if not.
     pub async fn update_metadata_if_free(&self, change: impl FnOnce(&mut Metadata)) -> bool {

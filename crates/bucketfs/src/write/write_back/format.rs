@@ -35,13 +35,17 @@ pub(super) enum Line {
 }
 
 /// What changed of a file closed and not stored yet: its name (a rename: it goes to `key`,
-/// over whatever is there, as the rename replaced it) or its attributes (`metadata`).
+/// over whatever is there, as the rename replaced it), its attributes (`metadata`), or
+/// its existence (`discarded`: unlinked).
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Amendment {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Metadata>,
+    /// Unlinked before it was stored: nothing is to be stored.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub discarded: bool,
 }
 
 impl Amendment {
@@ -53,6 +57,7 @@ impl Amendment {
         if later.metadata.is_some() {
             self.metadata = later.metadata;
         }
+        self.discarded |= later.discarded;
     }
 }
 
@@ -106,8 +111,8 @@ pub(super) fn line(line: &Line) -> std::io::Result<Vec<u8>> {
 }
 
 /// The records of a log file not marked done, in order, up to the end of what was
-/// written (see the module documentation): a torn last record is left out; an amended
-/// one is as its amendments made it.
+/// written (see the module documentation): a torn last record is left out, so is one
+/// discarded; an amended one is as its amendments made it.
 pub(super) fn parse(bytes: &[u8]) -> Parsed {
     let mut parsed = Parsed::default();
     let mut done = std::collections::HashSet::new();
@@ -143,6 +148,7 @@ pub(super) fn parse(bytes: &[u8]) -> Parsed {
         }
     }
     parsed.records.retain(|(header, _)| !done.contains(&header.id));
+    parsed.records.retain(|(header, _)| !amended.get(&header.id).is_some_and(|a| a.discarded));
     for (header, _) in &mut parsed.records {
         if let Some(amendment) = amended.remove(&header.id) {
             header.amend(amendment);

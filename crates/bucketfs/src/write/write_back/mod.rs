@@ -610,7 +610,7 @@ mod tests {
     /// A record amended before it was stored (renamed, then given new attributes, in
     /// either order and more than once) reads back as its last amendments made it: at the
     /// last key, no longer create-only, with the last metadata; its bytes unchanged. A
-    /// failed record's file keeps the amendments too.
+    /// failed record's file keeps the amendments too; a discarded record reads back as none.
     #[tokio::test]
     async fn an_amended_record_reads_back_as_amended() {
         let dir = tempfile::tempdir().expect("dir");
@@ -619,9 +619,9 @@ mod tests {
         let untouched = log.record("loc".into(), pending("b", b"bytes of b")).await.expect("b");
         let mode = |mode: &str| Metadata { user: [("mode".to_owned(), mode.to_owned())].into(), ..Metadata::default() };
         let handle = renamed.handle();
-        handle.amend(Amendment { key: None, metadata: Some(mode("33184")) });
-        handle.amend(Amendment { key: Some(".a.tmp2".into()), metadata: None });
-        handle.amend(Amendment { key: Some("a".into()), metadata: None });
+        handle.amend(Amendment { metadata: Some(mode("33184")), ..Amendment::default() });
+        handle.amend(Amendment { key: Some(".a.tmp2".into()), ..Amendment::default() });
+        handle.amend(Amendment { key: Some("a".into()), ..Amendment::default() });
         let records = format::parse(&std::fs::read(log.segment_path(0)).expect("log")).records;
         let read: Vec<_> = records
             .iter()
@@ -631,6 +631,11 @@ mod tests {
             read,
             [("a", false, Some("33184".to_owned()), b"bytes of a".to_vec()), ("b", true, None, b"bytes of b".to_vec())]
         );
+        let removed = log.record("loc".into(), pending("c", b"bytes of c")).await.expect("c");
+        removed.handle().amend(Amendment { discarded: true, ..Amendment::default() });
+        let after = format::parse(&std::fs::read(log.segment_path(0)).expect("log")).records;
+        assert_eq!(after.len(), 2, "a discarded record is not stored by a replay");
+        drop(removed);
         renamed.fail("refused".into()).await;
         assert_eq!(log.failed().iter().map(|f| f.key.as_str()).collect::<Vec<_>>(), ["a"], "kept as amended");
         let kept = std::fs::read_dir(&log.dir)
