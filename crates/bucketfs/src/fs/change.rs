@@ -152,7 +152,7 @@ impl Fs {
     /// upload running in the background has ended.
     async fn change_metadata(&self, ino: Ino, change: impl Fn(&mut Metadata)) -> Result<(), FsError> {
         self.check_writable()?;
-        for writer in self.writers_where(|w| w.ino == ino) {
+        for writer in self.writers_of(ino) {
             let updated = if writer.handed_off.load(Ordering::Acquire) {
                 writer.output.update_metadata_unstored(&change).await
             } else {
@@ -270,10 +270,7 @@ impl Fs {
             let writers = self.writers.lock();
             match through.and_then(|handle| writers.get(&handle).map(|w| (handle, w))) {
                 Some((handle, writer)) if writer.ino == ino => Some((handle, writer.clone())),
-                _ => writers
-                    .iter()
-                    .find(|(_, w)| w.ino == ino && !w.handed_off.load(Ordering::Acquire))
-                    .map(|(h, w)| (*h, w.clone())),
+                _ => writers.of(ino).find(|(_, w)| !w.handed_off.load(Ordering::Acquire)).map(|(h, w)| (h, w.clone())),
             }
         };
         if let Some((handle, mut writer)) = writer {

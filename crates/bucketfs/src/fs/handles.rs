@@ -11,6 +11,7 @@
 //! before it is compared. A forked child is another process: its close of an inherited
 //! descriptor (at exit, or at exec) does not end the parent's file.
 
+use std::collections::HashMap;
 use std::os::fd::FromRawFd;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -60,6 +61,65 @@ impl Writer {
             hurry: tokio::sync::Notify::new(),
             times_kept: AtomicBool::new(times_kept),
             failure_reported: AtomicBool::new(false),
+        }
+    }
+}
+
+/// The files open for writing, by handle, and the handles of each inode: the operations
+/// on one file find its writers without scanning all of them (under `--write-back`,
+/// thousands of closed files may wait for their upload, each still a writer).
+#[derive(Default)]
+pub(super) struct WriterTable {
+    by_handle: HashMap<u64, Arc<Writer>>,
+    by_ino: HashMap<Ino, Vec<u64>>,
+}
+
+impl WriterTable {
+    pub fn get(&self, handle: &u64) -> Option<&Arc<Writer>> {
+        self.by_handle.get(handle)
+    }
+
+    pub fn insert(&mut self, handle: u64, writer: Arc<Writer>) {
+        let ino = writer.ino;
+        if let Some(old) = self.by_handle.insert(handle, writer) {
+            self.forget(old.ino, handle);
+        }
+        self.by_ino.entry(ino).or_default().push(handle);
+    }
+
+    pub fn remove(&mut self, handle: &u64) -> Option<Arc<Writer>> {
+        let writer = self.by_handle.remove(handle)?;
+        self.forget(writer.ino, *handle);
+        Some(writer)
+    }
+
+    fn forget(&mut self, ino: Ino, handle: u64) {
+        if let Some(handles) = self.by_ino.get_mut(&ino) {
+            handles.retain(|&h| h != handle);
+            if handles.is_empty() {
+                self.by_ino.remove(&ino);
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_handle.len()
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &Arc<Writer>> {
+        self.by_handle.values()
+    }
+
+    /// The handles open for writing `ino`, with their writers.
+    pub fn of(&self, ino: Ino) -> impl Iterator<Item = (u64, &Arc<Writer>)> {
+        let handles = self.by_ino.get(&ino).map(Vec::as_slice).unwrap_or_default();
+        handles.iter().filter_map(|h| Some((*h, self.by_handle.get(h)?)))
+    }
+
+    /// Every handle sharing `writer` goes on with `next` (a writer of the same file).
+    pub fn replace_shared(&mut self, writer: &Arc<Writer>, next: &Arc<Writer>) {
+        for (_, shared) in self.by_handle.iter_mut().filter(|(_, w)| Arc::ptr_eq(w, writer)) {
+            *shared = next.clone();
         }
     }
 }
@@ -133,7 +193,39 @@ fn leads_its_process(thread: u32) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::process_of;
+    use super::*;
+
+    fn writer(ino: Ino) -> Arc<Writer> {
+        use crate::memory::MemoryLimiter;
+        use crate::store::{memory::MemoryStore, Metadata};
+        use crate::write::staging::StagingConfig;
+        use crate::write::Upload;
+        let staging = StagingConfig { dir: std::env::temp_dir(), limit: MemoryLimiter::new(u64::MAX), journal: None };
+        let store = Arc::new(MemoryStore::default());
+        let upload =
+            Upload::new(store, "k".into(), true, 5 << 20, MemoryLimiter::new(1 << 30), staging, Metadata::default());
+        Arc::new(Writer::new(true, ino, Output::Streamed(upload), false))
+    }
+
+    /// The handles of an inode follow every insert, replace and remove.
+    #[test]
+    fn the_writer_table_finds_the_handles_of_each_inode() {
+        let mut table = WriterTable::default();
+        let (a, b) = (writer(7), writer(8));
+        table.insert(1, a.clone());
+        table.insert(2, a.clone());
+        table.insert(3, b.clone());
+        let handles = |table: &WriterTable, ino| table.of(ino).map(|(h, _)| h).collect::<Vec<_>>();
+        assert_eq!((handles(&table, 7), handles(&table, 8)), (vec![1, 2], vec![3]));
+        table.insert(2, b.clone()); // handle 2 now writes inode 8
+        assert_eq!((handles(&table, 7), handles(&table, 8)), (vec![1], vec![3, 2]));
+        assert!(table.remove(&1).is_some() && table.remove(&1).is_none());
+        assert_eq!(handles(&table, 7), Vec::<u64>::new());
+        let next = writer(8);
+        table.replace_shared(&b, &next);
+        assert!(table.of(8).all(|(_, w)| Arc::ptr_eq(w, &next)));
+        assert_eq!(table.len(), 2);
+    }
 
     #[test]
     fn a_thread_resolves_to_its_process() {

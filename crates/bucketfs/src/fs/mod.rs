@@ -46,7 +46,7 @@ use attrs::StoredAttrs;
 use dir_markers::PendingMarkers;
 pub use dirs::DirEntry;
 use error::FsError;
-use handles::{process_of, Reader, Writer};
+use handles::{process_of, Reader, Writer, WriterTable};
 pub use handles::{Backing, Opened};
 use small_ahead::SmallFilesAhead;
 pub use write_back::WRITE_BACK;
@@ -146,7 +146,7 @@ pub struct Fs {
     read_config: ReadConfig,
     write_config: WriteConfig,
     /// Files open for writing, by handle: the handles of one file share its `Writer`.
-    writers: Mutex<HashMap<u64, Arc<Writer>>>,
+    writers: Mutex<WriterTable>,
     /// The process that opened each handle of `writers`: its close commits (see
     /// [`Fs::flush`]).
     write_openers: Mutex<HashMap<u64, u32>>,
@@ -199,7 +199,7 @@ impl Fs {
             presentation,
             read_config,
             write_config,
-            writers: Mutex::new(HashMap::new()),
+            writers: Mutex::new(WriterTable::default()),
             write_openers: Mutex::new(HashMap::new()),
             memory,
             files: Mutex::new(HashMap::new()),
@@ -284,7 +284,7 @@ impl Fs {
 
     /// Whether a handle (for reading or writing) of `ino` is open.
     fn is_open(&self, ino: Ino) -> bool {
-        self.files.lock().values().any(|(open, _)| *open == ino) || self.writers.lock().values().any(|w| w.ino == ino)
+        self.writers.lock().of(ino).next().is_some() || self.files.lock().values().any(|(open, _)| *open == ino)
     }
 
     /// `node` with the stored attributes it shows (unless the mount shows listings as
@@ -307,7 +307,7 @@ impl Fs {
         // also one closed with --write-back and not stored yet: its upload is not
         // hurried (rsync opens its temporary file to `fchmod` it, then renames it; the
         // upload takes both). Once stored, its reads go to the object.
-        let writer = self.writers.lock().values().find(|w| w.ino == ino).cloned();
+        let writer = self.writers.lock().of(ino).next().map(|(_, w)| w.clone());
         if let Some(writer) = writer {
             let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
             self.files.lock().insert(handle, (ino, Reader::Writer(writer)));
@@ -408,7 +408,7 @@ impl Fs {
             // completes: store what was written and go on in a staging file, which reads
             // back whole (as a write back over sent bytes does).
             Err(WriteError::ReadOfSentBytes) => {
-                let writing = self.writers.lock().iter().find(|(_, w)| Arc::ptr_eq(w, &writer)).map(|(h, _)| *h);
+                let writing = self.writers.lock().of(writer.ino).find(|(_, w)| Arc::ptr_eq(w, &writer)).map(|(h, _)| h);
                 if let Some(writing) = writing {
                     self.store_and_continue_staged(writing, &writer).await?;
                 }
@@ -417,7 +417,7 @@ impl Fs {
         }
         // Stored since this handle was opened: read what the file's writer holds now (a
         // staging file that went on from the stored object), else the object.
-        let staged = self.writers.lock().values().find(|w| w.ino == writer.ino && w.output.is_staged()).cloned();
+        let staged = self.writers.lock().of(writer.ino).map(|(_, w)| w).find(|w| w.output.is_staged()).cloned();
         if let Some(staged) = staged {
             if let Some(reading) = self.files.lock().get_mut(&handle) {
                 *reading = (writer.ino, Reader::Writer(staged.clone()));
@@ -537,9 +537,9 @@ impl Fs {
         let candidates: Vec<_> = self
             .writers
             .lock()
-            .iter()
-            .filter(|(_, w)| w.ino == ino && !w.handed_off.load(Ordering::Acquire))
-            .map(|(handle, writer)| (*handle, writer.clone()))
+            .of(ino)
+            .filter(|(_, w)| !w.handed_off.load(Ordering::Acquire))
+            .map(|(handle, writer)| (handle, writer.clone()))
             .collect();
         let mut stream = None;
         for (handle, writer) in candidates {
@@ -553,6 +553,17 @@ impl Fs {
             Some((handle, writer)) => Ok(Some(self.store_and_continue_staged(handle, &writer).await?)),
             None => Ok(None),
         }
+    }
+
+    /// The distinct writers of `ino` (one shared by several handles, once).
+    fn writers_of(&self, ino: Ino) -> Vec<Arc<Writer>> {
+        let mut found: Vec<Arc<Writer>> = Vec::new();
+        for (_, writer) in self.writers.lock().of(ino) {
+            if !found.iter().any(|seen| Arc::ptr_eq(seen, writer)) {
+                found.push(writer.clone());
+            }
+        }
+        found
     }
 
     /// The distinct writers that `wanted` picks (one shared by several handles, once).
@@ -650,9 +661,7 @@ impl Fs {
             match writers.get(&handle) {
                 // Every handle sharing the writer goes on with the staging file.
                 Some(current) if Arc::ptr_eq(current, writer) => {
-                    for shared in writers.values_mut().filter(|w| Arc::ptr_eq(w, writer)) {
-                        *shared = next.clone();
-                    }
+                    writers.replace_shared(writer, &next);
                 }
                 // Another write of this handle got here first.
                 Some(current) => return Ok(current.clone()),
@@ -685,7 +694,7 @@ impl Fs {
             Some(uploads) => {
                 // A staging file another descriptor still has open goes on changing under
                 // that one (and new opens share it): stored now, as without the option.
-                let shared = self.writers.lock().iter().any(|(h, w)| *h != handle && Arc::ptr_eq(w, &writer));
+                let shared = self.writers.lock().of(writer.ino).any(|(h, w)| h != handle && Arc::ptr_eq(w, &writer));
                 if shared && writer.output.is_staged() {
                     return self.commit_heard(&writer).await;
                 }
@@ -708,7 +717,8 @@ impl Fs {
     /// have ended, so that what follows sees their outcome (and cannot be overtaken by
     /// them: a later upload of the same key, a rename, a delete).
     async fn settle(&self, ino: Ino) {
-        self.settle_where(|writer| writer.ino == ino).await;
+        let handed_off = self.writers_of(ino).into_iter().filter(|w| w.handed_off.load(Ordering::Acquire));
+        Self::wait_for_uploads(handed_off.collect()).await;
     }
 
     /// [`Fs::settle`] for every file: before moving a directory key by key.
@@ -718,7 +728,11 @@ impl Fs {
     }
 
     async fn settle_where(&self, wanted: impl Fn(&Writer) -> bool) {
-        let handed_off = self.writers_where(|w| w.handed_off.load(Ordering::Acquire) && wanted(w));
+        Self::wait_for_uploads(self.writers_where(|w| w.handed_off.load(Ordering::Acquire) && wanted(w))).await;
+    }
+
+    /// Hurries the uploads `close()` left to these writers, and waits until they ended.
+    async fn wait_for_uploads(handed_off: Vec<Arc<Writer>>) {
         for writer in &handed_off {
             writer.hurry.notify_one();
         }
@@ -872,7 +886,7 @@ impl Fs {
             if self.unlinked.lock().contains_key(&ino) {
                 // Without this handle (a writer's is removed below) is anything still open?
                 let others = self.files.lock().values().any(|(open, _)| *open == ino)
-                    || self.writers.lock().iter().any(|(h, w)| w.ino == ino && *h != handle);
+                    || self.writers.lock().of(ino).any(|(h, _)| h != handle);
                 if !others {
                     self.unlinked.lock().remove(&ino);
                 }
@@ -885,7 +899,7 @@ impl Fs {
             // exactly one is the last).
             {
                 let mut writers = self.writers.lock();
-                if writers.iter().any(|(h, w)| *h != handle && Arc::ptr_eq(w, &writer)) {
+                if writers.of(writer.ino).any(|(h, w)| h != handle && Arc::ptr_eq(w, &writer)) {
                     writers.remove(&handle);
                     return;
                 }
@@ -953,7 +967,7 @@ impl Fs {
         // nothing is sent, and the log notes it (a replay does not store it). A new file
         // then holds nothing at its key, and nothing is deleted either: builds and
         // `configure` scripts write temporary files and remove them at once.
-        let writers = self.writers_where(|w| w.ino == node.ino);
+        let writers = self.writers_of(node.ino);
         let mut unstored = None;
         if let [writer] = writers.as_slice() {
             if writer.handed_off.load(Ordering::Acquire) {
@@ -965,7 +979,7 @@ impl Fs {
         }
         if unstored.is_none() {
             self.settle(node.ino).await;
-            for writer in &self.writers_where(|w| w.ino == node.ino) {
+            for writer in &self.writers_of(node.ino) {
                 writer.output.discard().await;
             }
         }

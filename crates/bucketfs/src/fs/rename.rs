@@ -69,7 +69,7 @@ impl Fs {
         to: (Ino, &str),
         to_key: String,
     ) -> Result<(), FsError> {
-        let writers = self.writers_where(|w| w.ino == node.ino);
+        let writers = self.writers_of(node.ino);
         // Some(old key holds an object to delete) if the file is not stored yet.
         let mut pending: Option<bool> = None;
         for writer in &writers {
