@@ -63,10 +63,6 @@ fn source_and_mount(hint: &str, seed: u64, len: usize) -> (String, Vec<u8>, Moun
     (b, data, m)
 }
 
-fn requests_of(m: &Mount, op: &str) -> Vec<String> {
-    m.s3_requests().into_iter().filter(|r| r.op == op).map(|r| r.key).collect()
-}
-
 /// `cp` of a file inside the mount, into a new name and over an existing file, with and
 /// without `--write-back`: one COPY in the store each, no GET of the source, no upload of
 /// its bytes; the copies hold the source's bytes, and the metadata a file `cp` writes
@@ -149,7 +145,7 @@ fn other_copies_give_the_bytes_of_a_local_file() {
         assert_same_bytes(&get(&b, name), &expected, name);
         assert_same_bytes(&std::fs::read(m.join(name)).expect("read back"), &expected, name);
     }
-    assert_eq!(requests_of(&m, "COPY"), ["write-after"], "only the whole copy is made in the store");
+    assert_eq!(m.requests_of("COPY"), ["write-after"], "only the whole copy is made in the store");
     assert_eq!(open_uploads(&b), 0);
 }
 
@@ -182,7 +178,7 @@ fn copies_in_rounds_are_parts_copied_in_the_store() {
     assert_eq!(copied, data.len() as u64);
     close(to).expect("close");
     assert_same_bytes(&get(&b, "rounds"), &data, "copied in rounds");
-    let count = |op: &str| requests_of(&m, op).iter().filter(|key| *key == "rounds").count();
+    let count = |op: &str| m.requests_of(op).iter().filter(|key| *key == "rounds").count();
     assert_eq!(count("UPLOAD-PART-COPY"), 2, "two rounds of 6 MiB copied in the store\n{}", m.diagnostics());
     assert_eq!(count("UPLOAD-PART"), 1, "the last 2 MiB, written by the kernel");
     assert_eq!((count("CREATE-MULTIPART"), count("COMPLETE-MULTIPART"), count("COPY")), (1, 1, 0));
@@ -199,7 +195,7 @@ fn a_copy_into_a_file_open_for_reading_too_is_made_in_the_store() {
     let from = File::open(m.join("src")).expect("open source");
     let to = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.join("go")).expect("create");
     assert_eq!(copy_range(&from, 0, &to, 0, data.len()).expect("copy"), data.len() as u64);
-    assert_eq!(requests_of(&m, "COPY"), ["go"], "copied in the store\n{}", m.diagnostics());
+    assert_eq!(m.requests_of("COPY"), ["go"], "copied in the store\n{}", m.diagnostics());
     assert_same_bytes(
         &pread_full(&to, 5 * MIB as u64, 1000).expect("read back"),
         &data[5 * MIB..5 * MIB + 1000],
@@ -239,9 +235,9 @@ fn copies_of_large_objects_are_made_in_parts() {
     let status = Command::new("cp").arg(m.join("src")).arg(m.join("copy")).status().expect("cp");
     assert!(status.success(), "cp");
     std::fs::rename(m.join("copy"), m.join("moved")).expect("mv");
-    let part_copies = |key: &str| requests_of(&m, "UPLOAD-PART-COPY").iter().filter(|k| *k == key).count();
+    let part_copies = |key: &str| m.requests_of("UPLOAD-PART-COPY").iter().filter(|k| *k == key).count();
     assert_eq!((part_copies("copy"), part_copies("moved")), (2, 2), "128 MiB, then the rest\n{}", m.diagnostics());
-    assert_eq!(requests_of(&m, "COPY"), Vec::<String>::new(), "no single copy of 129 MiB");
+    assert_eq!(m.requests_of("COPY"), Vec::<String>::new(), "no single copy of 129 MiB");
     assert_eq!(sha256_hex(&get(&b, "moved")), sha256_hex(&data));
     assert_eq!(list_keys(&b, ""), ["moved", "src"]);
     assert_eq!(open_uploads(&b), 0);

@@ -471,8 +471,7 @@ fn a_file_renamed_right_after_close_is_stored_once_under_its_final_name() {
     }
     eprintln!("20 files written as rsync does in {:?}", started.elapsed());
     assert!(wait_until(Duration::from_secs(30), || list_keys(&b, "").len() == files.len()), "all stored");
-    let requests = m.s3_requests();
-    let of = |op: &str| requests.iter().filter(|r| r.op == op).map(|r| r.key.clone()).collect::<Vec<_>>();
+    let of = |op: &str| m.requests_of(op);
     assert_eq!(of("COPY"), Vec::<String>::new(), "no copy\n{}", m.diagnostics());
     assert_eq!(of("DELETE"), Vec::<String>::new(), "no delete");
     assert_eq!(of("PUT").len(), files.len(), "one PUT a file: {:?}", of("PUT"));
@@ -502,8 +501,7 @@ fn a_file_removed_right_after_close_is_never_sent() {
     std::fs::write(m.join("replaced"), b"new content").expect("replace");
     std::fs::remove_file(m.join("replaced")).expect("remove right after close");
     std::thread::sleep(Duration::from_millis(500)); // past the grace: anything left would be sent
-    let requests = m.s3_requests();
-    let of = |op: &str| requests.iter().filter(|r| r.op == op).map(|r| r.key.clone()).collect::<Vec<_>>();
+    let of = |op: &str| m.requests_of(op);
     assert_eq!(of("PUT"), Vec::<String>::new(), "nothing stored\n{}", m.diagnostics());
     assert_eq!(of("DELETE"), ["replaced"], "only the replaced object deleted");
     assert_eq!(list_keys(&b, ""), Vec::<String>::new());
@@ -587,7 +585,7 @@ fn files_of_a_daemon_killed_after_the_next_mount_started_are_stored_by_it() {
 
 /// PUTs of `key` the mount has sent so far.
 fn puts_of(m: &Mount, key: &str) -> usize {
-    m.s3_requests().iter().filter(|r| r.op == "PUT" && r.key == key).count()
+    m.requests_of("PUT").iter().filter(|k| *k == key).count()
 }
 
 /// `chmod 0`, `utimens` and `chmod` of a directory, as `tar` does right after its contents.

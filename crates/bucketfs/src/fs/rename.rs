@@ -1,6 +1,7 @@
 //! `rename()`: S3 has none, so a file is copied inside the store and the old key deleted,
 //! and a directory is moved key by key (not atomic; see SEMANTICS.md).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
@@ -95,7 +96,7 @@ impl Fs {
         } else {
             // Stored, or being stored right now by close()'s upload (--write-back): the
             // copy starts from what that upload stored.
-            if writers.iter().any(|w| w.handed_off.load(std::sync::atomic::Ordering::Acquire)) {
+            if writers.iter().any(|w| w.handed_off.load(Ordering::Acquire)) {
                 self.settle(node.ino).await;
             }
             let node = &self.namespace.node(node.ino)?;

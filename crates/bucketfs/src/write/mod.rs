@@ -240,12 +240,17 @@ impl Upload {
         if state.outcome.is_some() {
             return Renamed::Stored;
         }
-        // A new file not stored yet holds nothing at its old key; anything else (a
-        // replaced object, our own empty one, a name renamed over) leaves what must go.
-        let old_key_holds = !self.create_only || state.replace;
+        let old_key_holds = self.key_may_hold_object(&state);
         state.replace = true;
         *self.key.lock() = key;
         Renamed::Pending { old_key_holds }
+    }
+
+    /// Whether the file's key may hold an object while the file is not stored: a new
+    /// file holds nothing there; anything else (a replaced object, our own empty one, a
+    /// name renamed over) leaves what a rename or unlink must delete.
+    fn key_may_hold_object(&self, state: &State) -> bool {
+        !self.create_only || state.replace
     }
 
     /// The file was unlinked before its upload started (closed with `--write-back`):
@@ -257,7 +262,7 @@ impl Upload {
             return None;
         }
         state.discarded = true;
-        Some(!self.create_only || state.replace)
+        Some(self.key_may_hold_object(&state))
     }
 
     /// Accepts `data` at `offset`; returns the file size so far.

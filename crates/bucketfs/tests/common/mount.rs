@@ -610,6 +610,11 @@ impl Mount {
         std::fs::read_to_string(log.path()).unwrap_or_default().lines().filter_map(S3Request::parse).collect()
     }
 
+    /// The keys of the S3 requests of `op` (`PUT`, `COPY`, `DELETE`…) so far, in order.
+    pub fn requests_of(&self, op: &str) -> Vec<String> {
+        self.s3_requests().into_iter().filter(|r| r.op == op).map(|r| r.key).collect()
+    }
+
     /// The whole debug log (needs [`MountBuilder::request_log`]): warnings, not only requests.
     pub fn log_text(&self) -> String {
         let log = self.request_log.as_ref().expect("mount built without request_log()");

@@ -293,11 +293,7 @@ impl WriteBackLog {
         // `recorded` drops: the caller stores the file itself.
         let synced = appended.and_then(|(mut recorded, log_file)| {
             recorded.room = Some(room);
-            if self.syncer.syncs_each_record() {
-                log_file.sync_data()?;
-            } else {
-                self.syncer.note(recorded.seq, log_file);
-            }
+            self.syncer.written(recorded.seq, log_file)?;
             Ok(recorded)
         });
         synced
@@ -403,14 +399,7 @@ impl WriteBackLog {
             }
             self.append_line(log, seq, &Line::Amended { amended: id, amendment })
         };
-        let synced = appended.and_then(|file| {
-            if self.syncer.syncs_each_record() {
-                file.sync_data()
-            } else {
-                self.syncer.note(seq, file);
-                Ok(())
-            }
-        });
+        let synced = appended.and_then(|file| self.syncer.written(seq, file));
         if let Err(error) = synced {
             tracing::warn!(
                 "write-back log: cannot note a change of record {id}: {error} (a replay would store it as closed)"

@@ -53,14 +53,17 @@ impl Syncer {
         Self { interval, state }
     }
 
-    /// Whether each record is synced before its close returns.
-    pub(super) fn syncs_each_record(&self) -> bool {
-        self.interval.is_zero()
+    /// Segment `seq` was written through `file` (a handle of its own): synced now with a
+    /// zero interval (each record before its close returns), else within the interval.
+    pub(super) fn written(&self, seq: u64, file: File) -> std::io::Result<()> {
+        if self.interval.is_zero() {
+            return file.sync_data();
+        }
+        self.note(seq, file);
+        Ok(())
     }
 
-    /// Segment `seq` was written through `file` (a handle of its own): it is synced
-    /// within the interval.
-    pub(super) fn note(&self, seq: u64, file: File) {
+    fn note(&self, seq: u64, file: File) {
         let (lock, wake) = &*self.state;
         let mut unsynced = lock.lock();
         unsynced.segments.entry(seq).or_insert(file);
