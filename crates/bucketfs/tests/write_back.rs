@@ -34,20 +34,6 @@ fn write_many_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     expected
 }
 
-/// A `--cache-dir` for a mount and the next one (the write-back log lives there), and
-/// its path as an argument.
-fn temp_cache_dir() -> (tempfile::TempDir, String) {
-    let cache = tempfile::tempdir().expect("cache dir");
-    let path = cache.path().to_str().expect("UTF-8").to_owned();
-    (cache, path)
-}
-
-/// `kill -9` of the mount's daemon; returns once it is gone.
-fn kill_daemon(mut m: Mount) {
-    m.signal(libc::SIGKILL);
-    assert!(m.wait_exit(Duration::from_secs(10)).is_some(), "daemon did not die");
-}
-
 #[track_caller]
 fn assert_all_stored(bucket: &str, expected: &[(String, Vec<u8>)]) {
     assert_eq!(list_keys(bucket, "").len(), expected.len(), "every file is stored");
@@ -473,7 +459,7 @@ fn a_file_renamed_right_after_close_is_stored_once_under_its_final_name() {
     assert!(wait_until(Duration::from_secs(30), || list_keys(&b, "").len() == files.len()), "all stored");
     let of = |op: &str| m.requests_of(op);
     assert_eq!(of("COPY"), Vec::<String>::new(), "no copy\n{}", m.diagnostics());
-    assert_eq!(of("DELETE"), Vec::<String>::new(), "no delete");
+    assert_eq!(m.deleted_keys(), Vec::<String>::new(), "no delete");
     assert_eq!(of("PUT").len(), files.len(), "one PUT a file: {:?}", of("PUT"));
     for (name, data) in &files {
         assert!(get(&b, name) == *data, "{name}: its bytes");
@@ -503,7 +489,7 @@ fn a_file_removed_right_after_close_is_never_sent() {
     std::thread::sleep(Duration::from_millis(500)); // past the grace: anything left would be sent
     let of = |op: &str| m.requests_of(op);
     assert_eq!(of("PUT"), Vec::<String>::new(), "nothing stored\n{}", m.diagnostics());
-    assert_eq!(of("DELETE"), ["replaced"], "only the replaced object deleted");
+    assert_eq!(m.deleted_keys(), ["replaced"], "only the replaced object deleted");
     assert_eq!(list_keys(&b, ""), Vec::<String>::new());
     drop(m);
     assert_eq!(list_keys(&b, ""), Vec::<String>::new(), "nothing stored at unmount either");
@@ -708,12 +694,6 @@ fn directory_attributes_changed_before_a_kill_are_stored_by_the_next_mount() {
     assert_eq!(list_keys(&b, ""), ["d/"]);
 }
 
-/// The keys of `bucket` on `server`.
-fn keys_on(server: &OwnMinio, bucket: &str) -> Vec<String> {
-    let listed = block_on(server.client().list_objects_v2().bucket(bucket).max_keys(1000).send()).expect("list");
-    listed.contents().iter().filter_map(|object| object.key().map(str::to_owned)).collect()
-}
-
 /// `tar -xf` into a new directory of a `--write-back` mount while its store stops: every
 /// `mkdir` and `close` still returns (they are in the write-back log, and names in a
 /// directory just made are known to be free), so tar succeeds. The daemon is then
@@ -749,14 +729,14 @@ fn untar_while_the_store_is_stopped_is_stored_by_the_next_mount() {
         let (tarball, target) = (tarball.clone(), m.join("x"));
         move || Command::new("tar").arg("-xf").arg(tarball).arg("-C").arg(target).output().expect("tar -x")
     });
-    assert!(wait_until(Duration::from_secs(30), || keys_on(&own, b).len() >= 20), "tar stores nothing");
+    assert!(wait_until(Duration::from_secs(30), || own.keys(b).len() >= 20), "tar stores nothing");
     own.stop();
     let untarred = untar.join().expect("tar thread");
     assert!(untarred.status.success(), "tar: {}", String::from_utf8_lossy(&untarred.stderr));
     kill_daemon(m);
 
     own.start_again();
-    let stored_before = keys_on(&own, b).len();
+    let stored_before = own.keys(b).len();
     assert!(stored_before < files.len(), "the store stopped before tar was done ({stored_before} stored)");
     own.stop();
     let endpoint = own.server.endpoint.clone();
@@ -851,7 +831,7 @@ fn refused_files_count_against_the_limit_and_retry_stores_them() {
 
     own.start_again();
     assert_eq!(write_back_command(&m, "retry", &[]), "no refused files\n");
-    assert!(keys_on(&own, b) == ["first"], "stored by the retry");
+    assert!(own.keys(b) == ["first"], "stored by the retry");
     let stored = block_on(async {
         let object = own.client().get_object().bucket(b).key("first").send().await.expect("first");
         object.body.collect().await.expect("body").into_bytes()
@@ -859,7 +839,7 @@ fn refused_files_count_against_the_limit_and_retry_stores_them() {
     assert!(stored == first[..], "with its bytes");
     std::fs::write(m.join("third"), gen_data(3, 40 << 10)).expect("room again");
     drop(m);
-    let mut keys = keys_on(&own, b);
+    let mut keys = own.keys(b);
     keys.sort();
     assert_eq!(keys, ["first", "third"]);
 }

@@ -13,6 +13,7 @@ pub mod attrs;
 mod change;
 mod content_type;
 mod copy;
+mod deletes;
 mod dir_markers;
 mod dirs;
 pub mod error;
@@ -43,6 +44,7 @@ use crate::write::write_back::Amendment;
 use crate::write::write_back::WriteBackLog;
 use crate::write::{Output, Upload, WriteError};
 use attrs::StoredAttrs;
+use deletes::PendingDeletes;
 use dir_markers::PendingMarkers;
 pub use dirs::DirEntry;
 use error::FsError;
@@ -164,6 +166,8 @@ pub struct Fs {
     write_back: Option<Arc<Semaphore>>,
     /// With `--write-back`: directory markers to write again with new attributes.
     markers: PendingMarkers,
+    /// With `--write-back`: deletes sent after `unlink` and `rmdir` returned.
+    deletes: PendingDeletes,
     /// With `--cache`: blocks of objects read, on local disk.
     data_cache: Option<Arc<DataCache>>,
     /// With `--cache`: small files of a walked directory, read from it ahead of their open.
@@ -209,6 +213,7 @@ impl Fs {
             next_handle: AtomicU64::new(1),
             write_back,
             markers: PendingMarkers::default(),
+            deletes: PendingDeletes::default(),
             data_cache: None,
             small_files_ahead: None,
             unstored: Mutex::default(),
@@ -442,7 +447,7 @@ impl Fs {
         caller: Caller,
     ) -> Result<(FileAttr, Opened), FsError> {
         self.check_writable()?;
-        let (source, key) = self.namespace.new_entry_key(parent, name).await?;
+        let (source, key) = self.new_entry_key(parent, name).await?;
         // No times yet: the commit stamps the time of the last write.
         let mut metadata = self.new_entry_metadata(S_IFREG | (mode & 0o7777), caller, None);
         metadata.content_type = self.content_type_for(name);
@@ -725,6 +730,7 @@ impl Fs {
     async fn settle_all(&self) {
         self.settle_where(|_| true).await;
         self.markers.settle_all().await;
+        self.deletes.settle_all().await;
     }
 
     async fn settle_where(&self, wanted: impl Fn(&Writer) -> bool) {
@@ -757,7 +763,7 @@ impl Fs {
     /// a versioned bucket (`bucketfs undelete`).
     pub async fn undelete(&self, parent: Ino, name: &str) -> Result<FileAttr, FsError> {
         self.check_writable()?;
-        let (source, key) = self.namespace.new_entry_key(parent, name).await?;
+        let (source, key) = self.new_entry_key(parent, name).await?;
         let info = self.namespace.store(source).restore_latest_version(&key).await?;
         let node = self.namespace.enter_restored(parent, name, source, info);
         Ok(self.attr(&self.complete(node).await?))
@@ -935,7 +941,7 @@ impl Fs {
 
     pub async fn mkdir(&self, parent: Ino, name: &str, mode: u32, caller: Caller) -> Result<FileAttr, FsError> {
         self.check_writable()?;
-        let (source, key) = self.namespace.new_entry_key(parent, name).await?;
+        let (source, key) = self.new_entry_key(parent, name).await?;
         let prefix = format!("{key}/");
         if prefix.len() > crate::namespace::names::MAX_KEY {
             return Err(FsError::NameTooLong); // the marker's key is one byte longer
@@ -983,15 +989,15 @@ impl Fs {
                 writer.output.discard().await;
             }
         }
-        if unstored != Some(false) {
-            self.namespace.store(*source).delete(key).await?;
+        let attr = FileAttr { nlink: 0, ..self.attr(&self.namespace.node(node.ino).unwrap_or_else(|_| node.clone())) };
+        if unstored == Some(false) {
+            self.namespace.remove_entry(parent, name);
+        } else {
+            self.delete_entry((parent, name), *source, key, node.etag.clone()).await?;
         }
         if self.is_open(node.ino) {
-            let attr =
-                FileAttr { nlink: 0, ..self.attr(&self.namespace.node(node.ino).unwrap_or_else(|_| node.clone())) };
             self.unlinked.lock().insert(node.ino, attr);
         }
-        self.namespace.remove_entry(parent, name);
         self.namespace.touch_dir(parent);
         Ok(())
     }
@@ -1003,10 +1009,10 @@ impl Fs {
         let Location::Dir { source, prefix } = &node.location else {
             return Err(FsError::NotDir);
         };
+        self.deletes.settle_at(*source, prefix).await; // the store must see it empty
         self.check_empty_dir(&node).await?;
         self.markers.settle(node.ino).await; // its new attributes must not bring it back
-        self.namespace.store(*source).delete(prefix).await?;
-        self.namespace.remove_entry(parent, name);
+        self.delete_entry((parent, name), *source, prefix, None).await?;
         self.namespace.touch_dir(parent);
         Ok(())
     }
@@ -1015,7 +1021,7 @@ impl Fs {
     /// metadata (as s3fs stores symlinks).
     pub async fn symlink(&self, parent: Ino, name: &str, target: &str, caller: Caller) -> Result<FileAttr, FsError> {
         self.check_writable()?;
-        let (source, key) = self.namespace.new_entry_key(parent, name).await?;
+        let (source, key) = self.new_entry_key(parent, name).await?;
         let metadata = self.new_entry_metadata(S_IFLNK | 0o777, caller, Some(SystemTime::now()));
         self.put_entry(parent, name, (source, key), Bytes::from(target.to_owned()), metadata).await
     }
@@ -1038,7 +1044,7 @@ impl Fs {
         if ![S_IFREG, S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK].contains(&kind) {
             return Err(FsError::Invalid("mknod of a directory or symlink"));
         }
-        let (source, key) = self.namespace.new_entry_key(parent, name).await?;
+        let (source, key) = self.new_entry_key(parent, name).await?;
         let mut metadata = self.new_entry_metadata(mode & (S_IFMT | 0o7777), caller, Some(SystemTime::now()));
         if kind == S_IFCHR || kind == S_IFBLK {
             StoredAttrs { rdev: Some(rdev), ..StoredAttrs::default() }.apply_to(&mut metadata);

@@ -22,6 +22,7 @@ impl Fs {
         self.check_writable()?;
         let node = self.namespace.lookup(from.0, from.1).await?;
         let (to_source, to_key) = self.namespace.entry_key(to.0, to.1)?;
+        self.deletes.settle_at(to_source, &to_key).await; // the copies must land after them
         let target = match self.namespace.lookup(to.0, to.1).await {
             Ok(target) => Some(target),
             Err(NamespaceError::NotFound) => None,

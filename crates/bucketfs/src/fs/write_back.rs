@@ -109,7 +109,10 @@ impl Fs {
     pub fn write_back_report(&self) -> String {
         self.write_back_failed()
             .iter()
-            .map(|failed| format!("{} ({} bytes): {}\n", printable(&failed.key), failed.bytes, failed.error))
+            .map(|failed| match failed.delete {
+                true => format!("{} (delete): {}\n", printable(&failed.key), failed.error),
+                false => format!("{} ({} bytes): {}\n", printable(&failed.key), failed.bytes, failed.error),
+            })
             .collect()
     }
 

@@ -74,6 +74,10 @@ pub struct FuseAdapter {
 
 impl FuseAdapter {
     pub fn new(fs: Arc<Fs>, runtime: Handle, passthrough_wanted: bool) -> Self {
+        let notifier: Arc<std::sync::OnceLock<fuser::Notifier>> = Arc::default();
+        if let Some(names_back) = fs.names_back() {
+            runtime.spawn(forget_missing(names_back, notifier.clone()));
+        }
         Self {
             fs,
             runtime,
@@ -81,7 +85,7 @@ impl FuseAdapter {
             io_modes: Arc::new(IoModes::new(false)),
             set_log_level: None,
             status: None,
-            notifier: Arc::default(),
+            notifier,
             without_opendir: std::sync::OnceLock::new(),
             set_id_bits_are_ours: false,
             kept_listings: None,
@@ -842,5 +846,20 @@ impl Filesystem for FuseAdapter {
                 Err(e) => reply.error(log_error("symlink", &e)),
             }
         });
+    }
+}
+
+/// Drops the kernel's entry of each name whose delete the store refused after `unlink`
+/// or `rmdir` returned: a negative entry it kept since would hide the file the store
+/// still holds until the entry's TTL.
+async fn forget_missing(
+    mut names_back: tokio::sync::mpsc::UnboundedReceiver<(u64, String)>,
+    notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
+) {
+    while let Some((parent, name)) = names_back.recv().await {
+        if let Some(notifier) = notifier.get().cloned() {
+            // A write to /dev/fuse: off the runtime's threads. ENOENT: nothing kept.
+            let _ = tokio::task::spawn_blocking(move || notifier.inval_entry(INodeNo(parent), OsStr::new(&name))).await;
+        }
     }
 }

@@ -188,6 +188,13 @@ impl DirState {
 
     /// `dir`'s stored metadata is `metadata`, unless something more precise (a HEAD) is
     /// known already.
+    /// (parent, name), if missing longer, is missing until `until` only.
+    pub fn shorten_missing(&mut self, parent: Ino, name: &str, until: Instant) {
+        if let Some(missing) = self.missing.get_mut(&(parent, name.to_owned())) {
+            missing.until = missing.until.min(until);
+        }
+    }
+
     pub fn set_metadata_if_unknown(&mut self, dir: Ino, metadata: Arc<Metadata>) {
         if let Some(node) = self.inodes.get_mut(dir) {
             node.metadata.get_or_insert(metadata);

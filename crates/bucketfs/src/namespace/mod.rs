@@ -57,6 +57,10 @@ const RELIST_AT_FIRST_MISS_UP_TO: usize = 1000;
 const SMALL_OBJECTS_BUDGET: usize = 32 << 20;
 /// How often expired state is dropped ([`Namespace::sweep`]).
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
+/// Longest a name whose delete waits to be sent stays out of lookups and listings: the
+/// delete lands or fails long before (a failure shows the name again), so this only
+/// bounds what the missing names' table keeps.
+const DELETE_HELD_AT_MOST: Duration = Duration::from_secs(24 * 3600);
 
 /// One `s3://bucket/prefix` and where it appears in the mount.
 pub struct Source {
@@ -79,6 +83,32 @@ impl HeldDir {
     /// The directory is stored as shown: from now on the store is asked again, after the TTL.
     pub fn release(self) {
         self.state.lock().release(self.dir, Instant::now() + self.ttl);
+    }
+}
+
+/// A name removed whose delete is not sent yet (see
+/// [`Namespace::remove_entry_until_deleted`]).
+pub struct HeldRemoval {
+    state: Arc<Mutex<DirState>>,
+    parent: Ino,
+    name: String,
+    ttl: Duration,
+}
+
+impl HeldRemoval {
+    /// The delete ended: done, the name stays missing for the TTL, as after any delete;
+    /// refused, the store's object shows again (the name, unless it was created again
+    /// meanwhile, is looked up and listed anew), and the name is given back, for the
+    /// kernel to forget it was missing.
+    pub fn landed(self, deleted: bool) -> Option<(Ino, String)> {
+        let until = if deleted { Instant::now() + self.ttl } else { Instant::now() };
+        let mut state = self.state.lock();
+        state.shorten_missing(self.parent, &self.name, until);
+        if deleted {
+            return None;
+        }
+        state.drop_listing(self.parent);
+        Some((self.parent, self.name))
     }
 }
 
@@ -675,7 +705,18 @@ impl Namespace {
     /// Forgets (parent, name) after it was deleted (or its creation failed): later lookups
     /// say ENOENT without asking the store, and listings leave it out, until the TTL passes.
     pub fn remove_entry(&self, parent: Ino, name: &str) {
-        let missing_until = self.valid_until();
+        self.remove_entry_until(parent, name, self.valid_until());
+    }
+
+    /// [`Namespace::remove_entry`] for a name whose delete is sent later (`--write-back`):
+    /// left out of lookups and listings until [`HeldRemoval::landed`], however long the
+    /// store takes.
+    pub fn remove_entry_until_deleted(&self, parent: Ino, name: &str) -> HeldRemoval {
+        self.remove_entry_until(parent, name, Instant::now() + DELETE_HELD_AT_MOST);
+        HeldRemoval { state: self.state.clone(), parent, name: name.to_owned(), ttl: self.ttl }
+    }
+
+    fn remove_entry_until(&self, parent: Ino, name: &str, missing_until: Instant) {
         self.state.lock().remove_entry(parent, name, missing_until);
         if let Ok((source, prefix)) = self.dir_location(parent) {
             self.record(source, || Change::Remove { key: format!("{prefix}{name}") });

@@ -119,6 +119,9 @@ pub struct ListPage {
     pub next_token: Option<String>,
 }
 
+/// Most keys one `DeleteObjects` request may name (S3's limit).
+pub const MAX_DELETED_AT_ONCE: usize = 1000;
+
 /// Why a store call failed, in the terms the filesystem cares about.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum StoreError {
@@ -343,6 +346,21 @@ pub trait ObjectStore: Send + Sync + 'static {
 
     /// `DeleteObject` (succeeds when the key does not exist).
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
+
+    /// Deletes up to [`MAX_DELETED_AT_ONCE`] keys in one request (`DeleteObjects`); returns
+    /// the keys the store refused, each with its answer. `Err` when the request itself
+    /// failed (then no key may be taken as deleted). Here: one `delete` after the other.
+    async fn delete_many(&self, keys: &[String]) -> Result<Vec<(String, StoreError)>, StoreError> {
+        let mut refused = Vec::new();
+        for key in keys {
+            match self.delete(key).await {
+                Ok(()) => {}
+                Err(error) if error.is_transient() => return Err(error),
+                Err(error) => refused.push((key.clone(), error)),
+            }
+        }
+        Ok(refused)
+    }
 
     /// The versions and delete markers of the keys directly under `prefix` (delimiter
     /// `/`), in key order and newest first for each key; with `exact`, of the key

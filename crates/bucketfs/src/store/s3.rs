@@ -18,7 +18,9 @@ use aws_sdk_s3::config::RequestChecksumCalculation;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::operation::RequestId;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, EncodingType, MetadataDirective};
+use aws_sdk_s3::types::{
+    CompletedMultipartUpload, CompletedPart, Delete, EncodingType, MetadataDirective, ObjectIdentifier,
+};
 use aws_sdk_s3::Client;
 use bytes::Bytes;
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
@@ -758,6 +760,49 @@ impl S3Store {
         }
     }
 
+    /// One `DeleteObjects` request, quiet (the answer names only the keys refused).
+    async fn delete_many_once(&self, keys: &[String]) -> Result<Vec<(String, StoreError)>, StoreError> {
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            for key in keys {
+                tracing::debug!(bucket = %self.bucket, key, keys_in_request = keys.len(), "s3 DELETE-OBJECTS");
+            }
+        }
+        let objects = keys
+            .iter()
+            .map(|key| ObjectIdentifier::builder().key(key).build())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| StoreError::Other { message: error.to_string(), request_id: None })?;
+        let delete = Delete::builder()
+            .set_objects(Some(objects))
+            .quiet(true)
+            .build()
+            .map_err(|error| StoreError::Other { message: error.to_string(), request_id: None })?;
+        let answer = self
+            .client
+            .delete_objects()
+            .bucket(&self.bucket)
+            .delete(delete)
+            .send()
+            .await
+            .map_err(|e| self.map_error(e))?;
+        Ok(answer
+            .errors()
+            .iter()
+            .filter_map(|refused| {
+                let key = refused.key()?.to_owned();
+                let code = refused.code().unwrap_or_default();
+                let answer = format!("{code}: {}", refused.message().unwrap_or_default());
+                let error = match code {
+                    "AccessDenied" | "AllAccessDisabled" => StoreError::AccessDenied(None),
+                    "InternalError" => StoreError::Unavailable { message: answer, request_id: None },
+                    code if is_throttling_code(code) => StoreError::Throttled { message: answer, request_id: None },
+                    _ => StoreError::Other { message: answer, request_id: None },
+                };
+                Some((key, error))
+            })
+            .collect())
+    }
+
     async fn delete_once(&self, key: &str) -> Result<(), StoreError> {
         tracing::debug!(bucket = %self.bucket, key, "s3 DELETE");
         self.client
@@ -1017,6 +1062,11 @@ impl ObjectStore for S3Store {
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.retrying("DELETE", key, || self.delete_once(key)).await
+    }
+
+    async fn delete_many(&self, keys: &[String]) -> Result<Vec<(String, StoreError)>, StoreError> {
+        let Some(first) = keys.first() else { return Ok(Vec::new()) };
+        self.retrying("DELETE-OBJECTS", first, || self.delete_many_once(keys)).await
     }
 
     async fn list_versions(&self, prefix: &str, exact: bool) -> Result<Vec<VersionInfo>, StoreError> {

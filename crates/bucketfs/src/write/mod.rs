@@ -193,7 +193,14 @@ impl Upload {
         let data = state.buffer.read(0..state.buffer.len()).ok()?;
         let create_only = self.create_only && !state.replace;
         let replaces = if create_only { None } else { self.replaces.clone() };
-        Some(PendingFile { key: self.key(), data, metadata: state.metadata.clone(), create_only, replaces })
+        Some(PendingFile {
+            key: self.key(),
+            data,
+            metadata: state.metadata.clone(),
+            create_only,
+            replaces,
+            delete: false,
+        })
     }
 
     fn journal(&self) -> Option<&Journal> {

@@ -219,7 +219,7 @@ impl Staged {
             data: Bytes::from(data),
             metadata: state.metadata.clone(),
             create_only: true,
-            replaces: None,
+            ..super::write_back::PendingFile::default()
         })
     }
 

@@ -507,6 +507,12 @@ impl OwnMinio {
         s3_client_for(&self.server.endpoint, ACCESS_KEY, SECRET_KEY)
     }
 
+    /// The keys of `bucket` on this server (up to 1,000).
+    pub fn keys(&self, bucket: &str) -> Vec<String> {
+        let listed = crate::common::block_on(self.client().list_objects_v2().bucket(bucket).max_keys(1000).send());
+        listed.expect("list").contents().iter().filter_map(|object| object.key().map(str::to_owned)).collect()
+    }
+
     /// Stops the server (SIGTERM) and waits until it has exited.
     pub fn stop(&self) {
         let pid = self.server.pid.expect("an OwnMinio is started here");

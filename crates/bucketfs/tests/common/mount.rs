@@ -615,6 +615,13 @@ impl Mount {
         self.s3_requests().into_iter().filter(|r| r.op == op).map(|r| r.key).collect()
     }
 
+    /// The keys deleted so far, by `DeleteObject` or within a `DeleteObjects` request (as
+    /// `--write-back` sends the deletes of `unlink` and `rmdir`), in order.
+    pub fn deleted_keys(&self) -> Vec<String> {
+        let deletes = self.s3_requests().into_iter().filter(|r| r.op == "DELETE" || r.op == "DELETE-OBJECTS");
+        deletes.map(|r| r.key).collect()
+    }
+
     /// The whole debug log (needs [`MountBuilder::request_log`]): warnings, not only requests.
     pub fn log_text(&self) -> String {
         let log = self.request_log.as_ref().expect("mount built without request_log()");
@@ -761,4 +768,18 @@ impl Drop for BackgroundMount {
             );
         }
     }
+}
+
+/// A `--cache-dir` for a mount and the next one (the write-back log lives there), and
+/// its path as an argument.
+pub fn temp_cache_dir() -> (tempfile::TempDir, String) {
+    let cache = tempfile::tempdir().expect("cache dir");
+    let path = cache.path().to_str().expect("UTF-8").to_owned();
+    (cache, path)
+}
+
+/// `kill -9` of the mount's daemon; returns once it is gone.
+pub fn kill_daemon(mut m: Mount) {
+    m.signal(libc::SIGKILL);
+    assert!(m.wait_exit(Duration::from_secs(10)).is_some(), "daemon did not die");
 }

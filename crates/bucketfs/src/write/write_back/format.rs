@@ -73,6 +73,9 @@ pub(super) struct Header {
     pub create_only: bool,
     pub replaces: Option<String>,
     pub metadata: Metadata,
+    /// A delete, not a file (see `PendingFile::delete`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delete: bool,
     /// CRC-32 of the file's bytes, as read back (`encode` writes it); records written
     /// before it existed have none.
     #[serde(default, skip_serializing)]

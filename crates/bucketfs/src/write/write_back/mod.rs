@@ -59,26 +59,34 @@ use format::{Header, Line};
 pub use replay::Replayed;
 use sync::Syncer;
 
-/// A file closed with `--write-back` and not stored yet, whole.
-#[derive(Clone, Debug)]
+/// A file closed with `--write-back` and not stored yet, whole; or a delete not sent yet.
+#[derive(Clone, Debug, Default)]
 pub struct PendingFile {
     pub key: String,
     pub data: Bytes,
     pub metadata: Metadata,
     /// A new file: it must not replace an object another client created.
     pub create_only: bool,
-    /// The ETag of the object it replaces (`O_TRUNC` of an existing file).
+    /// The ETag of the object it replaces (`O_TRUNC` of an existing file); of a delete,
+    /// the object it deletes (if known: a replay deletes only that one).
     pub replaces: Option<String>,
+    /// Not a file: the key is to be deleted (`unlink`, `rmdir`; see `fs::deletes`).
+    pub delete: bool,
 }
 
 impl PendingFile {
     /// A directory marker (`prefix` ends in `/`) written again with new attributes.
     pub fn marker(prefix: String, metadata: Metadata) -> Self {
-        Self { key: prefix, data: Bytes::new(), metadata, create_only: false, replaces: None }
+        Self { key: prefix, metadata, ..Self::default() }
+    }
+
+    /// The delete of `key`, which holds the object of ETag `etag` (if known).
+    pub fn delete(key: String, etag: Option<String>) -> Self {
+        Self { key, replaces: etag, delete: true, ..Self::default() }
     }
 
     fn is_marker(&self) -> bool {
-        self.key.ends_with('/') && self.data.is_empty()
+        !self.delete && self.key.ends_with('/') && self.data.is_empty()
     }
 
     fn from_record(header: Header, data: Bytes) -> Self {
@@ -88,6 +96,7 @@ impl PendingFile {
             metadata: header.metadata,
             create_only: header.create_only,
             replaces: header.replaces,
+            delete: header.delete,
         }
     }
 }
@@ -99,6 +108,8 @@ pub struct FailedFile {
     /// The store, as `ObjectStore::location` names it.
     pub location: String,
     pub bytes: u64,
+    /// A delete, not a file.
+    pub delete: bool,
     pub error: String,
 }
 
@@ -346,6 +357,7 @@ impl WriteBackLog {
             create_only: file.create_only,
             replaces: file.replaces.clone(),
             metadata: file.metadata.clone(),
+            delete: file.delete,
             crc: None, // written by `encode`
         };
         let record = format::encode(&header, &file.data)?;
@@ -477,8 +489,13 @@ impl WriteBackLog {
     fn insert_failed(&self, id: u64, path: PathBuf, header: Header, error: &str, room: Option<Room>) {
         let kib = kib(header.len);
         let room = room.or_else(|| self.room.clone().try_acquire_many_owned(kib).ok());
-        let report =
-            FailedFile { key: header.key, location: header.location, bytes: header.len, error: error.to_owned() };
+        let report = FailedFile {
+            key: header.key,
+            location: header.location,
+            bytes: header.len,
+            delete: header.delete,
+            error: error.to_owned(),
+        };
         let mut all = self.failed.lock();
         all.insert(id, Failed { path, report, kib, room });
         self.publish_failed_kib(&all);
@@ -555,7 +572,7 @@ mod tests {
 
     fn pending(key: &str, data: &[u8]) -> PendingFile {
         let data = Bytes::copy_from_slice(data);
-        PendingFile { key: key.into(), data, metadata: Metadata::default(), create_only: true, replaces: None }
+        PendingFile { key: key.into(), data, create_only: true, ..PendingFile::default() }
     }
 
     fn keys(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {

@@ -36,6 +36,8 @@ pub enum Replayed {
     AlreadyThere,
     /// Another client wrote the key meanwhile: stored under this key instead.
     Conflict(String),
+    /// A delete of an object another client replaced meanwhile: its object stays.
+    ChangedSince,
 }
 
 /// The daemon a log file belongs to: `DAEMON.N.log`, `DAEMON.failed-ID.log` (and
@@ -201,6 +203,9 @@ fn rewrite(path: &Path, records: &[(Header, Bytes)]) -> std::io::Result<()> {
 /// Stores `file` where nothing changed since it was closed; under a `.conflict-TIME` key
 /// where another client wrote meanwhile; nothing where its bytes are stored already.
 async fn replay(store: &dyn ObjectStore, file: &PendingFile) -> Result<Replayed, StoreError> {
+    if file.delete {
+        return replay_delete(store, file).await;
+    }
     let key = file.key.as_str();
     let current = match store.head(key).await {
         Ok(info) => Some(info),
@@ -246,6 +251,21 @@ async fn replay(store: &dyn ObjectStore, file: &PendingFile) -> Result<Replayed,
     Err(StoreError::AlreadyExists)
 }
 
+/// Deletes `file.key` where it still holds the object the mount deleted (the same ETag,
+/// or any object where the ETag was not known); another client's newer object stays.
+async fn replay_delete(store: &dyn ObjectStore, file: &PendingFile) -> Result<Replayed, StoreError> {
+    let current = match store.head(&file.key).await {
+        Ok(info) => info,
+        Err(StoreError::NotFound) => return Ok(Replayed::AlreadyThere),
+        Err(error) => return Err(error),
+    };
+    if file.replaces.is_some() && current.etag != file.replaces {
+        return Ok(Replayed::ChangedSince);
+    }
+    store.delete(&file.key).await?;
+    Ok(Replayed::Stored)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,7 +274,7 @@ mod tests {
 
     fn pending(key: &str, data: &[u8], create_only: bool, replaces: Option<String>) -> PendingFile {
         let data = Bytes::copy_from_slice(data);
-        PendingFile { key: key.into(), data, metadata: Metadata::default(), create_only, replaces }
+        PendingFile { key: key.into(), data, create_only, replaces, ..PendingFile::default() }
     }
 
     /// A replay stores where nothing changed, keeps another client's newer object (ours
@@ -314,6 +334,7 @@ mod tests {
             create_only: true,
             replaces: None,
             metadata: Metadata::default(),
+            delete: false,
             crc: None,
         };
         // As written before records had checksums: still replayed.
@@ -337,7 +358,17 @@ mod tests {
     fn header(id: u64, location: &str, key: &str, data: &[u8]) -> Header {
         let (location, key) = (location.into(), key.into());
         let metadata = Metadata::default();
-        Header { id, len: data.len() as u64, location, key, create_only: true, replaces: None, metadata, crc: None }
+        Header {
+            id,
+            len: data.len() as u64,
+            location,
+            key,
+            create_only: true,
+            replaces: None,
+            metadata,
+            delete: false,
+            crc: None,
+        }
     }
 
     /// Writes log file `name` of a stopped daemon with these records (and `tail` after).

@@ -1,0 +1,112 @@
+//! `--write-back` deletes: `unlink` and `rmdir` return before the store deletes the key;
+//! the deletes go in batches (`DeleteObjects`), are in the write-back log until done (a
+//! killed daemon's are sent by the next mount), and one the store refuses brings the
+//! name back and is kept as a refused record.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+/// Objects `d{0..dirs}/f{0..files}` in `bucket` (and the markers `d{n}/`), put directly.
+fn put_tree(bucket: &str, dirs: usize, files: usize) -> Vec<String> {
+    let mut objects = Vec::new();
+    for d in 0..dirs {
+        objects.push((format!("top/d{d}/"), Vec::new()));
+        for f in 0..files {
+            objects.push((format!("top/d{d}/f{f:03}"), gen_data((d * 1000 + f) as u64, 100 + f)));
+        }
+    }
+    objects.push(("top/".to_owned(), Vec::new()));
+    let keys = objects.iter().map(|(key, _)| key.clone()).collect();
+    put_many(bucket, objects, 16);
+    keys
+}
+
+/// `rm -rf` of a tree sends no `DeleteObject` per file: the deletes go in `DeleteObjects`
+/// requests, fewer than the keys, and the bucket is empty once the mount has settled
+/// (here: unmounted). Nothing of the tree shows in the mount after `rm` returned.
+#[test]
+fn rm_r_deletes_in_batches() {
+    let b = create_bucket("wbd-rm-r");
+    let keys = put_tree(&b, 4, 60);
+    let m = MountBuilder::new().bucket(&b).args(["--write-back"]).request_log().mount();
+    let removed = Command::new("rm").arg("-rf").arg(m.join("top")).status().expect("rm -rf");
+    assert!(removed.success());
+    assert!(std::fs::metadata(m.join("top")).is_err(), "gone from the mount");
+    assert_eq!(std::fs::read_dir(m.path()).expect("ls").count(), 0, "not listed");
+    let requests: Vec<String> = m.s3_requests().into_iter().map(|r| r.op).collect();
+    drop(m);
+    assert_eq!(list_keys(&b, ""), Vec::<String>::new(), "every key deleted");
+    let single = requests.iter().filter(|op| *op == "DELETE").count();
+    assert_eq!(single, 0, "no DeleteObject one by one: {requests:?}");
+    let batched = requests.iter().filter(|op| *op == "DELETE-OBJECTS").count();
+    assert_eq!(batched, keys.len(), "every key in a DeleteObjects request");
+}
+
+/// Deletes the daemon had not sent when it was killed are sent by the next mount, where
+/// the key still holds the object the mount deleted; an object another client wrote there
+/// meanwhile stays.
+#[test]
+fn deletes_not_sent_before_a_kill_are_sent_by_the_next_mount() {
+    require_minio!("stops and restarts a MinIO of its own (OwnMinio), not the store under test");
+    let mut own = OwnMinio::start();
+    let b = "wbd-killed";
+    let client = own.client();
+    block_on(client.create_bucket().bucket(b).send()).expect("create bucket");
+    for name in ["a", "b", "c", "replaced-later"] {
+        let body = aws_sdk_s3::primitives::ByteStream::from(name.as_bytes().to_vec());
+        block_on(client.put_object().bucket(b).key(format!("dir/{name}")).body(body).send()).expect("put");
+    }
+    let (_cache, cache_dir) = temp_cache_dir();
+    let args = ["--write-back", "--retry-window", "30", "--metadata-ttl", "60", "--cache-dir", &cache_dir];
+    let m = MountBuilder::new().bucket(b).endpoint(&own.server.endpoint).args(args).request_log().mount();
+    // Listed and looked up (attributes) while the store answers: kept for the TTL.
+    assert_eq!(std::fs::read_dir(m.join("dir")).expect("ls").count(), 4);
+    for name in ["a", "b", "c", "replaced-later"] {
+        std::fs::metadata(m.join("dir").join(name)).expect("known before the store stops");
+    }
+    own.stop();
+    for name in ["a", "b", "c", "replaced-later"] {
+        let removed = std::fs::remove_file(m.join("dir").join(name));
+        removed.unwrap_or_else(|e| panic!("unlink returns while the store is away: {e}\n{}", m.diagnostics()));
+    }
+    let listed: Vec<_> = std::fs::read_dir(m.join("dir")).expect("ls").map(|e| e.expect("entry").file_name()).collect();
+    assert!(listed.is_empty(), "gone from the mount at once: {listed:?}");
+    kill_daemon(m);
+
+    own.start_again();
+    assert_eq!(own.keys(b).len(), 4, "nothing was deleted before the kill");
+    let body = aws_sdk_s3::primitives::ByteStream::from(b"another client's".to_vec());
+    block_on(own.client().put_object().bucket(b).key("dir/replaced-later").body(body).send()).expect("put");
+    let again = MountBuilder::new().bucket(b).endpoint(&own.server.endpoint).args(["--cache-dir", &cache_dir]).mount();
+    assert_eq!(own.keys(b), ["dir/replaced-later"], "deleted by the next mount, except the newer object");
+    assert_eq!(std::fs::read(again.join("dir/replaced-later")).expect("read"), b"another client's");
+}
+
+/// A delete the store refuses after `unlink` returned: the file shows again (the store
+/// still holds it), the daemon's log says so, and it is a refused record that `bucketfs
+/// write-back list` names.
+#[test]
+fn a_refused_delete_brings_the_file_back_and_is_kept() {
+    require_minio!("the read-only identity that refuses the delete comes from MinIO's STS (AssumeRole)");
+    let b = create_bucket("wbd-refused");
+    put(&b, "kept", b"data".to_vec());
+    let creds = read_only_credentials(&b);
+    // A long TTL: the name shows again because the delete was refused, not because the
+    // mount forgot it had removed it.
+    let args = ["--write-back", "--metadata-ttl", "60"];
+    let m = MountBuilder::new().bucket(&b).args(args).credentials(&creds).mount();
+    std::fs::remove_file(m.join("kept")).expect("unlink returns before the delete");
+    let back = wait_until(Duration::from_secs(10), || std::fs::metadata(m.join("kept")).is_ok());
+    assert!(back, "the file the store kept shows again\n{}", m.diagnostics());
+    assert!(m.stderr().contains("could not delete"), "the refusal is logged\n{}", m.diagnostics());
+    let mountpoint = m.path().to_str().expect("UTF-8");
+    let (_, listed, _) = run_bucketfs(&["write-back", "list", mountpoint], Duration::from_secs(10));
+    assert!(listed.starts_with("kept (delete): access denied"), "{listed}");
+    assert_eq!(std::fs::read(m.join("kept")).expect("read"), b"data");
+    drop(m);
+    assert_eq!(list_keys(&b, ""), ["kept"]);
+}
