@@ -37,6 +37,8 @@ fn rm_r_deletes_in_batches() {
     assert!(removed.success());
     assert!(std::fs::metadata(m.join("top")).is_err(), "gone from the mount");
     assert_eq!(std::fs::read_dir(m.path()).expect("ls").count(), 0, "not listed");
+    // `rm` returned before the last deletes were sent.
+    wait_until(Duration::from_secs(10), || m.deleted_keys().len() >= keys.len());
     let requests: Vec<String> = m.s3_requests().into_iter().map(|r| r.op).collect();
     drop(m);
     assert_eq!(list_keys(&b, ""), Vec::<String>::new(), "every key deleted");
@@ -109,4 +111,27 @@ fn a_refused_delete_brings_the_file_back_and_is_kept() {
     assert_eq!(std::fs::read(m.join("kept")).expect("read"), b"data");
     drop(m);
     assert_eq!(list_keys(&b, ""), ["kept"]);
+}
+
+/// `rmdir` right after `unlink` does not wait for the deletes, yet a directory holding
+/// anything not being deleted is not empty: `ENOTEMPTY`, and its files stay.
+#[test]
+fn rmdir_counts_only_what_is_not_being_deleted() {
+    let b = create_bucket("wbd-rmdir");
+    for name in ["d/a", "d/b", "d/sub/c"] {
+        put(&b, name, name.as_bytes().to_vec());
+    }
+    put(&b, "d/sub/", Vec::new()); // a marker: `sub` stays when emptied
+    let m = MountBuilder::new().bucket(&b).args(["--write-back"]).mount();
+    std::fs::remove_file(m.join("d/a")).expect("unlink a");
+    assert_errno(std::fs::remove_dir(m.join("d")), libc::ENOTEMPTY, "b and sub are left");
+    std::fs::remove_file(m.join("d/b")).expect("unlink b");
+    assert_errno(std::fs::remove_dir(m.join("d")), libc::ENOTEMPTY, "sub is left");
+    std::fs::remove_file(m.join("d/sub/c")).expect("unlink c");
+    assert_errno(std::fs::remove_dir(m.join("d")), libc::ENOTEMPTY, "sub is left, empty");
+    std::fs::remove_dir(m.join("d/sub")).expect("rmdir sub");
+    std::fs::remove_dir(m.join("d")).expect("rmdir d: nothing but deletes under it");
+    assert!(std::fs::metadata(m.join("d")).is_err());
+    drop(m);
+    assert_eq!(list_keys(&b, ""), Vec::<String>::new());
 }

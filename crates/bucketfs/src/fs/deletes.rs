@@ -11,14 +11,15 @@
 //!
 //! What the store must see after a delete waits for it ([`PendingDeletes::settle_at`]):
 //! anything written at the key or below it (`create`, `mkdir`, `symlink`, `mknod`, the
-//! target of a `rename`), `rmdir` of a directory above it (its emptiness is asked of the
-//! store), and unmount ([`PendingDeletes::settle_all`]).
+//! target of a `rename`) and unmount ([`PendingDeletes::settle_all`]). `rmdir` asks the
+//! store whether anything but keys being deleted is below the directory
+//! ([`PendingDeletes::not_ended_under`]); its own delete follows theirs in the queue.
 //!
 //! A delete the store refuses shows the name again (the store still holds the object),
 //! is said in the daemon's log, and stays in the write-back log as a refused record
 //! (`bucketfs write-back list`, `retry`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -129,6 +130,14 @@ impl PendingDeletes {
         for mut ended in ends {
             while ended.changed().await.is_ok() {}
         }
+    }
+
+    /// The keys below `prefix` (ending in `/`) in `source` whose delete has not ended.
+    pub fn not_ended_under(&self, source: usize, prefix: &str) -> HashSet<String> {
+        let Some(queue) = self.queues.lock().get(&source).cloned() else { return HashSet::new() };
+        let waiting = queue.waiting.lock();
+        let under = waiting.not_ended.range(prefix.to_owned()..).take_while(|(key, _)| key.starts_with(prefix));
+        under.map(|(key, _)| key.clone()).collect()
     }
 
     /// Waits until every delete made so far has ended (unmount).

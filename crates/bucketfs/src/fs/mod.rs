@@ -1009,7 +1009,6 @@ impl Fs {
         let Location::Dir { source, prefix } = &node.location else {
             return Err(FsError::NotDir);
         };
-        self.deletes.settle_at(*source, prefix).await; // the store must see it empty
         self.check_empty_dir(&node).await?;
         self.markers.settle(node.ino).await; // its new attributes must not bring it back
         self.delete_entry((parent, name), *source, prefix, None).await?;

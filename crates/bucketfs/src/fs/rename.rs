@@ -269,10 +269,30 @@ impl Fs {
     /// `Ok` if the directory `node` holds nothing (its own marker aside).
     pub(super) async fn check_empty_dir(&self, node: &Node) -> Result<(), FsError> {
         let Location::Dir { source, prefix } = &node.location else { return Err(FsError::NotDir) };
+        if self.namespace.has_pending_children(node.ino) {
+            return Err(FsError::NotEmpty);
+        }
+        if self.namespace.listed_empty(node.ino) {
+            return Ok(());
+        }
+        let store = self.namespace.store(*source);
+        // Keys whose delete is on its way (`--write-back`, `rm -r`) are still listed: a page
+        // of every key below tells whether anything else is there, without waiting for them.
+        let deleting = self.deletes.not_ended_under(*source, prefix);
+        if !deleting.is_empty() {
+            let page = store.list_recursive(prefix, None, false).await?;
+            if page.objects.iter().any(|o| o.key != *prefix && !deleting.contains(&o.key)) {
+                return Err(FsError::NotEmpty);
+            }
+            if page.next_token.is_none() {
+                return Ok(());
+            }
+            self.deletes.settle_at(*source, prefix).await; // a page of them: wait, then ask again
+        }
         // Two keys are enough to tell: the marker `dir/` itself, and anything else.
-        let page = self.namespace.store(*source).list(prefix, None, Some(2), false).await?;
+        let page = store.list(prefix, None, Some(2), false).await?;
         let only_marker = page.prefixes.is_empty() && page.objects.iter().all(|o| o.key == *prefix);
-        if !only_marker || self.namespace.has_pending_children(node.ino) {
+        if !only_marker {
             return Err(FsError::NotEmpty);
         }
         Ok(())

@@ -697,6 +697,13 @@ impl Namespace {
         self.state.lock().has_pending(dir)
     }
 
+    /// Whether `dir` was listed whole within the TTL and every name of that listing has
+    /// been removed through this mount since (`rm -r` lists each directory, then empties
+    /// it): as sure as a lookup within the TTL is.
+    pub fn listed_empty(&self, dir: Ino) -> bool {
+        self.state.lock().fresh_listing(dir, Instant::now()).is_some_and(|names| names.is_empty())
+    }
+
     /// Whether this mount removed (parent, name) within the TTL (see `dir_state::Missing`).
     pub fn removed_here(&self, parent: Ino, name: &str) -> bool {
         self.state.lock().removed_here(parent, name, Instant::now())
