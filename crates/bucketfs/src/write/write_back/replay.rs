@@ -115,6 +115,9 @@ impl WriteBackLog {
                     "a file closed before daemon {daemon} stopped was changed in the store since: \
                      the store's object stays, the file is stored as {other}"
                 ),
+                Ok(outcome) if pending.delete => {
+                    tracing::info!(key, "a delete made before daemon {daemon} stopped: {outcome:?}")
+                }
                 Ok(outcome) => tracing::info!(key, "a file closed before daemon {daemon} stopped: {outcome:?}"),
                 Err(error) => {
                     tracing::warn!(key, "could not store a file closed before daemon {daemon} stopped: {error}");
