@@ -4,7 +4,7 @@
 # into a fresh mount, 20 s pause, rm -rf timed; prints the S3 requests of the rm by operation (debug log).
 set -euo pipefail
 BIN=$1; shift
-cd /work/main
+cd "$(dirname "$0")/../../.."
 set -a; eval "$(scripts/start-store minio)"; set +a
 trap 'scripts/stop-store "$STORE_PID" "$STORE_DIR"' EXIT
 python3 -c "
