@@ -989,13 +989,17 @@ impl Fs {
                 writer.output.discard().await;
             }
         }
-        let attr = FileAttr { nlink: 0, ..self.attr(&self.namespace.node(node.ino).unwrap_or_else(|_| node.clone())) };
+        // What `fstat` of a descriptor still open shows: taken before the entry goes.
+        let still_open = self.is_open(node.ino).then(|| FileAttr {
+            nlink: 0,
+            ..self.attr(&self.namespace.node(node.ino).unwrap_or_else(|_| node.clone()))
+        });
         if unstored == Some(false) {
             self.namespace.remove_entry(parent, name);
         } else {
             self.delete_entry((parent, name), *source, key, node.etag.clone()).await?;
         }
-        if self.is_open(node.ino) {
+        if let Some(attr) = still_open {
             self.unlinked.lock().insert(node.ino, attr);
         }
         self.namespace.touch_dir(parent);
