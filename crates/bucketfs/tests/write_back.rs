@@ -99,9 +99,14 @@ fn later_operations_wait_for_the_upload() {
     assert_eq!(std::fs::read_to_string(m.join("rewritten")).expect("read"), "version 29");
     // A read does not hurry the last upload (it reads what was written); that upload
     // lands last, and no older one after it.
-    assert!(wait_until(Duration::from_secs(10), || get(&b, "rewritten") == b"version 29"), "the last version stored");
+    assert!(
+        wait_until(Duration::from_secs(10), || get(&b, "rewritten") == b"version 29"),
+        "the last version stored, not {:?}\n{}",
+        String::from_utf8_lossy(&get(&b, "rewritten")),
+        m.diagnostics()
+    );
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(get(&b, "rewritten"), b"version 29", "no older version landed after it");
+    assert_eq!(get(&b, "rewritten"), b"version 29", "no older version landed after it\n{}", m.diagnostics());
 
     std::fs::write(m.join("appended"), "first,").expect("write");
     OpenOptions::new()

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::FromRawFd;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -47,6 +47,10 @@ pub(super) struct Writer {
     /// A commit of this file failed and its caller (`close`, `fsync`) was told: a later
     /// failure at release is no news (see `Fs::unstored`).
     pub failure_reported: AtomicBool,
+    /// A newer writer of the same file was opened since this one was closed (its handle
+    /// lingers until its upload or its release ends): what it holds is no longer the
+    /// file's content, and a read must not be served from it (see [`WriterTable::current`]).
+    superseded: AtomicBool,
 }
 
 impl Writer {
@@ -61,6 +65,7 @@ impl Writer {
             hurry: tokio::sync::Notify::new(),
             times_kept: AtomicBool::new(times_kept),
             failure_reported: AtomicBool::new(false),
+            superseded: AtomicBool::new(false),
         }
     }
 }
@@ -79,8 +84,16 @@ impl WriterTable {
         self.by_handle.get(handle)
     }
 
+    /// `handle` writes through `writer`. A writer not yet in the table for its inode is
+    /// the file's newest content: every other writer of that inode (closed, waiting for
+    /// its upload or release) is superseded.
     pub fn insert(&mut self, handle: u64, writer: Arc<Writer>) {
         let ino = writer.ino;
+        if !self.of(ino).any(|(_, w)| Arc::ptr_eq(w, &writer)) {
+            for (_, older) in self.of(ino) {
+                older.superseded.store(true, Ordering::Release);
+            }
+        }
         if let Some(old) = self.by_handle.insert(handle, writer) {
             self.forget(old.ino, handle);
         }
@@ -114,6 +127,13 @@ impl WriterTable {
     pub fn of(&self, ino: Ino) -> impl Iterator<Item = (u64, &Arc<Writer>)> {
         let handles = self.by_ino.get(&ino).map(Vec::as_slice).unwrap_or_default();
         handles.iter().filter_map(|h| Some((*h, self.by_handle.get(h)?)))
+    }
+
+    /// The writer holding `ino`'s current content, if one is open or waits for its
+    /// upload: not one superseded by a newer writer, whose handle may outlive it (and be
+    /// listed first) for as long as its release takes.
+    pub fn current(&self, ino: Ino) -> Option<&Arc<Writer>> {
+        self.of(ino).map(|(_, w)| w).filter(|w| !w.superseded.load(Ordering::Acquire)).last()
     }
 
     /// Every handle sharing `writer` goes on with `next` (a writer of the same file).
@@ -225,6 +245,24 @@ mod tests {
         table.replace_shared(&b, &next);
         assert!(table.of(8).all(|(_, w)| Arc::ptr_eq(w, &next)));
         assert_eq!(table.len(), 2);
+    }
+
+    /// A file rewritten with `--write-back`: the handle of the first content outlives its
+    /// upload until its release ends, and may still be listed when the next one is closed
+    /// and the file opened for reading. Reads go to the newest writer, or to the store
+    /// once that one is gone, never to a superseded one.
+    #[test]
+    fn reads_go_to_the_newest_writer_of_a_file() {
+        let mut table = WriterTable::default();
+        let (first, second) = (writer(7), writer(7));
+        table.insert(1, first.clone());
+        table.insert(2, first.clone());
+        assert!(table.current(7).is_some_and(|w| Arc::ptr_eq(w, &first)), "shared by two handles");
+        table.insert(3, second.clone());
+        assert!(table.current(7).is_some_and(|w| Arc::ptr_eq(w, &second)), "the newer content");
+        table.remove(&3);
+        assert!(table.current(7).is_none(), "the newest is stored: reads go to the object");
+        assert_eq!(table.of(7).count(), 2, "the first one's handles stay until released");
     }
 
     #[test]

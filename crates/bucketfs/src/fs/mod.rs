@@ -312,7 +312,7 @@ impl Fs {
         // also one closed with --write-back and not stored yet: its upload is not
         // hurried (rsync opens its temporary file to `fchmod` it, then renames it; the
         // upload takes both). Once stored, its reads go to the object.
-        let writer = self.writers.lock().of(ino).next().map(|(_, w)| w.clone());
+        let writer = self.writers.lock().current(ino).cloned();
         if let Some(writer) = writer {
             let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
             self.files.lock().insert(handle, (ino, Reader::Writer(writer)));
@@ -422,7 +422,7 @@ impl Fs {
         }
         // Stored since this handle was opened: read what the file's writer holds now (a
         // staging file that went on from the stored object), else the object.
-        let staged = self.writers.lock().of(writer.ino).map(|(_, w)| w).find(|w| w.output.is_staged()).cloned();
+        let staged = self.writers.lock().current(writer.ino).filter(|w| w.output.is_staged()).cloned();
         if let Some(staged) = staged {
             if let Some(reading) = self.files.lock().get_mut(&handle) {
                 *reading = (writer.ino, Reader::Writer(staged.clone()));
