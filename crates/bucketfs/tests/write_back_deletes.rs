@@ -135,3 +135,36 @@ fn rmdir_counts_only_what_is_not_being_deleted() {
     drop(m);
     assert_eq!(list_keys(&b, ""), Vec::<String>::new());
 }
+
+/// A file created at a key whose delete is not sent yet waits for that delete: were the
+/// two to go in either order, the late delete could remove the new file. With the store
+/// away, the delete cannot go, so the create does not return until the store is back;
+/// then the new file is what the key holds.
+#[test]
+fn a_new_file_at_a_key_being_deleted_waits_for_the_delete() {
+    require_minio!("stops and restarts a MinIO of its own (OwnMinio), not the store under test");
+    let mut own = OwnMinio::start();
+    let b = "wbd-recreated";
+    let client = own.client();
+    block_on(client.create_bucket().bucket(b).send()).expect("create bucket");
+    let body = aws_sdk_s3::primitives::ByteStream::from(b"old".to_vec());
+    block_on(client.put_object().bucket(b).key("dir/f").body(body).send()).expect("put");
+    let args = ["--write-back", "--retry-window", "30", "--metadata-ttl", "60"];
+    let m = MountBuilder::new().bucket(b).endpoint(&own.server.endpoint).args(args).mount();
+    assert_eq!(std::fs::read(m.join("dir/f")).expect("read"), b"old");
+
+    own.stop();
+    std::fs::remove_file(m.join("dir/f")).expect("unlink returns while the store is away");
+    let path = m.join("dir/f");
+    let create = std::thread::spawn(move || std::fs::write(path, "new"));
+    std::thread::sleep(Duration::from_millis(1500));
+    let waited = !create.is_finished();
+    own.start_again();
+    let created = create.join().expect("create thread");
+    assert!(waited, "the create returned before the delete of its key was sent\n{}", m.diagnostics());
+    created.unwrap_or_else(|e| panic!("create once the delete went: {e}\n{}", m.diagnostics()));
+    drop(m);
+    let stored = block_on(own.client().get_object().bucket(b).key("dir/f").send()).expect("get");
+    let bytes = block_on(stored.body.collect()).expect("body").into_bytes();
+    assert_eq!(&bytes[..], b"new", "the new file is what the key holds");
+}
