@@ -222,6 +222,26 @@ fn relisting_and_missing_names_send_no_requests() {
     assert_eq!(after.len(), before, "requests after the first listing: {:?}", &after[before..]);
 }
 
+/// `rmdir` of a directory listed whole within the TTL and emptied since through this mount
+/// lists nothing again: the mount knows it is empty (as `rm -r` does it, after its walk).
+/// What it sends is the delete of the marker.
+#[test]
+fn rmdir_of_a_directory_emptied_here_sends_no_list() {
+    let bucket = create_bucket("rq");
+    put_many(&bucket, vec![("d/".into(), Vec::new()), ("d/a".into(), b"a".to_vec()), ("d/b".into(), b"b".to_vec())], 4);
+    let m = MountBuilder::new().bucket(&bucket).args(["--metadata-ttl", "60"]).request_log().mount();
+    assert_eq!(ls(&m.join("d")).len(), 2);
+    std::fs::remove_file(m.join("d/a")).expect("unlink a");
+    std::fs::remove_file(m.join("d/b")).expect("unlink b");
+    let before = m.s3_requests().len();
+    std::fs::remove_dir(m.join("d")).expect("rmdir");
+    let after = m.s3_requests();
+    let ops: Vec<_> = after[before..].iter().map(|r| format!("{} {}", r.op, r.key)).collect();
+    assert_eq!(ops, ["DELETE d/"], "what rmdir sent");
+    drop(m);
+    assert_eq!(list_keys(&bucket, ""), Vec::<String>::new());
+}
+
 /// Opening a file whose metadata is fresh costs no request, and the first read of it
 /// (O_DIRECT, as a time-to-first-byte probe) costs one ranged GET of what it asks for.
 #[test]
