@@ -403,7 +403,10 @@ fn every_file_closed_before_a_kill_mid_tree_is_stored() {
 fn closes_do_not_wait_for_uploads_in_flight() {
     let b = create_bucket("wb-no-wait");
     let proxy = ToxiProxy::to_minio();
-    let args = ["--write-back", "--metadata-ttl", "60"];
+    // Its own cache dir: an upload that outlives the SDK's timeout behind the proxy is kept
+    // as refused, which must not stay in the machine's default write-back log.
+    let (_cache, cache_dir) = temp_cache_dir();
+    let args = ["--write-back", "--metadata-ttl", "60", "--cache-dir", &cache_dir];
     let m = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(args).mount();
     let files: Vec<(String, Vec<u8>)> = (0..60).map(|i| (format!("f{i:02}"), gen_data(i, 500 + i as usize))).collect();
     for (name, _) in &files {

@@ -99,7 +99,10 @@ fn a_refused_delete_brings_the_file_back_and_is_kept() {
     let creds = read_only_credentials(&b);
     // A long TTL: the name shows again because the delete was refused, not because the
     // mount forgot it had removed it.
-    let args = ["--write-back", "--metadata-ttl", "60"];
+    // Its own cache dir: the refused record it leaves must not stay in the machine's
+    // default write-back log.
+    let (_cache, cache_dir) = temp_cache_dir();
+    let args = ["--write-back", "--metadata-ttl", "60", "--cache-dir", &cache_dir];
     let m = MountBuilder::new().bucket(&b).args(args).credentials(&creds).mount();
     std::fs::remove_file(m.join("kept")).expect("unlink returns before the delete");
     let back = wait_until(Duration::from_secs(10), || std::fs::metadata(m.join("kept")).is_ok());
