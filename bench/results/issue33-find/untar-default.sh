@@ -4,7 +4,7 @@
 # s3direct put-dir of the same tree with 1 and 16 uploads in flight.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-BIN=$1; ROUNDS=${2:-1}
+BIN=$(readlink -f "$1"); ROUNDS=${2:-1}
 set -a; eval "$(scripts/start-store minio)"; set +a
 export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
 trap 'scripts/stop-store "$STORE_PID" "$STORE_DIR"' EXIT

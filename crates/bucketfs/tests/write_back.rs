@@ -716,7 +716,7 @@ fn untar_while_the_store_is_stopped_is_stored_by_the_next_mount() {
     require_minio!("stops and restarts a MinIO of its own (OwnMinio), not the store under test");
     let mut own = OwnMinio::start();
     let b = "wb-store-stopped";
-    block_on(own.client().create_bucket().bucket(b).send()).expect("create bucket");
+    own.create_bucket(b);
     let source = tempfile::tempdir().expect("source tree");
     let mut files = Vec::new();
     for d in 0..4 {
@@ -760,16 +760,11 @@ fn untar_while_the_store_is_stopped_is_stored_by_the_next_mount() {
     });
     let again = MountBuilder::new().bucket(b).endpoint(&endpoint).args(["--cache-dir", &cache_dir]).mount();
     let own = restart.join().expect("MinIO started again");
-    let client = own.client();
     for (name, data) in &files {
-        let stored = block_on(async {
-            let object = client.get_object().bucket(b).key(format!("x/{name}")).send().await.expect(name);
-            object.body.collect().await.expect("body").into_bytes()
-        });
-        assert!(stored == data[..], "{name}: stored with its bytes");
+        assert!(own.get(b, &format!("x/{name}")) == *data, "{name}: stored with its bytes");
     }
     assert_eq!(std::fs::read_dir(again.join("x/d3")).expect("ls").count(), 150);
-    let uploads = block_on(client.list_multipart_uploads().bucket(b).send()).expect("list uploads");
+    let uploads = block_on(own.client().list_multipart_uploads().bucket(b).send()).expect("list uploads");
     assert!(uploads.uploads().is_empty(), "no multipart upload left");
 }
 
@@ -809,7 +804,7 @@ fn refused_files_count_against_the_limit_and_retry_stores_them() {
     require_minio!("stops and restarts a MinIO of its own (OwnMinio), not the store under test");
     let mut own = OwnMinio::start();
     let b = "wb-retry";
-    block_on(own.client().create_bucket().bucket(b).send()).expect("create bucket");
+    own.create_bucket(b);
     let (_cache, cache_dir) = temp_cache_dir();
     let args = ["--write-back", "--retry-window", "1", "--write-back-limit", "64KiB", "--metadata-ttl", "60"];
     let m = MountBuilder::new()
@@ -843,11 +838,7 @@ fn refused_files_count_against_the_limit_and_retry_stores_them() {
     own.start_again();
     assert_eq!(write_back_command(&m, "retry", &[]), "no refused files\n");
     assert!(own.keys(b) == ["first"], "stored by the retry");
-    let stored = block_on(async {
-        let object = own.client().get_object().bucket(b).key("first").send().await.expect("first");
-        object.body.collect().await.expect("body").into_bytes()
-    });
-    assert!(stored == first[..], "with its bytes");
+    assert!(own.get(b, "first") == first, "with its bytes");
     std::fs::write(m.join("third"), gen_data(3, 40 << 10)).expect("room again");
     drop(m);
     let mut keys = own.keys(b);

@@ -56,11 +56,9 @@ fn deletes_not_sent_before_a_kill_are_sent_by_the_next_mount() {
     require_minio!("stops and restarts a MinIO of its own (OwnMinio), not the store under test");
     let mut own = OwnMinio::start();
     let b = "wbd-killed";
-    let client = own.client();
-    block_on(client.create_bucket().bucket(b).send()).expect("create bucket");
+    own.create_bucket(b);
     for name in ["a", "b", "c", "replaced-later"] {
-        let body = aws_sdk_s3::primitives::ByteStream::from(name.as_bytes().to_vec());
-        block_on(client.put_object().bucket(b).key(format!("dir/{name}")).body(body).send()).expect("put");
+        own.put(b, &format!("dir/{name}"), name);
     }
     let (_cache, cache_dir) = temp_cache_dir();
     let args = ["--write-back", "--retry-window", "30", "--metadata-ttl", "60", "--cache-dir", &cache_dir];
@@ -81,8 +79,7 @@ fn deletes_not_sent_before_a_kill_are_sent_by_the_next_mount() {
 
     own.start_again();
     assert_eq!(own.keys(b).len(), 4, "nothing was deleted before the kill");
-    let body = aws_sdk_s3::primitives::ByteStream::from(b"another client's".to_vec());
-    block_on(own.client().put_object().bucket(b).key("dir/replaced-later").body(body).send()).expect("put");
+    own.put(b, "dir/replaced-later", "another client's");
     let again = MountBuilder::new().bucket(b).endpoint(&own.server.endpoint).args(["--cache-dir", &cache_dir]).mount();
     assert_eq!(own.keys(b), ["dir/replaced-later"], "deleted by the next mount, except the newer object");
     assert_eq!(std::fs::read(again.join("dir/replaced-later")).expect("read"), b"another client's");
@@ -148,10 +145,8 @@ fn a_new_file_at_a_key_being_deleted_waits_for_the_delete() {
     require_minio!("stops and restarts a MinIO of its own (OwnMinio), not the store under test");
     let mut own = OwnMinio::start();
     let b = "wbd-recreated";
-    let client = own.client();
-    block_on(client.create_bucket().bucket(b).send()).expect("create bucket");
-    let body = aws_sdk_s3::primitives::ByteStream::from(b"old".to_vec());
-    block_on(client.put_object().bucket(b).key("dir/f").body(body).send()).expect("put");
+    own.create_bucket(b);
+    own.put(b, "dir/f", "old");
     let args = ["--write-back", "--retry-window", "30", "--metadata-ttl", "60"];
     let m = MountBuilder::new().bucket(b).endpoint(&own.server.endpoint).args(args).mount();
     assert_eq!(std::fs::read(m.join("dir/f")).expect("read"), b"old");
@@ -167,7 +162,5 @@ fn a_new_file_at_a_key_being_deleted_waits_for_the_delete() {
     assert!(waited, "the create returned before the delete of its key was sent\n{}", m.diagnostics());
     created.unwrap_or_else(|e| panic!("create once the delete went: {e}\n{}", m.diagnostics()));
     drop(m);
-    let stored = block_on(own.client().get_object().bucket(b).key("dir/f").send()).expect("get");
-    let bytes = block_on(stored.body.collect()).expect("body").into_bytes();
-    assert_eq!(&bytes[..], b"new", "the new file is what the key holds");
+    assert_eq!(own.get(b, "dir/f"), b"new", "the new file is what the key holds");
 }

@@ -507,6 +507,27 @@ impl OwnMinio {
         s3_client_for(&self.server.endpoint, ACCESS_KEY, SECRET_KEY)
     }
 
+    /// Creates `bucket` on this server.
+    pub fn create_bucket(&self, bucket: &str) {
+        crate::common::block_on(self.client().create_bucket().bucket(bucket).send()).expect("create bucket");
+    }
+
+    /// Puts `body` at `key` of `bucket` on this server.
+    pub fn put(&self, bucket: &str, key: &str, body: impl Into<Vec<u8>>) {
+        let body = aws_sdk_s3::primitives::ByteStream::from(body.into());
+        crate::common::block_on(self.client().put_object().bucket(bucket).key(key).body(body).send())
+            .unwrap_or_else(|e| panic!("put {key}: {e}"));
+    }
+
+    /// The bytes at `key` of `bucket` on this server.
+    pub fn get(&self, bucket: &str, key: &str) -> Vec<u8> {
+        crate::common::block_on(async {
+            let object = self.client().get_object().bucket(bucket).key(key).send().await;
+            let object = object.unwrap_or_else(|e| panic!("get {key}: {e}"));
+            object.body.collect().await.expect("body").into_bytes().to_vec()
+        })
+    }
+
     /// The keys of `bucket` on this server (up to 1,000).
     pub fn keys(&self, bucket: &str) -> Vec<String> {
         let listed = crate::common::block_on(self.client().list_objects_v2().bucket(bucket).max_keys(1000).send());
