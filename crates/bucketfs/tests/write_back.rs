@@ -339,6 +339,84 @@ fn files_closed_before_a_killed_daemon_are_stored_by_the_next_mount() {
     assert_eq!(open_uploads(&b), 0);
 }
 
+/// Files over one part (a new one, and one replacing a stored object, `O_TRUNC`) are
+/// closed before any of their bytes reach the store: with no request getting through,
+/// both closes return; the killed daemon's log holds them (in data files), and the next
+/// mount stores them from there, in parts, leaving no upload open and no data file.
+#[test]
+fn large_files_are_closed_before_their_upload_and_stored_after_a_kill() {
+    let b = create_bucket("wb-large");
+    put(&b, "replaced", gen_data(7, 12 * MIB));
+    let (cache, cache_dir) = temp_cache_dir();
+    let proxy = ToxiProxy::to_minio();
+    let args = ["--write-back", "--metadata-ttl", "60", "--part-size", "5MiB", "--cache-dir", &cache_dir];
+    let m = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(args).mount();
+    assert!(std::fs::metadata(m.join("new")).is_err()); // looked up now: creating it sends nothing
+    assert!(std::fs::metadata(m.join("replaced")).is_ok());
+    proxy.add("hang", Direction::Upstream, Toxic::Timeout { after_ms: 0 });
+    let files = [("new", gen_data(1, 23 * MIB + 5)), ("replaced", gen_data(2, 17 * MIB + 1))];
+    for (name, data) in &files {
+        run_with_timeout(&format!("write and close {name}"), Duration::from_secs(20), {
+            let (path, data) = (m.join(name), data.clone());
+            move || {
+                let mut file = File::create(path).expect("create");
+                for chunk in data.chunks(128 << 10) {
+                    file.write_all(chunk).expect("write");
+                }
+                close(file).expect("close returns Ok before the upload")
+            }
+        });
+    }
+    kill_daemon(m);
+    proxy.remove("hang");
+    assert!(get(&b, "replaced") == gen_data(7, 12 * MIB), "nothing was stored before the kill");
+    let log_dir = cache.path().join("bucketfs-write-back");
+    let data_files = || {
+        let names = std::fs::read_dir(&log_dir).expect("log dir").map(|e| e.expect("entry").file_name());
+        names.filter(|name| name.to_string_lossy().ends_with(".bytes")).count()
+    };
+    assert_eq!(data_files(), 2, "each file's bytes in a data file of the log");
+
+    let _again = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(["--cache-dir", &cache_dir]).mount();
+    for (name, data) in &files {
+        assert!(get(&b, name) == *data, "{name}: stored by the next mount with its bytes");
+        assert!(head(&b, name).etag.contains('-'), "{name}: stored in parts");
+    }
+    assert_eq!(open_uploads(&b), 0);
+    assert_eq!(data_files(), 0, "data files are deleted once stored");
+}
+
+/// A file growing past half the write-back limit under `--write-back` (here also past what
+/// staging files may hold) streams from there as without the option: every write
+/// succeeds, and close returns once the object is stored.
+#[test]
+fn a_file_past_the_write_back_limit_is_streamed() {
+    let b = create_bucket("wb-past-limit");
+    let (_cache, cache_dir) = temp_cache_dir();
+    let args = [
+        "--write-back",
+        "--part-size",
+        "5MiB",
+        "--write-back-limit",
+        "16MiB",
+        "--staging-limit",
+        "10MiB",
+        "--cache-dir",
+        &cache_dir,
+    ];
+    let m = MountBuilder::new().bucket(&b).args(args).mount();
+    let data = gen_data(3, 30 * MIB + 11);
+    let mut file = File::create(m.join("huge")).expect("create");
+    for chunk in data.chunks(128 << 10) {
+        file.write_all(chunk).expect("every write succeeds");
+    }
+    close(file).expect("close");
+    assert!(get(&b, "huge") == data, "stored when close returned, with its bytes");
+    assert!(std::fs::read(m.join("huge")).expect("read back") == data);
+    drop(m);
+    assert_eq!(open_uploads(&b), 0);
+}
+
 /// `kill -9` in the middle of writing a tree with `--write-back` (small files, and files
 /// of several parts, which close stores before it returns), uploads slowed by the
 /// network: after a remount, every file whose close had returned is in the bucket with

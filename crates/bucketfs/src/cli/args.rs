@@ -317,10 +317,12 @@ pub struct MountArgs {
     /// to 32 files at once), like rclone's write-back; mkdir and a directory's attribute
     /// changes are stored just after they return too. Each is first written to a log
     /// under --cache-dir (synced within --write-back-sync) that the next mount stores if
-    /// this daemon dies. Faster for many small
-    /// files; an upload the store refuses is kept in that log and reported (`bucketfs
-    /// status`, `bucketfs write-back`): use fsync() where an error must be seen. The next
-    /// operation on the file waits for its upload; unmount waits for all.
+    /// this daemon dies; a file over one part is staged on local disk while written (up
+    /// to half of --write-back-limit; past that it streams) and copied there at close.
+    /// Faster for many small files and on a far store; an upload the store refuses is
+    /// kept in that log and reported (`bucketfs status`, `bucketfs write-back`): use
+    /// fsync() where an error must be seen. The next operation on the file waits for its
+    /// upload; unmount waits for all.
     #[arg(long, conflicts_with = "read_only")]
     pub write_back: bool,
     /// Most bytes the write-back log may hold: files closed and not stored yet, and

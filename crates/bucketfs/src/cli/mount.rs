@@ -580,6 +580,7 @@ fn recover_stopped_daemons(
     let journal = Arc::new(Journal::open(&args.cache_dir).with_context(|| unusable("journal of uploads"))?);
     let log = WriteBackLog::open(&args.cache_dir, args.write_back_limit, args.write_back_sync)
         .with_context(|| unusable("write-back log"))?;
+    log.record_uploads_in(journal.clone());
     let running = recovery::running_daemons(&journal, &log);
     let recovered = runtime.block_on(recovery::recover(&journal, &log, &stores));
     if recovered.aborted > 0 {

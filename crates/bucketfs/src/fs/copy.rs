@@ -86,7 +86,7 @@ impl Fs {
     }
 
     /// The source holding file `ino`.
-    fn source_of(&self, ino: u64) -> Option<usize> {
+    pub(super) fn source_of(&self, ino: u64) -> Option<usize> {
         match self.namespace.node(ino).ok()?.location {
             Location::File { source, .. } => Some(source),
             _ => None,

@@ -86,6 +86,10 @@ impl From<WriteError> for FsError {
                 FsError::Busy("these bytes are already uploaded; they can be read once the file is closed")
             }
             WriteError::NoSpace => FsError::NoSpace,
+            // Handled by `Fs::write` (it goes on in a staging file); never the caller's answer.
+            WriteError::PastOnePart | WriteError::TooLargeToStage => {
+                FsError::Local("a file was not moved between streaming and staging".into())
+            }
             WriteError::Local(detail) => FsError::Local(detail),
             WriteError::Store(store) => FsError::Store(store),
         }
@@ -262,6 +266,8 @@ mod tests {
             (WriteError::ReadOfSentBytes.into(), "Busy"),
             (WriteError::NoSpace.into(), "NoSpace"),
             (WriteError::Local("l".into()).into(), "Local"),
+            (WriteError::PastOnePart.into(), "Local"),
+            (WriteError::TooLargeToStage.into(), "Local"),
             (WriteError::Store(StoreError::AlreadyExists).into(), "Store(AlreadyExists)"),
         ];
         for (error, expected) in cases {

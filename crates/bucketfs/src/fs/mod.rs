@@ -174,6 +174,9 @@ pub struct Fs {
     small_files_ahead: Option<Arc<SmallFilesAhead>>,
     /// Files whose upload failed where no caller could hear of it (see [`Fs::unstored`]).
     unstored: Mutex<Unstored>,
+    /// Held while a file moves between a streamed upload and a staging file under
+    /// `--write-back` (see `Fs::stage_past_one_part`): other writes of it wait here.
+    moving_output: tokio::sync::Mutex<()>,
 }
 
 /// Uploads that failed after `close()` returned (`--write-back`, a commit at the last
@@ -217,6 +220,7 @@ impl Fs {
             data_cache: None,
             small_files_ahead: None,
             unstored: Mutex::default(),
+            moving_output: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -598,16 +602,22 @@ impl Fs {
     /// [`Fs::drop_set_id_bits`]).
     pub async fn write(&self, handle: u64, offset: u64, data: &[u8], drop_set_id: bool) -> Result<u32, FsError> {
         let mut writer = self.writers.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?;
-        let size = match writer.output.write(offset, data).await {
-            Err(WriteError::Committed) => {
-                writer = self.continue_staged(handle, &writer).await?;
-                writer.output.write(offset, data).await?
+        // A write the file's output cannot take moves the file to another (at most three
+        // moves: streamed, staged past one part, streamed again past the write-back limit).
+        let mut moves = 0;
+        let size = loop {
+            let moved = match writer.output.write(offset, data).await {
+                Err(WriteError::Committed) => self.continue_staged(handle, &writer).await?,
+                Err(WriteError::RewriteOfSentBytes) => self.store_and_continue_staged(handle, &writer).await?,
+                Err(WriteError::PastOnePart) => self.stage_past_one_part(handle, &writer).await?,
+                Err(WriteError::TooLargeToStage) => self.stream_staged(handle, &writer).await?,
+                other => break other?,
+            };
+            writer = moved;
+            moves += 1;
+            if moves > 4 {
+                return Err(WriteError::TooLargeToStage.into()); // never: each move is forward
             }
-            Err(WriteError::RewriteOfSentBytes) => {
-                writer = self.store_and_continue_staged(handle, &writer).await?;
-                writer.output.write(offset, data).await?
-            }
-            other => other?,
         };
         self.content_changed(&writer).await;
         self.namespace.set_pending_size(writer.ino, size);
@@ -1112,8 +1122,12 @@ impl Fs {
     fn new_upload(&self, source: usize, key: String, create_only: bool, metadata: Metadata) -> Upload {
         let store = self.namespace.store(source).clone();
         let config = &self.write_config;
+        let part_size = config.part_size.max(crate::write::MIN_PART);
         Upload::new(store, key, create_only, config.part_size, self.memory.clone(), config.staging.clone(), metadata)
             .keeping_stored_bytes(self.data_cache.is_some())
+            // Staged past one part under `--write-back` (see `Fs::stage_past_one_part`), where
+            // more than a part may be staged.
+            .one_part_only(self.write_back.is_some() && self.staged_at_most().is_some_and(|most| most > part_size))
     }
 
     /// A new handle of `writer`, opened by process `opener`.

@@ -1,7 +1,8 @@
 //! `--write-back` at the file system's level: a closed file handed to the background
-//! once the write-back log (`write::write_back`) holds it, and what an operator does
-//! with the files the store refused (`bucketfs write-back`, through the root's
-//! attribute [`WRITE_BACK`]).
+//! once the write-back log (`write::write_back`) holds it, a file written past one part
+//! moved to a staging file so that its close can do the same (and back to a streamed
+//! upload past the log's limit), and what an operator does with the files the store
+//! refused (`bucketfs write-back`, through the root's attribute [`WRITE_BACK`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -13,6 +14,10 @@ use super::handles::Writer;
 use super::Fs;
 use crate::namespace::Location;
 use crate::write::write_back::{FailedFile, PendingFile, Recorded};
+use crate::write::{Output, WriteError};
+
+/// Bytes copied at a time from a staging file into the streamed upload that goes on from it.
+const STREAM_CHUNK: u64 = 1 << 20;
 
 /// How long after `close()` a file's upload starts under `--write-back` (see
 /// [`Fs::hand_off`]). rsync renames its temporary file about a millisecond after
@@ -29,9 +34,9 @@ impl Fs {
     /// `close()` with `--write-back`: returns once the whole file is in the write-back
     /// log on local disk (so the next mount stores it if this daemon dies), and stores it
     /// in the background, at most `uploads` at once; a close does not wait for an upload
-    /// to end (the log's limit bounds what waits). A file too large for one PUT, a staging
-    /// file that starts from a stored object, or one the log has no room for is stored
-    /// before it returns.
+    /// to end (the log's limit bounds what waits). A file that streamed parts (past half
+    /// the log's limit), a staging file that starts from a stored object, or one the log
+    /// has no room for is stored before it returns.
     ///
     /// The upload starts [`UPLOAD_GRACE`] after the close, or at once when someone waits
     /// for it (`Fs::settle`: an open, unmount). Programs that write a file under a
@@ -67,8 +72,103 @@ impl Fs {
         Ok(())
     }
 
-    /// The write-back log's record of `writer`'s whole file, if it is one PUT not stored
-    /// yet and the log could take it.
+    /// A streamed file written past its first part under `--write-back` (its upload sends
+    /// no part, see `Upload::one_part_only`): it goes on, under the same handles, in a
+    /// staging file that holds what was written, so that its close logs it whole and
+    /// returns before its upload, up to half the write-back limit. Past that it streams
+    /// again ([`Fs::stream_staged`]).
+    pub(super) async fn stage_past_one_part(&self, handle: u64, writer: &Arc<Writer>) -> Result<Arc<Writer>, FsError> {
+        let _moving = self.moving_output.lock().await;
+        if let Some(moved) = self.moved_already(handle, writer)? {
+            return Ok(moved);
+        }
+        let Output::Streamed(upload) = &writer.output else { return Err(WriteError::PastOnePart.into()) };
+        let (create_only, replaces) = upload.replaced();
+        let source = self.source_of(writer.ino).ok_or(FsError::NotFound)?;
+        let Some((written, metadata)) = upload.hand_over_unsent().await else {
+            return Err(WriteError::PastOnePart.into());
+        };
+        let staged = async {
+            let mut staged = self.new_staged(source, upload.key(), None, metadata)?;
+            if let Some(most) = self.staged_at_most() {
+                staged = staged.staging_at_most(most);
+            }
+            if !create_only {
+                staged.replacing(replaces).await;
+            }
+            staged.write(0, &written).await?;
+            Ok::<_, FsError>(staged)
+        }
+        .await;
+        upload.handed_over(staged.is_ok()).await;
+        Ok(self.move_output(writer, Output::Staged(staged?)))
+    }
+
+    /// A file staged under `--write-back` written past the write-back limit, which it
+    /// could not wait in: it goes on, under the same handles, as a streamed upload fed
+    /// with what was written (this write waits for those parts to go, as writes of a
+    /// streamed file do), and is stored as without the option, its close waiting for the
+    /// last parts.
+    pub(super) async fn stream_staged(&self, handle: u64, writer: &Arc<Writer>) -> Result<Arc<Writer>, FsError> {
+        let _moving = self.moving_output.lock().await;
+        if let Some(moved) = self.moved_already(handle, writer)? {
+            return Ok(moved);
+        }
+        let Output::Staged(staged) = &writer.output else { return Err(WriteError::TooLargeToStage.into()) };
+        let source = self.source_of(writer.ino).ok_or(FsError::NotFound)?;
+        let Some((create_only, replaces, metadata, size)) = staged.hand_over_to_stream().await else {
+            return Err(WriteError::TooLargeToStage.into());
+        };
+        tracing::debug!(key = staged.key(), size, "past the write-back limit: streamed from here");
+        let upload =
+            self.new_upload(source, staged.key(), create_only, metadata).replacing(replaces).one_part_only(false);
+        let fed = async {
+            let mut offset = 0;
+            while offset < size {
+                let bytes = staged.read(offset, STREAM_CHUNK).await?;
+                upload.write(offset, &bytes).await?;
+                offset += bytes.len() as u64;
+            }
+            Ok::<_, FsError>(())
+        }
+        .await;
+        staged.handed_over(fed.is_ok()).await;
+        if let Err(error) = fed {
+            upload.discard().await;
+            let _ = upload.commit().await; // aborts the parts it sent
+            return Err(error);
+        }
+        Ok(self.move_output(writer, Output::Streamed(upload)))
+    }
+
+    /// How large a file staged under `--write-back` may grow before it streams: half the
+    /// log's limit (a file filling it alone would make every other close wait for its
+    /// upload), and no more than staging files may hold (past that a write fails, ENOSPC).
+    /// `None` without a write-back log.
+    pub(super) fn staged_at_most(&self) -> Option<u64> {
+        let (_, limit) = self.write_back_usage()?;
+        Some((limit / 2).min(self.write_config.staging.limit.limit()))
+    }
+
+    /// The writer that `handle` moved to while the caller waited to move `writer`, if any.
+    fn moved_already(&self, handle: u64, writer: &Arc<Writer>) -> Result<Option<Arc<Writer>>, FsError> {
+        match self.writers.lock().get(&handle) {
+            Some(current) if Arc::ptr_eq(current, writer) => Ok(None),
+            Some(current) => Ok(Some(current.clone())),
+            None => Err(FsError::BadHandle),
+        }
+    }
+
+    /// Every handle of `writer` goes on with `output` instead.
+    fn move_output(&self, writer: &Arc<Writer>, output: Output) -> Arc<Writer> {
+        let times_kept = writer.times_kept.load(Ordering::Acquire);
+        let next = Arc::new(Writer::new(writer.created, writer.ino, output, times_kept));
+        self.writers.lock().replace_shared(writer, &next);
+        next
+    }
+
+    /// The write-back log's record of `writer`'s whole file, if nothing of it is stored or
+    /// sent yet and the log could take it.
     async fn record_write_back(&self, writer: &Writer) -> Option<Recorded> {
         let pending = writer.output.pending_whole().await?;
         let source = match self.namespace.node(writer.ino).ok()?.location {

@@ -19,6 +19,14 @@ pub enum WriteError {
     /// staging file, which reads back whole.
     #[error("a streamed upload cannot read back bytes it already sent")]
     ReadOfSentBytes,
+    /// A write past the first part of an upload that sends no part (`--write-back`): the
+    /// caller goes on in a staging file, uploaded after close.
+    #[error("a file past one part is staged under --write-back")]
+    PastOnePart,
+    /// A write past the write-back limit to a file staged under `--write-back`: it could
+    /// not wait in the log, so the caller streams it from here, as without the option.
+    #[error("a file past the write-back limit is streamed")]
+    TooLargeToStage,
     /// `--staging-limit` is spent, or the staging disk is full.
     #[error("no space left for staging files")]
     NoSpace,

@@ -117,6 +117,8 @@ struct State {
     /// The bytes of a file stored in one PUT, kept where asked
     /// ([`Upload::keeping_stored_bytes`]) until taken.
     stored_bytes: Option<Bytes>,
+    /// Its bytes go on in a staging file ([`Upload::hand_over_unsent`]).
+    handed_over: bool,
 }
 
 /// What a rename did to a file being written (or closed and not stored yet).
@@ -143,6 +145,9 @@ pub struct Upload {
     staging: StagingConfig,
     /// Keep the bytes of a file stored in one PUT for [`Upload::take_stored_bytes`].
     keep_stored_bytes: bool,
+    /// Send no part: a write past the first part fails with [`WriteError::PastOnePart`]
+    /// (`--write-back`, which stages such a file and uploads it after close).
+    one_part_only: bool,
     state: Mutex<State>,
 }
 
@@ -160,7 +165,53 @@ impl Upload {
         let key = parking_lot::Mutex::new(key);
         let part_size = part_size.max(MIN_PART);
         let state = Mutex::new(state);
-        Self { store, key, create_only, replaces: None, part_size, memory, staging, keep_stored_bytes: false, state }
+        Self {
+            store,
+            key,
+            create_only,
+            replaces: None,
+            part_size,
+            memory,
+            staging,
+            keep_stored_bytes: false,
+            one_part_only: false,
+            state,
+        }
+    }
+
+    /// Sends no part (see [`Upload::one_part_only`]).
+    pub fn one_part_only(mut self, only: bool) -> Self {
+        self.one_part_only = only;
+        self
+    }
+
+    /// The ETag of the object this file replaces, if any, and whether it must not replace
+    /// another client's object (a new file): what a staging file going on from it needs.
+    pub fn replaced(&self) -> (bool, Option<String>) {
+        (self.create_only, self.replaces.clone())
+    }
+
+    /// Hands what was written over to the caller, who goes on in a staging file
+    /// ([`WriteError::PastOnePart`]): the bytes and the metadata. Until the caller says how
+    /// that went ([`Upload::handed_over`]), writes fail with `PastOnePart` too (the caller
+    /// holds them back). `None` if it stored or sent anything, or is being handed over.
+    pub async fn hand_over_unsent(&self) -> Option<(Bytes, Metadata)> {
+        let mut state = self.state.lock().await;
+        if state.outcome.is_some() || state.multipart.is_some() || state.discarded || state.handed_over {
+            return None;
+        }
+        let data = state.buffer.read(0..state.buffer.len()).ok()?;
+        state.handed_over = true;
+        Some((data, state.metadata.clone()))
+    }
+
+    /// After [`Upload::hand_over_unsent`]: the staging file took the bytes (`true`: this
+    /// upload stores nothing, and its writes keep failing with `PastOnePart`), or could
+    /// not (`false`: it goes on as before).
+    pub async fn handed_over(&self, taken: bool) {
+        let mut state = self.state.lock().await;
+        state.handed_over = taken;
+        state.discarded |= taken;
     }
 
     /// Keeps the bytes of the file, if it is stored in one PUT, until
@@ -195,7 +246,7 @@ impl Upload {
         let replaces = if create_only { None } else { self.replaces.clone() };
         Some(PendingFile {
             key: self.key(),
-            data,
+            data: write_back::Contents::Memory(data),
             metadata: state.metadata.clone(),
             create_only,
             replaces,
@@ -275,10 +326,14 @@ impl Upload {
     /// Accepts `data` at `offset`; returns the file size so far.
     pub async fn write(&self, offset: u64, data: &[u8]) -> Result<u64, WriteError> {
         let mut state = self.state.lock().await;
+        let end = offset + data.len() as u64;
+        if state.handed_over || (self.one_part_only && end > self.part_size && state.outcome.is_none()) {
+            return Err(WriteError::PastOnePart);
+        }
         if state.discarded {
             // Unlinked while open: nothing will be stored, the writes go nowhere (as on a
             // local disk, where they go to a file no name reaches).
-            return Ok(offset + data.len() as u64);
+            return Ok(end);
         }
         match &state.outcome {
             None => {}
@@ -313,7 +368,8 @@ impl Upload {
                 data = &data[take..];
                 position += take;
             }
-            if state.buffer.len() >= part_end {
+            // One part only: a file of exactly one part is one PUT at commit.
+            if state.buffer.len() >= part_end && !self.one_part_only {
                 self.send_part(&mut state, part_end).await?;
                 position -= part_end;
             }

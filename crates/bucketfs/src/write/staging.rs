@@ -24,6 +24,7 @@ use tokio::sync::Mutex;
 
 use super::journal::Journal;
 use super::multipart::MultipartUpload;
+use super::write_back::Contents;
 use super::{WriteError, COPY_PART, MAX_PARTS, MIN_PART, UPLOAD_CONCURRENCY};
 use crate::memory::{MemoryLimiter, Reservation};
 use crate::store::{Metadata, ObjectStore, StoreError};
@@ -53,12 +54,17 @@ struct State {
     metadata_changed: bool,
     /// A new file: the first commit must not replace another client's object.
     create_only: bool,
+    /// The ETag of the object the first commit replaces (`O_TRUNC` of an existing file,
+    /// continued here past one part under `--write-back`), for a write-back log replay.
+    replaces: Option<String>,
     discarded: bool,
     /// The file's size, counted against the staging limit.
     disk: Reservation,
     /// The source (key, ETag) the base is a whole copy of, while only a part of it may be
     /// shown (see [`Staged::store_copy_of`]).
     copy_of: Option<(String, String)>,
+    /// Its bytes go on in a streamed upload ([`Staged::hand_over_to_stream`]).
+    handed_over: bool,
 }
 
 pub struct Staged {
@@ -67,6 +73,9 @@ pub struct Staged {
     key: parking_lot::Mutex<String>,
     part_size: u64,
     memory: Arc<MemoryLimiter>,
+    /// A new file staged under `--write-back` may not grow past this (the write-back
+    /// limit): a write past it fails with [`WriteError::TooLargeToStage`].
+    stage_at_most: Option<u64>,
     state: Mutex<State>,
 }
 
@@ -98,6 +107,7 @@ impl Staged {
             file,
             size: base_end,
             create_only: base.is_none(),
+            replaces: None,
             dirty: RangeSet::new(),
             changed: base.is_none(),
             base,
@@ -108,6 +118,7 @@ impl Staged {
             discarded: false,
             disk,
             copy_of: None,
+            handed_over: false,
         };
         Ok(Self {
             store,
@@ -115,8 +126,38 @@ impl Staged {
             key: parking_lot::Mutex::new(key),
             part_size: part_size.max(MIN_PART),
             memory,
+            stage_at_most: None,
             state: Mutex::new(state),
         })
+    }
+
+    /// See [`Staged::stage_at_most`].
+    pub fn staging_at_most(mut self, bytes: u64) -> Self {
+        self.stage_at_most = Some(bytes);
+        self
+    }
+
+    /// Hands the file over to a streamed upload that goes on from it
+    /// ([`WriteError::TooLargeToStage`]): whether it is a new file, the ETag it replaces,
+    /// its metadata and size; the caller reads its bytes ([`Staged::read`]) and then says
+    /// how that went ([`Staged::handed_over`]); meanwhile writes fail with
+    /// `TooLargeToStage` too (the caller holds them back). `None` if it is being handed
+    /// over, or is not a file starting from nothing.
+    pub async fn hand_over_to_stream(&self) -> Option<(bool, Option<String>, Metadata, u64)> {
+        let mut state = self.state.lock().await;
+        if state.handed_over || state.discarded || state.base.is_some() {
+            return None;
+        }
+        state.handed_over = true;
+        Some((state.create_only, state.replaces.clone(), state.metadata.clone(), state.size))
+    }
+
+    /// After [`Staged::hand_over_to_stream`]: the stream took the bytes (`true`: nothing
+    /// of this file is stored, its writes keep failing) or could not (`false`: it goes on).
+    pub async fn handed_over(&self, taken: bool) {
+        let mut state = self.state.lock().await;
+        state.handed_over = taken;
+        state.discarded |= taken;
     }
 
     pub fn key(&self) -> String {
@@ -132,6 +173,7 @@ impl Staged {
         }
         let old_key_holds = !state.create_only;
         state.create_only = false;
+        state.replaces = None; // the replaced object was at the old key
         *self.key.lock() = key;
         super::Renamed::Pending { old_key_holds }
     }
@@ -148,6 +190,13 @@ impl Staged {
     /// Replaces whatever is at the key at the first commit (`O_TRUNC` of an existing file).
     pub async fn allow_replace(&self) {
         self.state.lock().await.create_only = false;
+    }
+
+    /// Replaces the object of ETag `etag` at the first commit (see [`State::replaces`]).
+    pub async fn replacing(&self, etag: Option<String>) {
+        let mut state = self.state.lock().await;
+        state.create_only = false;
+        state.replaces = etag;
     }
 
     pub async fn metadata(&self) -> Metadata {
@@ -191,6 +240,10 @@ impl Staged {
     pub async fn write(&self, offset: u64, data: &[u8]) -> Result<u64, WriteError> {
         let mut state = self.state.lock().await;
         let end = offset + data.len() as u64;
+        let too_large = self.stage_at_most.is_some_and(|most| end > most && state.base.is_none() && !state.discarded);
+        if state.handed_over || too_large {
+            return Err(WriteError::TooLargeToStage);
+        }
         self.grow_to(&mut state, end)?;
         state.file.write_all_at(data, offset).map_err(local_error)?;
         let base_end = state.base_end;
@@ -204,21 +257,25 @@ impl Staged {
         Ok(state.size)
     }
 
-    /// The whole file, if it is a new file not stored yet (nothing to fetch) and small
-    /// enough to be one PUT: what `--write-back` records in its log at close (rsync
-    /// writes its temporary files with `O_RDWR`).
+    /// The whole file, if it is a file not stored yet that starts from nothing (nothing
+    /// to fetch): new, or replacing an object (`O_TRUNC`): what `--write-back` records in
+    /// its log at close (rsync writes its temporary files with `O_RDWR`). Its bytes as a
+    /// buffer up to one part, as a handle of this file above (the log copies them).
     pub async fn pending_whole(&self) -> Option<super::write_back::PendingFile> {
         let state = self.state.lock().await;
-        if state.discarded || state.base.is_some() || !state.create_only || state.size > self.part_size {
+        if state.discarded || state.base.is_some() || !(state.create_only || state.replaces.is_some()) {
             return None;
         }
-        let mut data = vec![0; usize::try_from(state.size).ok()?];
-        state.file.read_exact_at(&mut data, 0).ok()?;
+        let data = match state.size > self.part_size {
+            true => Contents::File { file: Arc::new(state.file.try_clone().ok()?), len: state.size },
+            false => Contents::Memory(read_range(&state.file, 0..state.size).ok()?),
+        };
         Some(super::write_back::PendingFile {
             key: self.key(),
-            data: Bytes::from(data),
+            data,
             metadata: state.metadata.clone(),
-            create_only: true,
+            create_only: state.create_only,
+            replaces: state.replaces.clone(),
             ..super::write_back::PendingFile::default()
         })
     }
@@ -416,43 +473,78 @@ impl Staged {
         for piece in pieces.iter().filter(|piece| !piece.copied) {
             self.fetch_base(state, piece.range.clone()).await?;
         }
-        let create_only = state.create_only;
-        if let [Piece { copied: false, .. }] | [] = pieces.as_slice() {
-            let data = read_range(&state.file, 0..size)?;
-            return Ok(self.store.put(key, data, &state.metadata, create_only).await?);
-        }
-        let upload = MultipartUpload::start(&self.store, self.journal.as_deref(), key, &state.metadata).await?;
-        let parts = self.upload_parts(state, &upload, pieces).await;
-        Ok(upload.finish_with(async { parts }, create_only).await?)
-    }
-
-    async fn upload_parts(
-        &self,
-        state: &State,
-        upload: &MultipartUpload,
-        pieces: Vec<Piece>,
-    ) -> Result<Vec<(i32, String)>, StoreError> {
         let base_etag = state.base.as_ref().and_then(|b| b.etag.clone());
-        let file = &state.file;
+        let target = Target { store: &self.store, journal: self.journal.as_deref(), key, metadata: &state.metadata };
+        Ok(target.store_pieces(&state.file, pieces, base_etag, state.create_only, &self.memory).await?)
+    }
+}
+
+/// Where [`store_file`] and a staging file's commit store their bytes.
+struct Target<'a> {
+    store: &'a Arc<dyn ObjectStore>,
+    journal: Option<&'a Journal>,
+    key: &'a str,
+    metadata: &'a Metadata,
+}
+
+impl Target<'_> {
+    /// Stores `pieces` of `file` as the object: one PUT for a single piece uploaded from
+    /// the file, else a multipart upload (copied pieces come from the object at version
+    /// `base_etag`).
+    async fn store_pieces(
+        &self,
+        file: &File,
+        pieces: Vec<Piece>,
+        base_etag: Option<String>,
+        create_only: bool,
+        memory: &Arc<MemoryLimiter>,
+    ) -> Result<Option<String>, StoreError> {
+        if let [Piece { copied: false, .. }] | [] = pieces.as_slice() {
+            let size = pieces.first().map_or(0, |piece| piece.range.end);
+            let data = read_range(file, 0..size).map_err(reading_error)?;
+            return self.store.put(self.key, data, self.metadata, create_only).await;
+        }
+        let upload = MultipartUpload::start(self.store, self.journal, self.key, self.metadata).await?;
         let parts = pieces.into_iter().enumerate().map(|(index, Piece { range, copied })| {
             let number = index as i32 + 1;
-            let base_etag = base_etag.clone();
+            let (upload, base_etag) = (&upload, base_etag.clone());
             async move {
                 let etag = if copied {
                     upload.copy_part(number, upload.key(), range, base_etag.as_deref()).await?
                 } else {
-                    let _memory = self.memory.reserve(range.end - range.start);
-                    let data = read_range(file, range).map_err(|e| StoreError::Other {
-                        message: format!("reading the staging file: {e}"),
-                        request_id: None,
-                    })?;
-                    upload.upload_part(number, data).await?
+                    let _memory = memory.reserve(range.end - range.start);
+                    upload.upload_part(number, read_range(file, range).map_err(reading_error)?).await?
                 };
                 Ok::<_, StoreError>((number, etag))
             }
         });
-        futures::stream::iter(parts).buffered(UPLOAD_CONCURRENCY).try_collect().await
+        let parts = futures::stream::iter(parts).buffered(UPLOAD_CONCURRENCY).try_collect().await;
+        upload.finish_with(async { parts }, create_only).await
     }
+}
+
+/// Stores the first `size` bytes of `file` as the object `key` (one PUT up to S3's
+/// smallest part, else parts of that size or more), through the one multipart lifecycle (recorded in
+/// `journal`): what a write-back log replay does with a file over one part.
+#[allow(clippy::too_many_arguments)]
+pub async fn store_file(
+    store: &Arc<dyn ObjectStore>,
+    journal: Option<&Journal>,
+    key: &str,
+    file: &File,
+    size: u64,
+    metadata: &Metadata,
+    create_only: bool,
+    memory: &Arc<MemoryLimiter>,
+) -> Result<Option<String>, StoreError> {
+    let chunk = MIN_PART.max(size.div_ceil(MAX_PARTS - 2));
+    let pieces = plan_parts(size, chunk, 0, &RangeSet::new());
+    let target = Target { store, journal, key, metadata };
+    target.store_pieces(file, pieces, None, create_only, memory).await
+}
+
+fn reading_error(error: WriteError) -> StoreError {
+    StoreError::Other { message: format!("reading the staging file: {error}"), request_id: None }
 }
 
 /// One part of a commit: bytes `range` of the file, copied from the base (same offsets)

@@ -1,7 +1,8 @@
 //! The bytes of a write-back log file: what is written, and how a file is read back.
 //!
 //! A record is a JSON line (its header, with the CRC-32 of the file's bytes) followed by
-//! the file's bytes; a done mark is a line `{"done":ID}`; a change of a file not stored
+//! the file's bytes, or, for a file over one part, by nothing: its bytes are in a data
+//! file of their own that the header names, with their length and CRC-32 ([`DataFile`]); a done mark is a line `{"done":ID}`; a change of a file not stored
 //! yet (a rename, new attributes) is a line `{"amended":ID,"key":…,"metadata":…}`; a
 //! failed record's file ends
 //! with `{"failed":ID,"error":"…"}`. A segment is written over zeros laid ahead of its
@@ -80,6 +81,20 @@ pub(super) struct Header {
     /// before it existed have none.
     #[serde(default, skip_serializing)]
     pub crc: Option<u32>,
+    /// Where the file's bytes are when they are not after the header (`len` is then 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_file: Option<DataFile>,
+}
+
+/// The bytes of a large record, in a file of the log's directory: written before the
+/// record's line, checked against `crc` when read back (a power cut may leave the line
+/// and not all of these bytes, see `WriteBackLog::record`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DataFile {
+    /// Its name in the log's directory, `DAEMON.data-ID.bytes`.
+    pub name: String,
+    pub len: u64,
+    pub crc: u32,
 }
 
 /// A header as written: with the checksum of the bytes that follow it.
@@ -104,6 +119,25 @@ pub(super) fn encode(header: &Header, data: &[u8]) -> std::io::Result<Vec<u8>> {
     record.push(b'\n');
     record.extend_from_slice(data);
     Ok(record)
+}
+
+/// CRC-32 of the first `len` bytes of `source` (an error if it is shorter), copying them
+/// to `copy_to` on the way (a large record's data file).
+pub(super) fn crc_of_file(source: &std::fs::File, len: u64, copy_to: Option<&std::fs::File>) -> std::io::Result<u32> {
+    use std::os::unix::fs::FileExt;
+    let mut crc = crc32fast::Hasher::new();
+    let mut buffer = vec![0; (1 << 20).min(len as usize)];
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(buffer.len() as u64) as usize;
+        source.read_exact_at(&mut buffer[..n], at)?;
+        crc.update(&buffer[..n]);
+        if let Some(out) = copy_to {
+            out.write_all_at(&buffer[..n], at)?;
+        }
+        at += n as u64;
+    }
+    Ok(crc.finalize())
 }
 
 /// A line without a record (done or failed).
@@ -161,6 +195,11 @@ pub(super) fn parse(bytes: &[u8]) -> Parsed {
 }
 
 impl Header {
+    /// The file's bytes, wherever they are.
+    pub(super) fn bytes(&self) -> u64 {
+        self.len + self.data_file.as_ref().map_or(0, |data| data.len)
+    }
+
     /// The file changed before it was stored. Renamed, it goes to the new key over
     /// whatever is there (as the rename replaced it), as the live upload does.
     pub(super) fn amend(&mut self, amendment: Amendment) {

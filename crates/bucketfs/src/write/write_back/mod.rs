@@ -52,18 +52,49 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use super::journal::this_daemon;
+use super::journal::{this_daemon, Journal};
 use crate::store::Metadata;
 pub use format::Amendment;
-use format::{Header, Line};
+use format::{DataFile, Header, Line};
 pub use replay::Replayed;
 use sync::Syncer;
+
+/// The bytes of a pending file: in memory up to one part; above, in a local file (a
+/// staging file at close, the record's data file in a replay), never all in memory.
+#[derive(Clone, Debug)]
+pub enum Contents {
+    Memory(Bytes),
+    /// The first `len` bytes of `file`.
+    File {
+        file: Arc<File>,
+        len: u64,
+    },
+}
+
+impl Default for Contents {
+    fn default() -> Self {
+        Contents::Memory(Bytes::new())
+    }
+}
+
+impl Contents {
+    pub fn len(&self) -> u64 {
+        match self {
+            Contents::Memory(bytes) => bytes.len() as u64,
+            Contents::File { len, .. } => *len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// A file closed with `--write-back` and not stored yet, whole; or a delete not sent yet.
 #[derive(Clone, Debug, Default)]
 pub struct PendingFile {
     pub key: String,
-    pub data: Bytes,
+    pub data: Contents,
     pub metadata: Metadata,
     /// A new file: it must not replace an object another client created.
     pub create_only: bool,
@@ -89,7 +120,9 @@ impl PendingFile {
         !self.delete && self.key.ends_with('/') && self.data.is_empty()
     }
 
-    fn from_record(header: Header, data: Bytes) -> Self {
+    /// A record read back whose bytes followed its header (see [`WriteBackLog::contents`]
+    /// for one with a data file).
+    fn from_record(header: Header, data: Contents) -> Self {
         Self {
             key: header.key,
             data,
@@ -129,6 +162,8 @@ pub struct WriteBackLog {
     room: Arc<Semaphore>,
     /// Numbers records in the order of their closes (failed ones taken over too).
     next_id: AtomicU64,
+    /// Where a replay records the multipart uploads of files over one part.
+    journal: std::sync::OnceLock<Arc<Journal>>,
     /// The segment appends go to, opened at the first record.
     log: Mutex<Option<Log>>,
     failed: Mutex<BTreeMap<u64, Failed>>,
@@ -167,6 +202,8 @@ struct Segment {
 #[derive(Debug)]
 struct Failed {
     path: PathBuf,
+    /// The data file holding its bytes, for a file over one part.
+    data_file: Option<PathBuf>,
     report: FailedFile,
     kib: u32,
     /// Its part of the limit (none for a record taken over past the limit).
@@ -183,6 +220,8 @@ pub struct Recorded {
     /// Where the record is in its segment.
     offset: u64,
     len: u64,
+    /// Its data file (a file over one part): deleted with the record once done.
+    data_file: Option<PathBuf>,
     room: Option<Room>,
     kept: bool,
 }
@@ -223,7 +262,7 @@ impl Recorded {
             tracing::warn!("write-back log: cannot keep a failed record apart ({io}); it stays for the next mount");
             self.kept = true;
             log.strand(self.room.take());
-        } // else dropped here: done in its segment
+        } // else dropped here: done in its segment (its data file now the failed record's)
     }
 }
 
@@ -231,6 +270,11 @@ impl Drop for Recorded {
     fn drop(&mut self) {
         if !self.kept {
             self.log.done(self.seq, self.id);
+            if let Some(path) = &self.data_file {
+                // After the done mark: a replay never finds a record not done without its bytes
+                // (but after a power cut, which may keep either change).
+                let _ = std::fs::remove_file(path);
+            }
         }
     }
 }
@@ -254,6 +298,7 @@ impl WriteBackLog {
             segment_bytes: (limit / 4).clamp(1 << 20, 64 << 20),
             room: Arc::new(Semaphore::new(limit_kib as usize)),
             next_id: AtomicU64::new(0),
+            journal: std::sync::OnceLock::new(),
             log: Mutex::new(None),
             failed: Mutex::new(BTreeMap::new()),
             failed_kib: watch::Sender::new(0),
@@ -262,13 +307,25 @@ impl WriteBackLog {
         }))
     }
 
+    /// Records the multipart uploads a replay starts in `journal` (the mount's).
+    pub fn record_uploads_in(&self, journal: Arc<Journal>) {
+        let _ = self.journal.set(journal);
+    }
+
     /// Appends `file` (to be stored at `location`), once the limit has room for it; it
-    /// is synced within the sync interval (before this returns, for zero). `None` (the caller stores the file itself) where failed records leave no
-    /// room, or the log cannot be written (with a warning).
+    /// is synced within the sync interval (before this returns, for zero). `None` (the
+    /// caller stores the file itself) where failed records leave no room, or the log
+    /// cannot be written (with a warning).
+    ///
+    /// A file over one part is copied to a data file of its own first, which the record
+    /// names with the CRC-32 of its bytes: the record's line then follows the data on
+    /// disk within the same sync, and a replay that finds the bytes not matching (a power
+    /// cut between the two) leaves the record out as torn.
     pub async fn record(self: &Arc<Self>, location: String, file: PendingFile) -> Option<Recorded> {
-        let room = self.room_for(file.data.len() as u64).await?;
-        // On a FUSE thread's first poll, written and synced right there (see disk_wait).
-        if let Some(_waiting) = crate::disk_wait::may_wait_here() {
+        let room = self.room_for(file.data.len()).await?;
+        // On a FUSE thread's first poll, written and synced right there (see disk_wait);
+        // not a copy of a large file, which would hold the thread for long.
+        if let (Contents::Memory(_), Some(_waiting)) = (&file.data, crate::disk_wait::may_wait_here()) {
             return self.record_now(location, &file, room);
         }
         let log = self.clone();
@@ -295,10 +352,26 @@ impl WriteBackLog {
 
     /// Appends now (and syncs, for a zero interval). Blocks on the disk.
     fn record_now(self: &Arc<Self>, location: String, file: &PendingFile, room: Room) -> Option<Recorded> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let data_file = match &file.data {
+            Contents::File { file: source, len } => match self.write_data_file(id, source, *len) {
+                Ok(data_file) => Some(data_file),
+                Err(error) => {
+                    tracing::warn!(key = file.key, "cannot copy the closed file to {}: {error}", self.dir.display());
+                    return None;
+                }
+            },
+            Contents::Memory(_) => None,
+        };
         let appended = {
             let mut log = self.log.lock();
-            self.append(&mut log, location, file)
+            self.append(&mut log, id, location, file, data_file.clone())
         };
+        if appended.is_err() {
+            if let Some(data_file) = &data_file {
+                let _ = std::fs::remove_file(self.dir.join(&data_file.name));
+            }
+        }
         // Synced outside the lock: closes on other threads append meanwhile, and one
         // sync covers them all. A record that could not be synced is marked done when
         // `recorded` drops: the caller stores the file itself.
@@ -318,13 +391,41 @@ impl WriteBackLog {
         self.dir.join(format!("{}.{seq}.log", self.daemon))
     }
 
+    /// The name of record `id`'s data file.
+    fn data_file_name(&self, id: u64) -> String {
+        format!("{}.data-{id}{}", self.daemon, replay::DATA_SUFFIX)
+    }
+
+    /// Copies the first `len` bytes of `source` to record `id`'s data file, to be synced
+    /// with the records (before the record's line, for a zero interval). Blocks on the disk.
+    fn write_data_file(&self, id: u64, source: &File, len: u64) -> std::io::Result<DataFile> {
+        let name = self.data_file_name(id);
+        let path = self.dir.join(&name);
+        let copied = (|| {
+            let out = OpenOptions::new().write(true).create_new(true).open(&path)?;
+            let crc = format::crc_of_file(source, len, Some(&out))?;
+            self.syncer.written_data(out)?;
+            self.syncer.written_data(File::open(&self.dir)?)?; // its name
+            Ok(crc)
+        })();
+        match copied {
+            Ok(crc) => Ok(DataFile { name, len, crc }),
+            Err(error) => {
+                let _ = std::fs::remove_file(&path);
+                Err(error)
+            }
+        }
+    }
+
     /// Writes `file`'s record after the last line of the current segment; returns it and
     /// a handle of its segment to sync it by.
     fn append(
         self: &Arc<Self>,
         log: &mut Option<Log>,
+        id: u64,
         location: String,
         file: &PendingFile,
+        data_file: Option<DataFile>,
     ) -> std::io::Result<(Recorded, File)> {
         // Past its size, or deleted (`remove_done_segments`): records go to a new one.
         let full =
@@ -348,10 +449,14 @@ impl WriteBackLog {
         }
         let Some(log) = log.as_mut() else { return Err(std::io::Error::other("no log file")) };
         let segment = log.segments.entry(log.seq).or_default();
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let inline: &[u8] = match &file.data {
+            Contents::Memory(bytes) => bytes,
+            Contents::File { .. } => &[], // in its data file
+        };
+        let data_path = data_file.as_ref().map(|data_file| self.dir.join(&data_file.name));
         let header = Header {
             id,
-            len: file.data.len() as u64,
+            len: inline.len() as u64,
             location,
             key: file.key.clone(),
             create_only: file.create_only,
@@ -359,8 +464,9 @@ impl WriteBackLog {
             metadata: file.metadata.clone(),
             delete: file.delete,
             crc: None, // written by `encode`
+            data_file,
         };
-        let record = format::encode(&header, &file.data)?;
+        let record = format::encode(&header, inline)?;
         let handle = log.file.try_clone()?;
         let offset = segment.end;
         log.file.write_all_at(&record, offset)?;
@@ -378,6 +484,7 @@ impl WriteBackLog {
             amended: Arc::default(),
             offset,
             len: record.len() as u64,
+            data_file: data_path,
             room: None,
             kept: false,
         };
@@ -469,6 +576,7 @@ impl WriteBackLog {
         }
         let path = self.keep_failed_bytes(recorded.id, bytes, error)?;
         tracing::warn!(key = header.key, "kept in the write-back log until it is stored or discarded: {error}");
+        recorded.data_file = None; // the failed record's now (named in its header)
         self.insert_failed(recorded.id, path, header, error, recorded.room.take());
         Ok(())
     }
@@ -487,17 +595,18 @@ impl WriteBackLog {
     /// Notes a failed record kept in `path`; it holds `room` (taken now if `None`, where
     /// the limit has it: a record taken over from a stopped daemon).
     fn insert_failed(&self, id: u64, path: PathBuf, header: Header, error: &str, room: Option<Room>) {
-        let kib = kib(header.len);
+        let kib = kib(header.bytes());
         let room = room.or_else(|| self.room.clone().try_acquire_many_owned(kib).ok());
+        let data_file = header.data_file.as_ref().map(|data_file| self.dir.join(&data_file.name));
         let report = FailedFile {
-            key: header.key,
-            location: header.location,
-            bytes: header.len,
+            key: header.key.clone(),
+            location: header.location.clone(),
+            bytes: header.bytes(),
             delete: header.delete,
             error: error.to_owned(),
         };
         let mut all = self.failed.lock();
-        all.insert(id, Failed { path, report, kib, room });
+        all.insert(id, Failed { path, data_file, report, kib, room });
         self.publish_failed_kib(&all);
     }
 
@@ -506,6 +615,9 @@ impl WriteBackLog {
         for id in ids {
             if let Some(failed) = all.remove(id) {
                 let _ = std::fs::remove_file(&failed.path);
+                if let Some(data_file) = &failed.data_file {
+                    let _ = std::fs::remove_file(data_file);
+                }
             }
         }
         self.publish_failed_kib(&all);
@@ -572,7 +684,7 @@ mod tests {
 
     fn pending(key: &str, data: &[u8]) -> PendingFile {
         let data = Bytes::copy_from_slice(data);
-        PendingFile { key: key.into(), data, create_only: true, ..PendingFile::default() }
+        PendingFile { key: key.into(), data: Contents::Memory(data), create_only: true, ..PendingFile::default() }
     }
 
     fn keys(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
@@ -611,6 +723,45 @@ mod tests {
         assert_eq!(keys(&std::fs::read(&path).expect("log")), [a, c], "a record marked done is left out");
         drop((first, third));
         assert_eq!(keys(&std::fs::read(&path).expect("log")), [], "every record done");
+    }
+
+    /// A file over one part is copied to a data file that its record names (the segment
+    /// holds only the header line), read back whole; done, the data file goes; failed, it
+    /// stays with the failed record, counted in full, until discarded.
+    #[tokio::test]
+    async fn a_large_record_keeps_its_bytes_in_a_data_file() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = WriteBackLog::open(dir.path(), 1 << 30, Duration::ZERO).expect("open");
+        let bytes: Vec<u8> = (0..(6 << 20) + 7).map(|i: u32| (i % 251) as u8).collect();
+        let staging = tempfile::tempfile().expect("staging file");
+        staging.write_all_at(&bytes, 0).expect("write");
+        staging.write_all_at(b"past the file's length", bytes.len() as u64).expect("write");
+        let large = |key: &str| PendingFile {
+            key: key.into(),
+            data: Contents::File { file: Arc::new(staging.try_clone().expect("dup")), len: bytes.len() as u64 },
+            create_only: true,
+            ..PendingFile::default()
+        };
+        let first = log.record("loc".into(), large("big")).await.expect("recorded");
+        let second = log.record("loc".into(), large("other")).await.expect("recorded");
+        assert_eq!(files(&log), ["D.0.log", "D.data-0.bytes", "D.data-1.bytes"]);
+        assert!(std::fs::metadata(log.segment_path(0)).expect("segment").len() < 4 << 20, "only headers inline");
+        let records = format::parse(&std::fs::read(log.segment_path(0)).expect("segment")).records;
+        let (header, inline) = &records[0];
+        assert!(inline.is_empty());
+        let Contents::File { file, len } = log.contents(header, inline).expect("whole") else { panic!("in a file") };
+        let mut read = vec![0; len as usize];
+        file.read_exact_at(&mut read, 0).expect("read");
+        assert!(read == bytes, "the data file holds the file's bytes, and only those");
+        assert!(log.usage().0 >= 2 * bytes.len() as u64, "counted in full: {:?}", log.usage());
+        drop(first);
+        assert_eq!(files(&log), ["D.0.log", "D.data-1.bytes"], "done: its data file goes");
+        second.fail("refused".into()).await;
+        assert_eq!(files(&log), ["D.0.log", "D.data-1.bytes", "D.failed-1.log"], "kept with the failed record");
+        assert_eq!(log.failed()[0].bytes, bytes.len() as u64);
+        assert_eq!(log.discard_failed(&[]), ["other"]);
+        assert_eq!(files(&log), ["D.0.log"]);
+        assert_eq!(log.usage().0, 0);
     }
 
     /// A record amended before it was stored (renamed, then given new attributes, in

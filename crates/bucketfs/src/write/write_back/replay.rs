@@ -13,6 +13,9 @@
 //! store is away waits one retry window, not one per file. Records of a bucket this mount
 //! does not mount stay in their file for a mount of that bucket. A mount replaying a
 //! daemon's logs holds a `flock` on each; another mount starting meanwhile leaves them.
+//! A record whose data file is missing or does not match its checksum is left out as
+//! torn (a power cut within the sync interval; or stored already, its done mark lost),
+//! and data files no record names any more are deleted with their daemon's logs.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -24,9 +27,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::format::{self, Header};
-use super::{PendingFile, WriteBackLog};
+use super::{Contents, PendingFile, WriteBackLog};
+use crate::memory::MemoryLimiter;
 use crate::store::{ObjectStore, StoreError};
-use crate::write::journal::daemon_alive;
+use crate::write::journal::{daemon_alive, Journal};
+use crate::write::staging::store_file;
 
 /// What a replay did with one record.
 #[derive(Debug, PartialEq, Eq)]
@@ -40,11 +45,19 @@ pub enum Replayed {
     ChangedSince,
 }
 
-/// The daemon a log file belongs to: `DAEMON.N.log`, `DAEMON.failed-ID.log` (and
-/// `DAEMON.log`, as earlier versions named it).
+/// The daemon a file of the log belongs to: `DAEMON.N.log`, `DAEMON.failed-ID.log` (and
+/// `DAEMON.log`, as earlier versions named it), `DAEMON.data-ID.bytes`.
 pub(super) fn daemon_of(path: &Path) -> Option<&str> {
-    let name = path.file_name()?.to_str()?.strip_suffix(".log")?;
+    let name = path.file_name()?.to_str()?;
+    let name = name.strip_suffix(".log").or_else(|| name.strip_suffix(DATA_SUFFIX))?;
     name.split('.').next()
+}
+
+/// How the data files of large records end (`WriteBackLog::data_file_name`).
+pub(super) const DATA_SUFFIX: &str = ".bytes";
+
+fn is_data_file(path: &Path) -> bool {
+    path.to_str().is_some_and(|name| name.ends_with(DATA_SUFFIX))
 }
 
 impl WriteBackLog {
@@ -73,6 +86,7 @@ impl WriteBackLog {
         paths: Vec<PathBuf>,
         stores: &[Arc<dyn ObjectStore>],
     ) -> usize {
+        let (data_files, paths): (Vec<PathBuf>, Vec<PathBuf>) = paths.into_iter().partition(|p| is_data_file(p));
         let mut _locks = Vec::new();
         for path in &paths {
             let Ok(file) = File::open(path) else { return 0 };
@@ -98,11 +112,21 @@ impl WriteBackLog {
                 left[file].push((header, data)); // another bucket's: for its mount
                 continue;
             };
-            let pending = PendingFile::from_record(header.clone(), data.clone());
+            let contents = match self.contents(&header, &data) {
+                Ok(contents) => contents,
+                Err(torn) => {
+                    tracing::warn!(
+                        key = header.key,
+                        "a file closed before daemon {daemon} stopped is left out: {torn}"
+                    );
+                    continue;
+                }
+            };
+            let pending = PendingFile::from_record(header.clone(), contents);
             let key = &pending.key;
             let outcome = match unreachable.get(&header.location) {
                 Some(error) => Err(format!("not tried, the store did not answer: {error}")),
-                None => replay(&**store, &pending).await.map_err(|error| {
+                None => self.replay_one(store, &pending).await.map_err(|error| {
                     if error.is_transient() {
                         unreachable.insert(header.location.clone(), error.to_string());
                     }
@@ -130,22 +154,54 @@ impl WriteBackLog {
             }
             replayed += 1;
         }
+        let still_named: Vec<String> =
+            left.iter().flatten().filter_map(|(header, _)| Some(header.data_file.as_ref()?.name.clone())).collect();
         for (path, left) in paths.iter().zip(left) {
             let result = if left.is_empty() { std::fs::remove_file(path) } else { rewrite(path, &left) };
             if let Err(error) = result {
                 tracing::warn!("write-back log {}: {error}", path.display());
             }
         }
+        for path in data_files {
+            let name = path.file_name().and_then(|name| name.to_str()).unwrap_or_default();
+            if !still_named.iter().any(|named| named == name) {
+                let _ = std::fs::remove_file(&path); // stored, taken over, or torn
+            }
+        }
         replayed
     }
 
+    /// The bytes of a record read back: `inline`, or its data file, checked against its
+    /// length and checksum; why not, for a torn one.
+    pub(super) fn contents(&self, header: &Header, inline: &Bytes) -> Result<Contents, String> {
+        let Some(data_file) = &header.data_file else { return Ok(Contents::Memory(inline.clone())) };
+        let path = self.dir.join(&data_file.name);
+        let file = File::open(&path).map_err(|error| format!("its bytes ({}): {error}", path.display()))?;
+        let crc = format::crc_of_file(&file, data_file.len, None)
+            .map_err(|error| format!("its bytes ({}): {error}", path.display()))?;
+        if crc != data_file.crc {
+            return Err(format!("its bytes ({}) are not those closed (a power cut?)", path.display()));
+        }
+        Ok(Contents::File { file: Arc::new(file), len: data_file.len })
+    }
+
     /// Keeps a record of a stopped daemon that could not be stored as a failed record of
-    /// this one.
+    /// this one (its data file too, renamed as this daemon's).
     fn take_over_failed(&self, mut header: Header, data: &[u8], error: &str) -> std::io::Result<()> {
         header.id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if let Some(data_file) = &mut header.data_file {
+            let name = self.data_file_name(header.id);
+            std::fs::rename(self.dir.join(&data_file.name), self.dir.join(&name))?;
+            data_file.name = name;
+        }
         let path = self.keep_failed_bytes(header.id, format::encode(&header, data)?, error)?;
         self.insert_failed(header.id, path, header, error, None);
         Ok(())
+    }
+
+    /// [`replay`] with the multipart uploads of large files recorded in the mount's journal.
+    async fn replay_one(&self, store: &Arc<dyn ObjectStore>, file: &PendingFile) -> Result<Replayed, StoreError> {
+        replay(store, self.journal.get().map(|journal| &**journal), file).await
     }
 
     /// Tries to store the failed records again, in order (see the module documentation);
@@ -167,8 +223,15 @@ impl WriteBackLog {
             }
             let Ok(bytes) = tokio::fs::read(&path).await else { continue };
             let Some((header, data)) = format::parse(&bytes).records.into_iter().next() else { continue };
-            let pending = PendingFile::from_record(header, data);
-            match replay(&**store, &pending).await {
+            let contents = match self.contents(&header, &data) {
+                Ok(contents) => contents,
+                Err(error) => {
+                    tracing::warn!(key = header.key, "a failed file cannot be retried: {error}");
+                    continue;
+                }
+            };
+            let pending = PendingFile::from_record(header, contents);
+            match self.replay_one(store, &pending).await {
                 Ok(outcome) => {
                     tracing::info!(key = pending.key, "a failed file retried: {outcome:?}");
                     stored.push((id, pending.key));
@@ -203,11 +266,67 @@ fn rewrite(path: &Path, records: &[(Header, Bytes)]) -> std::io::Result<()> {
     File::open(path.parent().unwrap_or(Path::new(".")))?.sync_all()
 }
 
+/// Whether the object `key` (version `etag`) holds exactly `contents` (of its size): a
+/// large file compared a part's worth at a time.
+async fn holds(
+    store: &dyn ObjectStore,
+    key: &str,
+    etag: Option<&str>,
+    contents: &Contents,
+) -> Result<bool, StoreError> {
+    use std::os::unix::fs::FileExt;
+    match contents {
+        Contents::Memory(data) => Ok(store.get_range(key, 0..data.len() as u64, etag).await? == *data),
+        Contents::File { file, len } => {
+            const STEP: u64 = 8 << 20;
+            let mut at = 0;
+            while at < *len {
+                let end = (at + STEP).min(*len);
+                let stored = store.get_range(key, at..end, etag).await?;
+                let mut local = vec![0; (end - at) as usize];
+                file.read_exact_at(&mut local, at).map_err(|error| StoreError::Other {
+                    message: format!("reading a write-back data file: {error}"),
+                    request_id: None,
+                })?;
+                if stored != local {
+                    return Ok(false);
+                }
+                at = end;
+            }
+            Ok(true)
+        }
+    }
+}
+
+/// Stores `contents` as the object `key`: one PUT from memory, or from the file (in parts
+/// above one).
+async fn put(
+    store: &Arc<dyn ObjectStore>,
+    journal: Option<&Journal>,
+    key: &str,
+    file: &PendingFile,
+    create_only: bool,
+) -> Result<Option<String>, StoreError> {
+    match &file.data {
+        Contents::Memory(data) => store.put(key, data.clone(), &file.metadata, create_only).await,
+        Contents::File { file: local, len } => {
+            // Parts in flight are bounded by the upload's own concurrency; a replay runs
+            // before the mount has a memory budget to share.
+            let memory = MemoryLimiter::new(u64::MAX);
+            store_file(store, journal, key, local, *len, &file.metadata, create_only, &memory).await
+        }
+    }
+}
+
 /// Stores `file` where nothing changed since it was closed; under a `.conflict-TIME` key
 /// where another client wrote meanwhile; nothing where its bytes are stored already.
-async fn replay(store: &dyn ObjectStore, file: &PendingFile) -> Result<Replayed, StoreError> {
+async fn replay(
+    store: &Arc<dyn ObjectStore>,
+    journal: Option<&Journal>,
+    file: &PendingFile,
+) -> Result<Replayed, StoreError> {
     if file.delete {
-        return replay_delete(store, file).await;
+        return replay_delete(&**store, file).await;
     }
     let key = file.key.as_str();
     let current = match store.head(key).await {
@@ -216,12 +335,12 @@ async fn replay(store: &dyn ObjectStore, file: &PendingFile) -> Result<Replayed,
         Err(error) => return Err(error),
     };
     if let Some(info) = &current {
-        let len = file.data.len() as u64;
+        let len = file.data.len();
         // An empty object is told apart by its metadata (a marker's attributes).
         let same_metadata = len > 0 || info.metadata.as_deref().is_some_and(|m| m.user == file.metadata.user);
         if same_metadata
             && info.size == len
-            && (len == 0 || store.get_range(key, 0..len, info.etag.as_deref()).await? == file.data)
+            && (len == 0 || holds(&**store, key, info.etag.as_deref(), &file.data).await?)
         {
             return Ok(Replayed::AlreadyThere);
         }
@@ -233,7 +352,7 @@ async fn replay(store: &dyn ObjectStore, file: &PendingFile) -> Result<Replayed,
         Some(info) => !file.create_only && info.etag.is_some() && info.etag == file.replaces,
     };
     if unchanged {
-        match store.put(key, file.data.clone(), &file.metadata, current.is_none()).await {
+        match put(store, journal, key, file, current.is_none()).await {
             Ok(_) => return Ok(Replayed::Stored),
             Err(StoreError::AlreadyExists) => {} // created a moment ago: a conflict
             Err(error) => return Err(error),
@@ -245,7 +364,7 @@ async fn replay(store: &dyn ObjectStore, file: &PendingFile) -> Result<Replayed,
             0 => format!("{key}.conflict-{stamp}"),
             n => format!("{key}.conflict-{stamp}-{n}"),
         };
-        match store.put(&other, file.data.clone(), &file.metadata, true).await {
+        match put(store, journal, &other, file, true).await {
             Ok(_) => return Ok(Replayed::Conflict(other)),
             Err(StoreError::AlreadyExists) => continue,
             Err(error) => return Err(error),
@@ -277,25 +396,32 @@ mod tests {
 
     fn pending(key: &str, data: &[u8], create_only: bool, replaces: Option<String>) -> PendingFile {
         let data = Bytes::copy_from_slice(data);
-        PendingFile { key: key.into(), data, create_only, replaces, ..PendingFile::default() }
+        PendingFile { key: key.into(), data: Contents::Memory(data), create_only, replaces, ..PendingFile::default() }
     }
 
     /// A replay stores where nothing changed, keeps another client's newer object (ours
     /// goes to a `.conflict-` key), and does nothing where the bytes are there already.
     #[tokio::test]
     async fn a_replay_never_overwrites_another_clients_object() {
-        let store =
-            MemoryStore::with_keys([("replaced".to_owned(), b"old".to_vec()), ("theirs".to_owned(), b"v1".to_vec())]);
+        let store = Arc::new(MemoryStore::with_keys([
+            ("replaced".to_owned(), b"old".to_vec()),
+            ("theirs".to_owned(), b"v1".to_vec()),
+        ]));
+        let as_dyn: Arc<dyn ObjectStore> = store.clone();
         let old = store.head("replaced").await.expect("head").etag;
         let v1 = store.head("theirs").await.expect("head").etag;
         store.put("theirs", b"v2 by someone else".to_vec());
-        assert_eq!(replay(&store, &pending("new", b"ours", true, None)).await.expect("new"), Replayed::Stored);
+        assert_eq!(replay(&as_dyn, None, &pending("new", b"ours", true, None)).await.expect("new"), Replayed::Stored);
         assert_eq!(
-            replay(&store, &pending("replaced", b"ours", false, old)).await.expect("replaced"),
+            replay(&as_dyn, None, &pending("replaced", b"ours", false, old)).await.expect("replaced"),
             Replayed::Stored
         );
-        assert_eq!(replay(&store, &pending("new", b"ours", true, None)).await.expect("again"), Replayed::AlreadyThere);
-        let Replayed::Conflict(other) = replay(&store, &pending("theirs", b"ours", false, v1)).await.expect("theirs")
+        assert_eq!(
+            replay(&as_dyn, None, &pending("new", b"ours", true, None)).await.expect("again"),
+            Replayed::AlreadyThere
+        );
+        let Replayed::Conflict(other) =
+            replay(&as_dyn, None, &pending("theirs", b"ours", false, v1)).await.expect("theirs")
         else {
             panic!("another client's object must stay");
         };
@@ -312,15 +438,19 @@ mod tests {
     /// empty bytes: its attributes tell them apart), and is not stored again once there.
     #[tokio::test]
     async fn a_replayed_marker_writes_its_attributes_over_the_marker() {
-        let store = MemoryStore::with_keys([("d/".to_owned(), Vec::new())]);
+        let store = Arc::new(MemoryStore::with_keys([("d/".to_owned(), Vec::new())]));
+        let as_dyn: Arc<dyn ObjectStore> = store.clone();
         let mut metadata = Metadata::default();
         metadata.user.insert("mode".into(), "16877".into());
         let marker = PendingFile::marker("d/".into(), metadata.clone());
-        assert_eq!(replay(&store, &marker).await.expect("over the marker"), Replayed::Stored);
+        assert_eq!(replay(&as_dyn, None, &marker).await.expect("over the marker"), Replayed::Stored);
         let stored = store.head("d/").await.expect("head").metadata.expect("metadata");
         assert_eq!(stored.user, metadata.user);
-        assert_eq!(replay(&store, &marker).await.expect("again"), Replayed::AlreadyThere);
-        assert_eq!(replay(&store, &PendingFile::marker("e/".into(), metadata)).await.expect("new"), Replayed::Stored);
+        assert_eq!(replay(&as_dyn, None, &marker).await.expect("again"), Replayed::AlreadyThere);
+        assert_eq!(
+            replay(&as_dyn, None, &PendingFile::marker("e/".into(), metadata)).await.expect("new"),
+            Replayed::Stored
+        );
     }
 
     /// A dead daemon's log is stored by a replay, once; a log another mount is replaying
@@ -339,6 +469,7 @@ mod tests {
             metadata: Metadata::default(),
             delete: false,
             crc: None,
+            data_file: None,
         };
         // As written before records had checksums: still replayed.
         let mut record = serde_json::to_vec(&format::Line::Record(header)).expect("json");
@@ -371,6 +502,7 @@ mod tests {
             metadata,
             delete: false,
             crc: None,
+            data_file: None,
         }
     }
 
@@ -419,6 +551,36 @@ mod tests {
         let left = format::parse(&std::fs::read(&kept).expect("read")).records;
         assert_eq!(left.iter().map(|(h, _)| h.key.as_str()).collect::<Vec<_>>(), ["theirs"]);
         assert_eq!(log.replay(&stores).await, 0);
+    }
+
+    /// A stopped daemon's record of a file over one part is stored from its data file, once; one whose data file does not match its checksum (a power cut before
+    /// its sync) is left out, stores nothing; both data files are deleted with the logs.
+    #[tokio::test]
+    async fn a_large_record_is_stored_from_its_data_file_and_a_torn_one_left_out() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = WriteBackLog::open(dir.path(), 1 << 30, std::time::Duration::ZERO).expect("open");
+        let bytes: Vec<u8> = (0..(11 << 20) + 3).map(|i: u32| (i % 253) as u8).collect();
+        let data_file = |name: &str, content: &[u8], crc: u32| {
+            std::fs::write(dir.path().join("bucketfs-write-back").join(name), content).expect("data file");
+            Some(format::DataFile { name: name.into(), len: content.len() as u64, crc })
+        };
+        let crc = crc32fast::hash(&bytes);
+        let mut large = header(0, "memory", "large", b"");
+        large.data_file = data_file("0-1-1.data-0.bytes", &bytes, crc);
+        let mut torn = header(1, "memory", "torn", b"");
+        torn.data_file = data_file("0-1-1.data-1.bytes", &bytes[..bytes.len() / 2], crc32fast::hash(b"other"));
+        let mut records = Vec::new();
+        for header in [large, torn] {
+            records.extend(format::encode(&header, b"").expect("encode"));
+        }
+        std::fs::write(dir.path().join("bucketfs-write-back").join("0-1-1.0.log"), records).expect("log");
+        let store = Arc::new(MemoryStore::default());
+        let stores: Vec<Arc<dyn ObjectStore>> = vec![store.clone()];
+        assert_eq!(log.replay(&stores).await, 1);
+        let stored = store.get_range("large", 0..bytes.len() as u64, None).await.expect("stored");
+        assert!(stored == bytes, "the bytes of the data file");
+        assert!(store.head("torn").await.is_err(), "a torn record stores nothing");
+        assert_eq!(std::fs::read_dir(dir.path().join("bucketfs-write-back")).expect("dir").count(), 0);
     }
 
     /// Records the store does not take are kept as failed records of this mount (after

@@ -28,6 +28,9 @@ pub(super) struct Syncer {
 struct Unsynced {
     /// A handle of each segment written since its last sync, by sequence number.
     segments: BTreeMap<u64, File>,
+    /// Data files (and the directory that names them) written since the last sync:
+    /// synced before the segments.
+    data: Vec<File>,
     /// When the first of those writes happened: the interval runs from there.
     since: Option<Instant>,
     /// Set when the log is dropped: the thread syncs what is left and ends.
@@ -63,6 +66,22 @@ impl Syncer {
         Ok(())
     }
 
+    /// A data file (or the directory) was written through `file`: synced now with a zero
+    /// interval, else with the segments, before them.
+    pub(super) fn written_data(&self, file: File) -> std::io::Result<()> {
+        if self.interval.is_zero() {
+            return file.sync_data();
+        }
+        let (lock, wake) = &*self.state;
+        let mut unsynced = lock.lock();
+        unsynced.data.push(file);
+        if unsynced.since.is_none() {
+            unsynced.since = Some(Instant::now());
+            wake.notify_one();
+        }
+        Ok(())
+    }
+
     fn note(&self, seq: u64, file: File) {
         let (lock, wake) = &*self.state;
         let mut unsynced = lock.lock();
@@ -76,17 +95,18 @@ impl Syncer {
     /// Whether every record written is synced (tests).
     #[cfg(test)]
     pub(super) fn is_idle(&self) -> bool {
-        self.state.0.lock().segments.is_empty()
+        let unsynced = self.state.0.lock();
+        unsynced.segments.is_empty() && unsynced.data.is_empty()
     }
 
     /// Syncs every segment written so far, now (unmount, tests).
     pub(super) fn sync_now(&self) {
-        let segments = {
+        let batch = {
             let mut unsynced = self.state.0.lock();
             unsynced.since = None;
-            std::mem::take(&mut unsynced.segments)
+            (std::mem::take(&mut unsynced.data), std::mem::take(&mut unsynced.segments))
         };
-        sync_all(segments);
+        sync_all(batch);
     }
 }
 
@@ -116,17 +136,23 @@ fn sync_loop(state: &(Mutex<Unsynced>, Condvar), interval: Duration) {
                 }
             }
             unsynced.since = None;
-            (std::mem::take(&mut unsynced.segments), unsynced.closing)
+            let batch = (std::mem::take(&mut unsynced.data), std::mem::take(&mut unsynced.segments));
+            (batch, unsynced.closing)
         };
-        let (segments, closing) = segments;
-        sync_all(segments);
+        let (batch, closing) = segments;
+        sync_all(batch);
         if closing {
             return;
         }
     }
 }
 
-fn sync_all(segments: BTreeMap<u64, File>) {
+fn sync_all((data, segments): (Vec<File>, BTreeMap<u64, File>)) {
+    for file in data {
+        if let Err(error) = file.sync_data() {
+            tracing::warn!("write-back log: syncing a data file failed: {error}");
+        }
+    }
     for (seq, file) in segments {
         if let Err(error) = file.sync_data() {
             // The records stay in the page cache: a kill of the daemon still loses none.
