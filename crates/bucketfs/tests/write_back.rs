@@ -386,6 +386,95 @@ fn large_files_are_closed_before_their_upload_and_stored_after_a_kill() {
     assert_eq!(data_files(), 0, "data files are deleted once stored");
 }
 
+/// A large file's parts go to the store while it is still being written (the upload
+/// after close sends only the rest); a `chmod` right after close (as `tar` sets modes
+/// and times) reaches the stored object too.
+#[test]
+fn parts_of_a_large_file_are_sent_while_it_is_written() {
+    let b = create_bucket("wb-early");
+    let (_cache, cache_dir) = temp_cache_dir();
+    let args = ["--write-back", "--part-size", "5MiB", "--cache-dir", &cache_dir];
+    let m = MountBuilder::new().bucket(&b).args(args).mount();
+    let data = gen_data(5, 27 * MIB + 9);
+    let mut file = File::create(m.join("early")).expect("create");
+    file.write_all(&data[..16 * MIB]).expect("write");
+    assert!(
+        wait_until(Duration::from_secs(10), || open_uploads_of(&b, "early") == 1),
+        "a multipart upload is under way while the file is open"
+    );
+    file.write_all(&data[16 * MIB..]).expect("write");
+    close(file).expect("close");
+    std::fs::set_permissions(m.join("early"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    drop(m); // waits for the uploads
+    assert!(get(&b, "early") == data, "stored with its bytes");
+    assert_eq!(stored_metadata(&b, "early").get("mode").map(String::as_str), Some("33152"), "S_IFREG|0600");
+    assert_eq!(open_uploads(&b), 0);
+}
+
+/// As `dd of=F` and shells do: open, `dup2`, close the first descriptor (that close hands
+/// an empty file to the background), then write a large file through the duplicate. The
+/// close's upload starts (50 ms later) while the file is written and moves to a staging
+/// file, before or after the move: the file is stored once, whole, with no refused record.
+#[test]
+fn a_close_before_the_writes_of_a_large_file_stores_it_whole() {
+    let b = create_bucket("wb-dup2");
+    let (_cache, cache_dir) = temp_cache_dir();
+    let args = ["--write-back", "--part-size", "5MiB", "--cache-dir", &cache_dir];
+    let m = MountBuilder::new().bucket(&b).args(args).mount();
+    let mut expected = Vec::new();
+    for (i, pause_ms) in [0u64, 10, 20, 30, 40, 45, 50, 55, 60, 120].into_iter().enumerate() {
+        let name = format!("dd-{i}");
+        let data = gen_data(i as u64, 17 * MIB + i);
+        let first = File::create(m.join(&name)).expect("create");
+        let duplicate = first.try_clone().expect("dup");
+        close(first).expect("close of the first descriptor");
+        let mut duplicate = duplicate;
+        let (head, rest) = data.split_at(5 * MIB);
+        duplicate.write_all(head).expect("write");
+        std::thread::sleep(Duration::from_millis(pause_ms));
+        for chunk in rest.chunks(256 << 10) {
+            duplicate.write_all(chunk).expect("write");
+        }
+        close(duplicate).expect("close");
+        expected.push((name, data));
+    }
+    assert_eq!(write_back_command(&m, "list", &[]), "no refused files\n");
+    drop(m);
+    assert_all_stored(&b, &expected);
+}
+
+/// Parts sent while the file was written are not used where the file changed under them
+/// (a write back to its start) or moved (a rename before close): the file is stored
+/// whole, as last written, at its last name, and the early upload is aborted.
+#[test]
+fn early_parts_are_dropped_where_the_file_changed_under_them() {
+    let b = create_bucket("wb-early-spoiled");
+    let (_cache, cache_dir) = temp_cache_dir();
+    let args = ["--write-back", "--part-size", "5MiB", "--cache-dir", &cache_dir];
+    let m = MountBuilder::new().bucket(&b).args(args).mount();
+    let mut rewritten = gen_data(6, 13 * MIB);
+    let moved = gen_data(7, 12 * MIB + 1);
+    let mut file = File::create(m.join("rewritten")).expect("create");
+    let mut other = File::create(m.join("moved.tmp")).expect("create");
+    file.write_all(&rewritten).expect("write");
+    other.write_all(&moved).expect("write");
+    assert!(
+        wait_until(Duration::from_secs(10), || open_uploads(&b) == 2),
+        "both files have parts in the store while open"
+    );
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(b"a new start", 0).expect("write back to the start");
+    rewritten[..11].copy_from_slice(b"a new start");
+    close(file).expect("close");
+    std::fs::rename(m.join("moved.tmp"), m.join("moved")).expect("rename while open");
+    close(other).expect("close");
+    drop(m); // waits for the uploads
+    assert!(get(&b, "rewritten") == rewritten, "as last written");
+    assert!(get(&b, "moved") == moved, "at its last name");
+    assert_eq!(list_keys(&b, ""), ["moved", "rewritten"]);
+    assert!(wait_until(Duration::from_secs(10), || open_uploads(&b) == 0), "the early uploads are aborted");
+}
+
 /// A file growing past half the write-back limit under `--write-back` (here also past what
 /// staging files may hold) streams from there as without the option: every write
 /// succeeds, and close returns once the object is stored.

@@ -851,7 +851,11 @@ impl Fs {
             let time = node.mtime;
             writer.output.update_metadata_if_free(|m| StoredAttrs::stamp_content_times(m, time)).await;
         }
-        match writer.output.commit().await {
+        let committed = writer.output.commit().await;
+        if writer.output.moved().await {
+            return Ok(()); // the output it moved to stores the file (see `Fs::stage_past_one_part`)
+        }
+        match committed {
             Ok(stored) => {
                 self.unstored.lock().failed.remove(&writer.output.key());
                 // What is written through a mount with `--cache` enters the cache once

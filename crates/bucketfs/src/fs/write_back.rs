@@ -75,23 +75,29 @@ impl Fs {
     /// A streamed file written past its first part under `--write-back` (its upload sends
     /// no part, see `Upload::one_part_only`): it goes on, under the same handles, in a
     /// staging file that holds what was written, so that its close logs it whole and
-    /// returns before its upload, up to half the write-back limit. Past that it streams
-    /// again ([`Fs::stream_staged`]).
+    /// returns before its upload, up to half the write-back limit; its full parts are sent
+    /// meanwhile (`write::early_parts`), so the upload after close sends only the rest.
+    /// Past that limit it streams again ([`Fs::stream_staged`]).
     pub(super) async fn stage_past_one_part(&self, handle: u64, writer: &Arc<Writer>) -> Result<Arc<Writer>, FsError> {
         let _moving = self.moving_output.lock().await;
         if let Some(moved) = self.moved_already(handle, writer)? {
             return Ok(moved);
         }
         let Output::Streamed(upload) = &writer.output else { return Err(WriteError::PastOnePart.into()) };
-        let (create_only, replaces) = upload.replaced();
         let source = self.source_of(writer.ino).ok_or(FsError::NotFound)?;
+        let (create_only, replaces) = upload.replaced().await;
         let Some((written, metadata)) = upload.hand_over_unsent().await else {
-            return Err(WriteError::PastOnePart.into());
+            // Committed meanwhile (the upload of a close that came first, as a shell's
+            // `dup2` then `close` of the first descriptor): the write now goes on from
+            // the stored object.
+            return Ok(writer.clone());
         };
         let staged = async {
             let mut staged = self.new_staged(source, upload.key(), None, metadata)?;
             if let Some(most) = self.staged_at_most() {
                 staged = staged.staging_at_most(most);
+                // Parts sized so that the largest staged file fits in S3's 10,000.
+                staged.send_parts_early(self.write_config.part_size.max(most.div_ceil(9_000))).await?;
             }
             if !create_only {
                 staged.replacing(replaces).await;
@@ -117,7 +123,7 @@ impl Fs {
         let Output::Staged(staged) = &writer.output else { return Err(WriteError::TooLargeToStage.into()) };
         let source = self.source_of(writer.ino).ok_or(FsError::NotFound)?;
         let Some((create_only, replaces, metadata, size)) = staged.hand_over_to_stream().await else {
-            return Err(WriteError::TooLargeToStage.into());
+            return Ok(writer.clone()); // stored meanwhile: the write goes on from the object
         };
         tracing::debug!(key = staged.key(), size, "past the write-back limit: streamed from here");
         let upload =

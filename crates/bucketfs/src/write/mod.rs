@@ -26,6 +26,7 @@
 //!
 //! [`copy_object`] copies inside the store, for metadata changes and renames.
 
+mod early_parts;
 mod error;
 pub mod journal;
 pub mod multipart;
@@ -148,6 +149,8 @@ pub struct Upload {
     /// Send no part: a write past the first part fails with [`WriteError::PastOnePart`]
     /// (`--write-back`, which stages such a file and uploads it after close).
     one_part_only: bool,
+    /// Signalled when a hand-over to a staging file ends ([`Upload::handed_over`]).
+    hand_over_ended: tokio::sync::Notify,
     state: Mutex<State>,
 }
 
@@ -175,6 +178,7 @@ impl Upload {
             staging,
             keep_stored_bytes: false,
             one_part_only: false,
+            hand_over_ended: tokio::sync::Notify::new(),
             state,
         }
     }
@@ -187,8 +191,10 @@ impl Upload {
 
     /// The ETag of the object this file replaces, if any, and whether it must not replace
     /// another client's object (a new file): what a staging file going on from it needs.
-    pub fn replaced(&self) -> (bool, Option<String>) {
-        (self.create_only, self.replaces.clone())
+    pub async fn replaced(&self) -> (bool, Option<String>) {
+        let state = self.state.lock().await;
+        let create_only = self.create_only && !state.replace;
+        (create_only, if create_only { None } else { self.replaces.clone() })
     }
 
     /// Hands what was written over to the caller, who goes on in a staging file
@@ -212,6 +218,12 @@ impl Upload {
         let mut state = self.state.lock().await;
         state.handed_over = taken;
         state.discarded |= taken;
+        self.hand_over_ended.notify_waiters();
+    }
+
+    /// Its bytes went on in a staging file: it stores nothing, and its commit is no news.
+    pub async fn moved(&self) -> bool {
+        self.state.lock().await.handed_over
     }
 
     /// Keeps the bytes of the file, if it is stored in one PUT, until
@@ -379,9 +391,23 @@ impl Upload {
 
     /// Makes the object durable in the bucket (or reports why it is not). Idempotent.
     pub async fn commit(&self) -> Result<Option<String>, WriteError> {
-        let mut state = self.state.lock().await;
+        // A close's upload that starts while the file moves to a staging file (a write on
+        // another descriptor) waits for the move: the bytes handed over are stored by the
+        // staging file, never here too.
+        let mut state = loop {
+            let ended = self.hand_over_ended.notified();
+            let state = self.state.lock().await;
+            if !state.handed_over || state.discarded {
+                break state;
+            }
+            drop(state);
+            ended.await;
+        };
         if let Some(outcome) = &state.outcome {
             return outcome.clone().map_err(Into::into);
+        }
+        if state.handed_over {
+            return Ok(None); // moved: see `Upload::moved`
         }
         let size = state.sent + state.buffer.len() as u64;
         let outcome = if state.discarded {
@@ -715,6 +741,15 @@ impl Output {
 
     pub fn is_staged(&self) -> bool {
         matches!(self, Output::Staged(_))
+    }
+
+    /// Its bytes went on in another output (`--write-back`: a file past one part staged,
+    /// or past the limit streamed again): it stores nothing itself.
+    pub async fn moved(&self) -> bool {
+        match self {
+            Output::Streamed(upload) => upload.moved().await,
+            Output::Staged(staged) => staged.moved().await,
+        }
     }
 
     /// See [`Upload::take_stored_bytes`]; `None` for a staging file.

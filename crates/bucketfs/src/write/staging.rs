@@ -22,6 +22,7 @@ use futures::{StreamExt, TryStreamExt};
 use rangemap::RangeSet;
 use tokio::sync::Mutex;
 
+use super::early_parts::{self, EarlyParts, Sent};
 use super::journal::Journal;
 use super::multipart::MultipartUpload;
 use super::write_back::Contents;
@@ -65,6 +66,8 @@ struct State {
     copy_of: Option<(String, String)>,
     /// Its bytes go on in a streamed upload ([`Staged::hand_over_to_stream`]).
     handed_over: bool,
+    /// Its parts sent while it is written (`--write-back`, see [`Staged::send_parts_early`]).
+    early: Option<EarlyParts>,
 }
 
 pub struct Staged {
@@ -76,6 +79,8 @@ pub struct Staged {
     /// A new file staged under `--write-back` may not grow past this (the write-back
     /// limit): a write past it fails with [`WriteError::TooLargeToStage`].
     stage_at_most: Option<u64>,
+    /// Signalled when a hand-over to a streamed upload ends ([`Staged::handed_over`]).
+    hand_over_ended: tokio::sync::Notify,
     state: Mutex<State>,
 }
 
@@ -119,6 +124,7 @@ impl Staged {
             disk,
             copy_of: None,
             handed_over: false,
+            early: None,
         };
         Ok(Self {
             store,
@@ -127,8 +133,32 @@ impl Staged {
             part_size: part_size.max(MIN_PART),
             memory,
             stage_at_most: None,
+            hand_over_ended: tokio::sync::Notify::new(),
             state: Mutex::new(state),
         })
+    }
+
+    /// Sends each full part of `part_size` bytes while the file is written, for its commit
+    /// to complete (see `write::early_parts`): a new file (or `O_TRUNC`) staged under
+    /// `--write-back`, whose upload would otherwise start only after `close`.
+    pub async fn send_parts_early(&self, part_size: u64) -> Result<(), WriteError> {
+        let mut state = self.state.lock().await;
+        if state.base.is_some() {
+            return Ok(());
+        }
+        let source = early_parts::Source {
+            store: self.store.clone(),
+            journal: self.journal.clone(),
+            key: self.key(),
+            metadata: state.metadata.clone(),
+            file: state.file.try_clone().map_err(local_error)?,
+            part_size: part_size.max(MIN_PART),
+            memory: self.memory.clone(),
+        };
+        let mut early = EarlyParts::start(source);
+        early.written(0, state.size);
+        state.early = Some(early);
+        Ok(())
     }
 
     /// See [`Staged::stage_at_most`].
@@ -158,6 +188,15 @@ impl Staged {
         let mut state = self.state.lock().await;
         state.handed_over = taken;
         state.discarded |= taken;
+        if taken {
+            state.early = None; // the stream sends its own parts
+        }
+        self.hand_over_ended.notify_waiters();
+    }
+
+    /// Its bytes went on in a streamed upload: it stores nothing, and its commit is no news.
+    pub async fn moved(&self) -> bool {
+        self.state.lock().await.handed_over
     }
 
     pub fn key(&self) -> String {
@@ -174,6 +213,9 @@ impl Staged {
         let old_key_holds = !state.create_only;
         state.create_only = false;
         state.replaces = None; // the replaced object was at the old key
+        if let Some(early) = &mut state.early {
+            early.spoil(); // started for the old key
+        }
         *self.key.lock() = key;
         super::Renamed::Pending { old_key_holds }
     }
@@ -229,7 +271,9 @@ impl Staged {
     /// content or metadata), so that the change costs no request; `false` if not.
     pub async fn update_metadata_if_free(&self, change: impl FnOnce(&mut Metadata)) -> bool {
         let mut state = self.state.lock().await;
-        if state.discarded || (!state.changed && !state.metadata_changed) {
+        // Parts sent early went with the metadata of their upload's start: a change would
+        // cost a copy of the object at completion.
+        if state.discarded || (!state.changed && !state.metadata_changed) || state.early.is_some() {
             return false;
         }
         change(&mut state.metadata);
@@ -252,6 +296,10 @@ impl Staged {
         }
         if offset < end {
             state.dirty.insert(offset..end);
+        }
+        let size = state.size;
+        if let Some(early) = &mut state.early {
+            early.written(offset, size);
         }
         state.changed = true;
         Ok(state.size)
@@ -341,6 +389,7 @@ impl Staged {
         };
         state.size = shown;
         state.base = Some(Base { etag: copied, size });
+        state.early = None; // a copy, not parts
         state.base_end = shown;
         state.local = RangeSet::new();
         state.dirty = RangeSet::new();
@@ -389,6 +438,9 @@ impl Staged {
             // The new bytes lie past the base's end: uploaded from the file.
             self.grow_to(&mut state, size)?;
         }
+        if let Some(early) = &mut state.early {
+            early.truncated(size);
+        }
         state.changed = true;
         Ok(())
     }
@@ -396,7 +448,16 @@ impl Staged {
     /// Uploads the file if it changed since the last commit; the file stays open for more
     /// changes. Returns the object's ETag when something was stored.
     pub async fn commit(&self) -> Result<Option<Option<String>>, WriteError> {
-        let mut state = self.state.lock().await;
+        // As `Upload::commit`: a commit during a move to a streamed upload waits for it.
+        let mut state = loop {
+            let ended = self.hand_over_ended.notified();
+            let state = self.state.lock().await;
+            if !state.handed_over || state.discarded {
+                break state;
+            }
+            drop(state);
+            ended.await;
+        };
         if state.discarded {
             return Ok(None);
         }
@@ -462,6 +523,11 @@ impl Staged {
     /// the others uploaded from the file (see [`plan_parts`]); a file of one part with
     /// nothing to copy is one PUT.
     async fn upload(&self, state: &mut State, key: &str) -> Result<Option<String>, WriteError> {
+        if let Some(early) = state.early.take() {
+            if let (None, Some(sent)) = (&state.base, early.finish(state.size, key).await) {
+                return Ok(self.complete_early(state, key, sent).await?);
+            }
+        }
         let size = state.size;
         let copyable = match &state.base {
             Some(_) => state.base_end,
@@ -476,6 +542,35 @@ impl Staged {
         let base_etag = state.base.as_ref().and_then(|b| b.etag.clone());
         let target = Target { store: &self.store, journal: self.journal.as_deref(), key, metadata: &state.metadata };
         Ok(target.store_pieces(&state.file, pieces, base_etag, state.create_only, &self.memory).await?)
+    }
+}
+
+impl Staged {
+    /// Completes the upload of parts sent while the file was written: the bytes past them
+    /// are its last part; metadata changed since the upload started (a `chmod` or
+    /// `utimensat` after `close`, as `tar` does) is written over the object in place.
+    async fn complete_early(&self, state: &State, key: &str, sent: Sent) -> Result<Option<String>, StoreError> {
+        let Sent { upload, mut parts, end, metadata } = sent;
+        if end < state.size {
+            let _memory = self.memory.reserve(state.size - end);
+            let tail = match read_range(&state.file, end..state.size) {
+                Ok(tail) => upload.upload_part(parts.len() as i32 + 1, tail).await,
+                Err(error) => Err(reading_error(error)),
+            };
+            match tail {
+                Ok(etag) => parts.push((parts.len() as i32 + 1, etag)),
+                Err(error) => {
+                    upload.abort().await;
+                    return Err(error);
+                }
+            }
+        }
+        let etag = upload.finish_with(async { Ok(parts) }, state.create_only).await?;
+        if metadata == state.metadata {
+            return Ok(etag);
+        }
+        let journal = self.journal.as_deref();
+        super::copy_object(&self.store, journal, key, key, state.size, etag.as_deref(), &state.metadata).await
     }
 }
 
@@ -590,7 +685,7 @@ fn plan_parts(size: u64, chunk: u64, copyable: u64, dirty: &RangeSet<u64>) -> Ve
     pieces
 }
 
-fn read_range(file: &File, range: Range<u64>) -> Result<Bytes, WriteError> {
+pub(super) fn read_range(file: &File, range: Range<u64>) -> Result<Bytes, WriteError> {
     let mut buffer = vec![0; (range.end - range.start) as usize];
     file.read_exact_at(&mut buffer, range.start).map_err(local_error)?;
     Ok(Bytes::from(buffer))
