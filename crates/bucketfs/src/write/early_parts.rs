@@ -157,7 +157,14 @@ async fn send_parts(source: Source, mut ready: watch::Receiver<Ready>, spoiled: 
             }
             let Some(started) = &upload else { break };
             let range = end..end + source.part_size;
-            let memory = source.memory.reserve(source.part_size);
+            // Within the memory budget: more parts wait for these to come back; past it
+            // only one (as a streamed file's buffer, when nothing else will free memory).
+            let memory = match source.memory.try_reserve(source.part_size) {
+                Some(memory) => memory,
+                None if in_flight.is_empty() => source.memory.reserve(source.part_size),
+                None => break,
+            }
+            .in_flight();
             let data = match super::staging::read_range(&source.file, range) {
                 Ok(data) => data,
                 Err(_) => {
