@@ -394,15 +394,8 @@ impl Upload {
         // A close's upload that starts while the file moves to a staging file (a write on
         // another descriptor) waits for the move: the bytes handed over are stored by the
         // staging file, never here too.
-        let mut state = loop {
-            let ended = self.hand_over_ended.notified();
-            let state = self.state.lock().await;
-            if !state.handed_over || state.discarded {
-                break state;
-            }
-            drop(state);
-            ended.await;
-        };
+        let mut state =
+            lock_after_hand_over(&self.state, &self.hand_over_ended, |s| s.handed_over && !s.discarded).await;
         if let Some(outcome) = &state.outcome {
             return outcome.clone().map_err(Into::into);
         }
@@ -713,6 +706,26 @@ impl Upload {
             result
         });
         Part { number, task }
+    }
+}
+
+/// Locks `state` once no move of its file to another output is under way (`moving` says
+/// whether one is; `ended` is signalled when one ends): a commit then never stores bytes
+/// being handed over (`Upload::commit`, `Staged::commit`).
+pub(super) async fn lock_after_hand_over<'a, S>(
+    state: &'a Mutex<S>,
+    ended: &tokio::sync::Notify,
+    moving: impl Fn(&S) -> bool,
+) -> tokio::sync::MutexGuard<'a, S> {
+    loop {
+        // Registered before the check, so an end between the check and the wait is not missed.
+        let ended = ended.notified();
+        let guard = state.lock().await;
+        if !moving(&guard) {
+            return guard;
+        }
+        drop(guard);
+        ended.await;
     }
 }
 

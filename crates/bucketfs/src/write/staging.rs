@@ -76,8 +76,8 @@ pub struct Staged {
     key: parking_lot::Mutex<String>,
     part_size: u64,
     memory: Arc<MemoryLimiter>,
-    /// A new file staged under `--write-back` may not grow past this (the write-back
-    /// limit): a write past it fails with [`WriteError::TooLargeToStage`].
+    /// A new file staged under `--write-back` may not grow past this (half the write-back
+    /// limit, see `Fs::staged_at_most`): a write past it fails with [`WriteError::TooLargeToStage`].
     stage_at_most: Option<u64>,
     /// Signalled when a hand-over to a streamed upload ends ([`Staged::handed_over`]).
     hand_over_ended: tokio::sync::Notify,
@@ -449,15 +449,8 @@ impl Staged {
     /// changes. Returns the object's ETag when something was stored.
     pub async fn commit(&self) -> Result<Option<Option<String>>, WriteError> {
         // As `Upload::commit`: a commit during a move to a streamed upload waits for it.
-        let mut state = loop {
-            let ended = self.hand_over_ended.notified();
-            let state = self.state.lock().await;
-            if !state.handed_over || state.discarded {
-                break state;
-            }
-            drop(state);
-            ended.await;
-        };
+        let mut state =
+            super::lock_after_hand_over(&self.state, &self.hand_over_ended, |s| s.handed_over && !s.discarded).await;
         if state.discarded {
             return Ok(None);
         }
@@ -619,8 +612,8 @@ impl Target<'_> {
 }
 
 /// Stores the first `size` bytes of `file` as the object `key` (one PUT up to S3's
-/// smallest part, else parts of that size or more), through the one multipart lifecycle (recorded in
-/// `journal`): what a write-back log replay does with a file over one part.
+/// smallest part, else parts of that size or more), through the one multipart lifecycle
+/// (recorded in `journal`): what a write-back log replay does with a file over one part.
 #[allow(clippy::too_many_arguments)]
 pub async fn store_file(
     store: &Arc<dyn ObjectStore>,

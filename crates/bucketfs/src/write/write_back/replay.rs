@@ -553,8 +553,10 @@ mod tests {
         assert_eq!(log.replay(&stores).await, 0);
     }
 
-    /// A stopped daemon's record of a file over one part is stored from its data file, once; one whose data file does not match its checksum (a power cut before
-    /// its sync) is left out, stores nothing; both data files are deleted with the logs.
+    /// A stopped daemon's record of a file over one part is stored from its data file,
+    /// once; one whose data file does not match its checksum (a power cut before its sync)
+    /// is left out, stores nothing; both data files are deleted with the logs, and so is
+    /// one no record names (the daemon killed while copying it).
     #[tokio::test]
     async fn a_large_record_is_stored_from_its_data_file_and_a_torn_one_left_out() {
         let dir = tempfile::tempdir().expect("dir");
@@ -574,6 +576,7 @@ mod tests {
             records.extend(format::encode(&header, b"").expect("encode"));
         }
         std::fs::write(dir.path().join("bucketfs-write-back").join("0-1-1.0.log"), records).expect("log");
+        data_file("0-1-1.data-2.bytes", b"a copy cut short", 0);
         let store = Arc::new(MemoryStore::default());
         let stores: Vec<Arc<dyn ObjectStore>> = vec![store.clone()];
         assert_eq!(log.replay(&stores).await, 1);
