@@ -51,7 +51,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help=f"comma-separated FUSE tools to compare (default: {','.join(FUSE_TOOLS)}; "
                          "also bucketfs-wb: bucketfs --write-back, bucketfs-index: bucketfs "
                          "--index, whose cold cases load a saved listing index, and the peers "
-                         "geesefs and mountpoint-s3)")
+                         "geesefs and mountpoint-s3; a bucketfs one with +uring, e.g. "
+                         "bucketfs-index+uring, mounts with --fuse-transport uring, and then "
+                         "the others with --fuse-transport dev-fuse)")
     ap.add_argument("--workloads", default=",".join(w.name for w in ALL_WORKLOADS),
                     help="comma-separated workloads: " + ", ".join(w.name for w in ALL_WORKLOADS))
     ap.add_argument("--runs", type=int, help="repetitions of every case (overrides the profile)")
@@ -127,8 +129,11 @@ def main(argv: list[str] | None = None) -> int:
 
     tool_names = [t.strip() for t in args.tools.split(",") if t.strip()]
     for t in tool_names:
-        if t not in FUSE_TOOLS + OPTIONAL_TOOLS:
-            raise SystemExit(f"unknown tool {t!r}; known: {', '.join(FUSE_TOOLS + OPTIONAL_TOOLS)}")
+        base, _, transport = t.partition("+")
+        if base not in FUSE_TOOLS + OPTIONAL_TOOLS or (transport and (transport != "uring"
+                                                                      or not base.startswith("bucketfs"))):
+            raise SystemExit(f"unknown tool {t!r}; known: {', '.join(FUSE_TOOLS + OPTIONAL_TOOLS)}, "
+                             "and each bucketfs one with +uring")
     wl_names = [w.strip() for w in args.workloads.split(",") if w.strip()]
     for w in wl_names:
         if w not in BY_NAME:
@@ -176,11 +181,13 @@ def main(argv: list[str] | None = None) -> int:
         bfs = dict(binary=bucketfs_bin, extra_args=shlex.split(args.bucketfs_args),
                    shown_as=args.bucketfs_bin)
         for name in tool_names:
-            if name == "bucketfs":
+            base, _, transport = name.partition("+")
+            bfs["transport"] = transport or None
+            if base == "bucketfs":
                 t = BucketFS(dirs, minio.url, **bfs)
-            elif name == "bucketfs-wb":
+            elif base == "bucketfs-wb":
                 t = BucketFSWriteBack(dirs, minio.url, **bfs)
-            elif name == "bucketfs-index":
+            elif base == "bucketfs-index":
                 t = BucketFSIndex(dirs, minio.url, **bfs, prep=args.index_prep)
             elif name == "s3fs":
                 t = S3FS(dirs, minio.url, args.s3fs_opts)

@@ -137,7 +137,15 @@ class BucketFS(Tool):
     mode_args: list[str] = []   # what sets a variant apart (before --bucketfs-args)
 
     def __init__(self, dirs: Dirs, endpoint: str, binary: str, extra_args: list[str],
-                 shown_as: Optional[str] = None):
+                 shown_as: Optional[str] = None, transport: Optional[str] = None):
+        if transport:
+            # `bucketfs-index+uring`: the same variant with FUSE over io_uring. Its mount turns
+            # the kernel's switch on, after which `auto` would take the ring too: the other
+            # variants then say dev-fuse (see `transport_args`).
+            self.name = f"{self.name}+{transport}"
+            self.label = f"{self.label} (io_uring)"
+            self.mode_args = [*self.mode_args, "--fuse-transport", transport]
+        self.transport = transport
         super().__init__(dirs, endpoint)
         self.binary = binary
         self.shown_as = shown_as or binary   # the path to show (binary may be a private copy)
@@ -156,7 +164,8 @@ class BucketFS(Tool):
             self.missing = "binary has no working `mount` subcommand yet"
             return
         # An older binary without the variant's flag would fail every mount: say why once.
-        absent = [a for a in self.mode_args if a not in cp.stdout]
+        self.has_transport_choice = "--fuse-transport" in cp.stdout
+        absent = [a for a in self.mode_args if a.startswith("--") and a not in cp.stdout]
         if absent:
             self.missing = f"binary has no `{' '.join(absent)}` option"
 
@@ -164,7 +173,14 @@ class BucketFS(Tool):
         return first_line([self.binary, "--version"])
 
     def variant_args(self, bucket: str) -> list[str]:
-        return list(self.mode_args)
+        return [*self.mode_args, *self.transport_args()]
+
+    def transport_args(self) -> list[str]:
+        """/dev/fuse, said explicitly by a binary that has the choice, unless this variant
+        is an io_uring one (whose mode_args say so)."""
+        if self.transport is None and getattr(self, "has_transport_choice", False):
+            return ["--fuse-transport", "dev-fuse"]
+        return []
 
     def mount_argv(self, bucket: str, mnt: Path, more_args: tuple[str, ...] = ()) -> list[str]:
         return [self.binary, "mount", "--foreground", "--endpoint-url", self.endpoint,
@@ -257,7 +273,7 @@ class BucketFSIndex(BucketFS):
             self.missing = "binary has no `refresh` subcommand"
 
     def variant_args(self, bucket: str) -> list[str]:
-        return [*self.mode_args, "--cache-dir", str(self.cache_dir(bucket))]
+        return [*self.mode_args, *self.transport_args(), "--cache-dir", str(self.cache_dir(bucket))]
 
     def before_mount(self, bucket: str) -> None:
         self.cache_dir(bucket).mkdir(parents=True, exist_ok=True)

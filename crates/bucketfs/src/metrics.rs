@@ -74,6 +74,11 @@ pub fn fuse_request(op: &'static str) {
     counter!("bucketfs_fuse_requests_total", "op" => op).increment(1);
 }
 
+/// A FUSE request arrived over io_uring (counted in [`fuse_request`] too, by op).
+pub fn fuse_ring_request() {
+    counter!("bucketfs_fuse_ring_requests_total").increment(1);
+}
+
 /// A FUSE request `op` was answered with error `errno`.
 pub fn fuse_error(op: &'static str, errno: i32) {
     // `ENOENT` rather than 2: what operators grep for.

@@ -96,6 +96,13 @@ pub enum UploadChecksumsArg {
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FuseTransportArg {
+    Auto,
+    Uring,
+    DevFuse,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
     Text,
     Json,
@@ -260,6 +267,12 @@ pub struct MountArgs {
     /// Programs on the mount cannot be executed (the kernel's `noexec`).
     #[arg(long)]
     pub noexec: bool,
+    /// How the kernel carries FUSE requests: `uring` (io_uring, one queue per CPU, each
+    /// request served on the CPU that made it; Linux 6.14 and later; turns on the fuse
+    /// module's enable_uring switch if it is off, which needs root), `dev-fuse` (reads
+    /// and writes of /dev/fuse), or `auto`: io_uring where that switch is already on.
+    #[arg(long, value_enum, default_value = "auto", value_name = "HOW")]
+    pub fuse_transport: FuseTransportArg,
 
     /// How long metadata (listings, sizes, ETags, missing names) is trusted before asking
     /// S3 again, in seconds (fractions allowed).

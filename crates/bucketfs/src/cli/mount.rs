@@ -8,6 +8,7 @@
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd as _;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -18,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use fuser::{Config, MountOption, SessionACL};
 use sd_notify::NotifyState;
 
-use super::args::MountArgs;
+use super::args::{FuseTransportArg, MountArgs};
 use super::attributes;
 use super::logging::LogDestination;
 use super::source::{check_layout, SourceSpec};
@@ -26,7 +27,7 @@ use super::status::MountState;
 use crate::datacache::DataCache;
 use crate::fs::INDEX_REFRESH;
 use crate::fs::{Fs, Presentation, WriteConfig};
-use crate::fuse::FuseAdapter;
+use crate::fuse::{ring, DevFuse, FuseAdapter};
 use crate::memory::MemoryLimiter;
 use crate::namespace::index::{IndexOptions, Indexes};
 use crate::namespace::{Namespace, Source};
@@ -147,10 +148,11 @@ pub fn run(args: MountArgs) -> Result<()> {
         runtime.spawn(indexes.clone().refresh_periodically());
         runtime.spawn(indexes.clone().fetch_attributes_in_background());
     }
-    let mut adapter =
-        FuseAdapter::new(fs.clone(), runtime.handle().clone(), args.cache.is_some() && !args.no_passthrough)
-            .with_log_level(Box::new(move |level| log_level.set(level)))
-            .with_status(Box::new(move || state.report()));
+    let ring_wanted = ring_wanted(args.fuse_transport)?;
+    let passthrough_wanted = args.cache.is_some() && !args.no_passthrough;
+    let mut adapter = FuseAdapter::new(fs.clone(), runtime.handle().clone(), passthrough_wanted, ring_wanted)
+        .with_log_level(Box::new(move |level| log_level.set(level)))
+        .with_status(Box::new(move || state.report()));
     if let Some(indexes) = &indexes {
         adapter = adapter.with_index_refreshes(indexes.refreshes());
     }
@@ -174,11 +176,13 @@ pub fn run(args: MountArgs) -> Result<()> {
     config.acl = if args.allow_other { SessionACL::All } else { SessionACL::Owner };
     config.n_threads = Some(FUSE_THREADS);
     config.clone_fd = true;
-    let notifier = adapter.notifier();
-    let mut session = fuser::Session::new(adapter, &mountpoint, &config)
+    let adapter = Arc::new(adapter);
+    let mut session = fuser::Session::new(DevFuse(adapter.clone()), &mountpoint, &config)
         .with_context(|| format!("cannot mount on {}", mountpoint.display()))?;
-    let _ = notifier.set(session.notifier());
+    let device = session.as_fd().try_clone_to_owned().context("cannot share /dev/fuse")?;
+    adapter.session_started(session.notifier(), device);
     raise_read_ahead(&mountpoint);
+    let ring = start_ring(&adapter, &session, args.allow_other);
 
     let mut unmounter = session.unmount_callable();
     let signal_mountpoint = mountpoint.clone();
@@ -202,6 +206,10 @@ pub fn run(args: MountArgs) -> Result<()> {
         Err(error) if error.kind() == std::io::ErrorKind::ConnectionAborted => tracing::info!("unmounted ({error})"),
         Err(error) => tracing::error!("the mount ended: {error}"),
     }
+    // The ring's queues end once the kernel has torn down their entries and the answers
+    // still owed are given (those of requests the runtime drops at shutdown are EIO);
+    // not waited for: the process ending ends them.
+    drop(ring);
     notify_service_manager(&[NotifyState::Stopping, NotifyState::Status("storing files still uploading")]);
     // Uploads still running (release, --write-back) would be lost with the runtime.
     runtime.block_on(fs.finish_uploads());
@@ -526,6 +534,51 @@ fn mount_device(path: &Path) -> Result<Option<String>> {
 /// the second of which looked sequential and started read-ahead (40 random 256 KiB
 /// reads of a 1 GiB object: 394 GETs and 410 MB fetched, 0.40 s; with 1 MiB: 40 GETs,
 /// 10.6 MB, 0.047 s). The setting is root's to change; for others it stays as it is.
+/// Whether to ask the kernel for FUSE over io_uring (`--fuse-transport`): `uring` turns
+/// the kernel's switch on if it is off, or fails saying why.
+fn ring_wanted(transport: FuseTransportArg) -> Result<bool> {
+    match transport {
+        FuseTransportArg::DevFuse => Ok(false),
+        FuseTransportArg::Auto => Ok(ring::kernel_allows()),
+        FuseTransportArg::Uring if ring::kernel_allows() => Ok(true),
+        FuseTransportArg::Uring => {
+            ring::allow_in_kernel().with_context(|| {
+                format!(
+                    "--fuse-transport uring: the kernel's switch {} is off and could not be turned on \
+                     (it needs root and Linux 6.14 or later; or use --fuse-transport dev-fuse)",
+                    ring::KERNEL_SWITCH
+                )
+            })?;
+            tracing::info!("turned on {} for --fuse-transport uring", ring::KERNEL_SWITCH);
+            Ok(true)
+        }
+    }
+}
+
+/// Starts the ring's queues if the kernel offered io_uring at INIT; otherwise, or if they
+/// cannot start (the kernel then goes on with /dev/fuse), requests come on /dev/fuse.
+fn start_ring(adapter: &Arc<FuseAdapter>, session: &fuser::Session<DevFuse>, allow_other: bool) -> Option<ring::Ring> {
+    let max_write = adapter.ring_offered()?;
+    let device = match session.as_fd().try_clone_to_owned() {
+        Ok(device) => device,
+        Err(error) => {
+            tracing::warn!("FUSE over io_uring off: cannot share /dev/fuse: {error}");
+            return None;
+        }
+    };
+    let owner_only = (!allow_other).then(|| nix::unistd::geteuid().as_raw());
+    match ring::serve(adapter.clone(), device, max_write, owner_only) {
+        Ok(ring) => {
+            tracing::info!(queues = ring.queues(), "FUSE requests go over io_uring");
+            Some(ring)
+        }
+        Err(error) => {
+            tracing::warn!("FUSE over io_uring could not start ({error}); requests go through /dev/fuse");
+            None
+        }
+    }
+}
+
 fn raise_read_ahead(mountpoint: &Path) {
     let device = match mount_device(mountpoint) {
         Ok(Some(device)) => device,

@@ -21,7 +21,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use fuser::BackingId;
+use std::os::fd::{AsRawFd as _, OwnedFd};
+
 use parking_lot::Mutex;
 
 use crate::fs::error::FsError;
@@ -33,7 +34,7 @@ const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 pub enum Mode {
     Cached,
-    Passthrough(Arc<BackingId>),
+    Passthrough(Arc<KernelBacking>),
 }
 
 pub struct IoModes {
@@ -61,13 +62,18 @@ struct InodeIo {
 /// handles use it.
 struct Shared {
     etag: String,
-    backing: Arc<BackingId>,
+    backing: Arc<KernelBacking>,
     handles: usize,
 }
 
 impl IoModes {
-    pub fn new(passthrough: bool) -> Self {
-        Self { passthrough: AtomicBool::new(passthrough), state: Mutex::new(State::default()) }
+    /// Passthrough stays off until [`IoModes::allow_passthrough`] (the kernel grants it at init).
+    pub fn new() -> Self {
+        Self { passthrough: AtomicBool::new(false), state: Mutex::new(State::default()) }
+    }
+
+    pub fn allow_passthrough(&self) {
+        self.passthrough.store(true, Ordering::Relaxed);
     }
 
     /// Before an open for writing of `ino`: refused while it is passed through;
@@ -125,7 +131,7 @@ impl IoModes {
         ino: u64,
         handle: u64,
         backing: Option<Backing>,
-        register: impl FnOnce(&std::fs::File) -> std::io::Result<BackingId>,
+        register: impl FnOnce(&std::fs::File) -> std::io::Result<KernelBacking>,
     ) -> Result<Mode, FsError> {
         let mut state = self.state.lock();
         let inode = state.inodes.entry(ino).or_default();
@@ -184,6 +190,38 @@ impl State {
     fn forget_if_closed(&mut self, ino: u64) {
         if self.inodes.get(&ino).is_some_and(|inode| inode.cached == 0 && inode.passthrough.is_none()) {
             self.inodes.remove(&ino);
+        }
+    }
+}
+
+/// A file the kernel reads a passed-through inode from, registered on the session's
+/// `/dev/fuse` (`FUSE_DEV_IOC_BACKING_OPEN`) and closed there when dropped. Ours rather
+/// than fuser's `BackingId`, which only a `/dev/fuse` reply can make: requests carried
+/// over io_uring open files too.
+#[derive(Debug)]
+pub struct KernelBacking {
+    id: u32,
+    device: Arc<OwnedFd>,
+}
+
+nix::ioctl_write_ptr!(fuse_backing_close, 229, 2, u32);
+
+impl KernelBacking {
+    pub fn register(device: &Arc<OwnedFd>, file: &std::fs::File) -> std::io::Result<Self> {
+        let id = fuser::BackingId::create_raw(device.as_ref(), file)?;
+        Ok(Self { id, device: device.clone() })
+    }
+
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+impl Drop for KernelBacking {
+    fn drop(&mut self) {
+        // SAFETY: the ioctl reads one u32 that lives for the call.
+        if let Err(error) = unsafe { fuse_backing_close(self.device.as_raw_fd(), &self.id) } {
+            tracing::warn!(id = self.id, "closing a passthrough backing file: {error}");
         }
     }
 }

@@ -269,6 +269,13 @@ impl MountBuilder {
             args.push(l.into());
         }
         args.extend(self.extra.iter().map(OsString::from));
+        if !self.extra.iter().any(|arg| arg == "--fuse-transport") {
+            // One transport for the whole run, whatever the kernel's switch says: the one
+            // BUCKETFS_TEST_FUSE_TRANSPORT names, /dev/fuse by default (tests/fuse_transport.rs
+            // covers io_uring).
+            let transport = std::env::var("BUCKETFS_TEST_FUSE_TRANSPORT").unwrap_or_else(|_| "dev-fuse".into());
+            args.extend(["--fuse-transport".into(), transport.into()]);
+        }
         args.extend(self.sources.iter().map(OsString::from));
         args.push(mountpoint.as_os_str().to_owned());
         cmd.args(&args);

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# find-ab.sh BIN [ROUNDS]: `find -name '*.h'` on a mount that loads a saved index, cold (caches
+# dropped), over /dev/fuse and over io_uring in turn, against the same find on the local copy.
+# Fresh MinIO; the 1/10 linux-shaped tree (/var/tmp/rs-tree, made as in ../issue33-rm/rm-requests.sh)
+# uploaded by s3direct; an --index mount saves its index once. Each round: one fresh mount per
+# transport (alternating which goes first), then local. Prints one line per measurement and
+# the FUSE requests of the first round per transport. Root (drop_caches, the kernel's switch,
+# which it sets back as found).
+set -euo pipefail
+BIN=$(readlink -f "$1"); ROUNDS=${2:-5}
+cd "$(dirname "$0")/../../.."
+switch=/sys/module/fuse/parameters/enable_uring; found=$(cat $switch)
+set -a; eval "$(scripts/start-store minio)"; set +a
+trap 'scripts/stop-store "$STORE_PID" "$STORE_DIR"; echo "$found" > $switch' EXIT
+b=f$RANDOM
+python3 -c "
+import boto3,os
+boto3.client('s3',endpoint_url=os.environ['STORE_ENDPOINT'],region_name='us-east-1').create_bucket(Bucket='$b')"
+target/release/examples/s3direct --endpoint-url "$STORE_ENDPOINT" put-dir --concurrency 16 /var/tmp/rs-tree $b >/dev/null
+cache=$(mktemp -d /var/tmp/fi-cache.XXXX)
+mnt=$(mktemp -d)
+mountit() {
+  $BIN mount --foreground --fuse-transport "$1" --index --index-attributes-rate 0 --metrics-addr 127.0.0.1:19464 \
+    --cache-dir "$cache" --endpoint-url "$STORE_ENDPOINT" --force-path-style --region us-east-1 s3://$b "$mnt" \
+    2>>/var/tmp/find-ab-mount.log &
+  pid=$!
+  for i in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done
+}
+unmount() { fusermount3 -u "$mnt"; wait $pid; }
+mountit dev-fuse; $BIN refresh "$mnt" >/dev/null; unmount
+one() {
+  mountit "$1"; sleep 1
+  sync; echo 3 > /proc/sys/vm/drop_caches
+  start=$(date +%s.%N); n=$(find "$mnt" -name '*.h' | wc -l); end=$(date +%s.%N)
+  echo "round $2 $1: find $n in $(echo "$end - $start" | bc) s"
+  if [ "$2" = 1 ]; then
+    curl -s 127.0.0.1:19464/metrics | grep -E '^bucketfs_fuse_(ring_)?requests_total' \
+      | sed 's/bucketfs_fuse_//' | tr '\n' ' '; echo
+  fi
+  unmount
+}
+for round in $(seq "$ROUNDS"); do
+  if [ $((round % 2)) = 1 ]; then one dev-fuse $round; one uring $round; else one uring $round; one dev-fuse $round; fi
+  sync; echo 3 > /proc/sys/vm/drop_caches
+  start=$(date +%s.%N); n=$(find /var/tmp/rs-tree -name '*.h' | wc -l); end=$(date +%s.%N)
+  echo "round $round local: find $n in $(echo "$end - $start" | bc) s"
+done
+rmdir "$mnt"; rm -rf "$cache"

@@ -1,0 +1,123 @@
+//! Runs a request carried over the ring: decoded by `wire`, handed to the same
+//! operations as a `/dev/fuse` request, answered through a [`RingAnswer`].
+
+use std::sync::Arc;
+
+use fuser::Errno;
+
+use super::answer::RingAnswer;
+use super::queue::{Delivered, QueueShared};
+use super::wire::{self, Request};
+use crate::fuse::answer::{Answer as _, Requester};
+use crate::fuse::operations::{FuseAdapter, SetAttrRequest};
+
+const FUSE_LINK: u32 = 13;
+
+/// Who may use the mount, as fuser's session checks it on `/dev/fuse`.
+#[derive(Clone, Copy)]
+pub(super) enum Access {
+    Anyone,
+    /// Only this user (without `allow_other`; the kernel refuses others too).
+    Owner(u32),
+}
+
+pub(super) fn dispatch(adapter: &FuseAdapter, access: Access, queue: &Arc<QueueShared>, delivered: Delivered<'_>) {
+    let (header, request) = match wire::parse(delivered.bytes) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            tracing::warn!(qid = queue.qid, "FUSE ring: a request that does not parse: {error}");
+            let unique = wire::parse_header(delivered.bytes).map_or(delivered.commit_id, |h| h.unique);
+            return RingAnswer::new(queue.clone(), delivered.entry, unique).error(Errno::EIO);
+        }
+    };
+    crate::metrics::fuse_ring_request();
+    let reply = RingAnswer::new(queue.clone(), delivered.entry, header.unique);
+    let req = Requester { uid: header.uid, gid: header.gid, pid: header.pid };
+    let ino = header.nodeid;
+    if let Access::Owner(owner) = access {
+        if req.uid != owner && !sent_without_caller(&request) {
+            return reply.error(Errno::EACCES);
+        }
+    }
+    match request {
+        Request::Lookup { name } => adapter.lookup(&req, ino, name, reply),
+        Request::GetAttr { .. } => adapter.getattr(&req, ino, reply),
+        Request::SetAttr(set) => {
+            let set = SetAttrRequest {
+                mode: set.mode,
+                uid: set.uid,
+                gid: set.gid,
+                size: set.size,
+                atime: set.atime,
+                mtime: set.mtime,
+                fh: set.fh,
+            };
+            adapter.setattr(&req, ino, set, reply)
+        }
+        Request::ReadLink => adapter.readlink(&req, ino, reply),
+        Request::Symlink { name, target } => adapter.symlink(&req, ino, name, target, reply),
+        Request::MkNod { name, mode, rdev, .. } => adapter.mknod(&req, ino, name, mode, rdev, reply),
+        Request::MkDir { name, mode, .. } => adapter.mkdir(&req, ino, name, mode, reply),
+        Request::Unlink { name } => adapter.unlink(&req, ino, name, reply),
+        Request::RmDir { name } => adapter.rmdir(&req, ino, name, reply),
+        Request::Rename { newdir, name, newname, flags } => {
+            adapter.rename(&req, ino, name, newdir, newname, flags, reply)
+        }
+        Request::Open { flags } => adapter.open(&req, ino, flags, reply),
+        Request::Read { fh, offset, size, .. } => adapter.read(&req, ino, fh, offset, size, reply),
+        Request::Write { fh, offset, data, write_flags, .. } => {
+            let drop_set_id = write_flags & fuser::WriteFlags::FUSE_WRITE_KILL_SUIDGID.bits() != 0;
+            adapter.write(&req, ino, fh, offset, data, drop_set_id, reply)
+        }
+        Request::StatFs => adapter.statfs(reply),
+        Request::Release { fh, .. } => adapter.release(&req, ino, fh, reply),
+        Request::Fsync { fh, .. } => adapter.fsync(&req, ino, fh, reply),
+        Request::SetXattr { name, value, flags } => adapter.setxattr(&req, ino, name, value, flags, reply),
+        Request::GetXattr { name, size } => adapter.getxattr(&req, ino, name, size, reply),
+        Request::ListXattr { size } => adapter.listxattr(&req, ino, size, reply),
+        Request::RemoveXattr { name } => adapter.removexattr(&req, ino, name, reply),
+        Request::Flush { fh, .. } => adapter.flush(&req, ino, fh, reply),
+        Request::OpenDir { .. } => adapter.opendir(ino, reply),
+        Request::ReadDir { fh, offset, size } => adapter.readdir(&req, ino, fh, offset, reply.listing(size)),
+        Request::ReadDirPlus { fh, offset, size } => adapter.readdirplus(&req, ino, fh, offset, reply.listing(size)),
+        Request::ReleaseDir { fh, .. } => adapter.releasedir(fh, reply),
+        Request::Create { name, mode, flags, .. } => adapter.create(&req, ino, name, mode, flags, reply),
+        Request::CopyFileRange { fh_in, offset_in, fh_out, offset_out, len, .. } => {
+            adapter.copy_file_range(&req, ino, fh_in, offset_in, fh_out, offset_out, len, reply)
+        }
+        // The kernel sends these on /dev/fuse, never over the ring; a forget needs no
+        // answer there, but a ring entry must be given back.
+        Request::Forget { nlookup } => {
+            adapter.forget(ino, nlookup);
+            reply.error(Errno::ENOSYS)
+        }
+        Request::BatchForget(forgets) => {
+            for (ino, nlookup) in forgets {
+                adapter.forget(ino, nlookup);
+            }
+            reply.error(Errno::ENOSYS)
+        }
+        // As fuser's session answers it: hard links cannot be made (two keys cannot share
+        // one object).
+        Request::Other { opcode: FUSE_LINK } => reply.error(Errno::EPERM),
+        Request::Interrupt { .. } | Request::Destroy | Request::Other { .. } => reply.error(Errno::ENOSYS),
+    }
+}
+
+/// Requests the kernel may send on behalf of no particular caller (write-back, readahead,
+/// release at exit): served whoever the header names, as fuser does.
+fn sent_without_caller(request: &Request<'_>) -> bool {
+    matches!(
+        request,
+        Request::Read { .. }
+            | Request::ReadDir { .. }
+            | Request::ReadDirPlus { .. }
+            | Request::Write { .. }
+            | Request::Fsync { .. }
+            | Request::Release { .. }
+            | Request::ReleaseDir { .. }
+            | Request::Forget { .. }
+            | Request::BatchForget(_)
+            | Request::Destroy
+    )
+}

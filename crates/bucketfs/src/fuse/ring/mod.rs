@@ -1,0 +1,114 @@
+//! FUSE over io_uring (Linux 6.14 and later, with the `fuse` module's `enable_uring` on):
+//! the kernel carries requests and answers through one io_uring queue per possible CPU
+//! instead of `read`/`write` on `/dev/fuse`, and each request is served on the CPU that
+//! made it. INIT, FORGET and INTERRUPT still come on `/dev/fuse` (fuser's session keeps
+//! reading it), as do notifications we send.
+//!
+//! `queue.rs` owns each queue's ring, entries and thread; `wire.rs` the byte layouts;
+//! `dispatch.rs` hands decoded requests to the shared operations; `answer.rs` answers.
+
+mod answer;
+mod dispatch;
+mod queue;
+pub mod wire;
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+use super::operations::FuseAdapter;
+use dispatch::Access;
+use queue::QueueShared;
+
+/// The `fuse` module's switch: servers may use io_uring only while it is `Y`.
+pub const KERNEL_SWITCH: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Requests one queue holds at once; more wait in the kernel. Each entry holds a payload
+/// buffer as large as the largest write (1 MiB), touched only as far as requests fill it.
+const DEPTH: usize = 8;
+
+/// Whether the kernel lets FUSE servers use io_uring.
+pub fn kernel_allows() -> bool {
+    std::fs::read_to_string(KERNEL_SWITCH).is_ok_and(|value| value.trim() == "Y")
+}
+
+/// Turns the kernel's switch on (root only; it is the whole machine's).
+pub fn allow_in_kernel() -> io::Result<()> {
+    std::fs::write(KERNEL_SWITCH, "Y")
+}
+
+/// The running queues (their threads end with the connection).
+pub struct Ring {
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Ring {
+    pub fn queues(&self) -> usize {
+        self.threads.len()
+    }
+}
+
+/// Registers one queue per possible CPU on the session's `/dev/fuse` (after the INIT
+/// answer; the kernel offered io_uring, `max_write` as agreed), each served by a thread pinned to
+/// its CPU. On an error the kernel goes on with `/dev/fuse` (a refused registration turns
+/// the ring off for the connection), and the queues that did register idle until unmount.
+pub fn serve(adapter: Arc<FuseAdapter>, device: OwnedFd, max_write: u32, owner_only: Option<u32>) -> io::Result<Ring> {
+    let access = owner_only.map_or(Access::Anyone, Access::Owner);
+    // The kernel refuses a payload buffer smaller than this (`fuse_uring_create_ring_ent`).
+    let payload_capacity = (max_write as usize).max(8192).max(super::MAX_REQUEST as usize);
+    let device = Arc::new(device);
+    let mut threads = Vec::new();
+    let mut outcomes = Vec::new();
+    for qid in 0..possible_cpus()? {
+        let queue = Arc::new(QueueShared::new(qid as u16, DEPTH, payload_capacity)?);
+        let (ready, outcome) = std::sync::mpsc::channel();
+        let (adapter, device) = (adapter.clone(), device.clone());
+        let thread = std::thread::Builder::new().name(format!("fuse-ring-{qid}")).spawn(move || {
+            queue::run(device, queue, Some(qid), ready, |queue, delivered| {
+                dispatch::dispatch(&adapter, access, queue, delivered)
+            })
+        })?;
+        threads.push(thread);
+        outcomes.push(outcome);
+    }
+    for outcome in outcomes {
+        match outcome.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Err(error),
+            Err(_) => return Err(io::Error::other("a FUSE ring queue ended while registering")),
+        }
+    }
+    Ok(Ring { threads })
+}
+
+/// The CPUs the kernel makes a queue for (`num_possible_cpus`), which the ring must all
+/// have before the kernel uses it: `/sys/devices/system/cpu/possible`, e.g. `0-3`.
+fn possible_cpus() -> io::Result<usize> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    parse_cpu_list(&text).ok_or_else(|| io::Error::other(format!("cannot read the possible CPUs from {text:?}")))
+}
+
+/// The number of CPUs a list like `0-3,5` names, counted up to its highest (queue ids
+/// run from 0 to the highest CPU).
+fn parse_cpu_list(text: &str) -> Option<usize> {
+    let mut highest = None;
+    for range in text.trim().split(',') {
+        let last = range.rsplit('-').next()?;
+        let last: usize = last.trim().parse().ok()?;
+        highest = highest.max(Some(last));
+    }
+    highest.map(|highest| highest + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cpu_list;
+
+    #[test]
+    fn possible_cpus_count_up_to_the_highest() {
+        assert_eq!(parse_cpu_list("0-1\n"), Some(2));
+        assert_eq!(parse_cpu_list("0"), Some(1));
+        assert_eq!(parse_cpu_list("0-3,5"), Some(6));
+        assert_eq!(parse_cpu_list("garbage"), None);
+    }
+}
