@@ -57,7 +57,6 @@ mod opcode {
     pub const READDIRPLUS: u32 = 44;
     pub const RENAME2: u32 = 45;
     pub const COPY_FILE_RANGE: u32 = 47;
-    pub const COPY_FILE_RANGE_64: u32 = 53;
 }
 
 /// `FATTR_*`: which fields of a SETATTR are set.
@@ -424,7 +423,9 @@ pub fn parse(bytes: &[u8]) -> Result<(InHeader, Request<'_>), WireError> {
             }
             Request::BatchForget(forgets)
         }
-        opcode::COPY_FILE_RANGE | opcode::COPY_FILE_RANGE_64 => Request::CopyFileRange {
+        // Not COPY_FILE_RANGE_64 (53), whose answer differs: ENOSYS (as fuser answers it on
+        // /dev/fuse) and the kernel asks with this one from then on.
+        opcode::COPY_FILE_RANGE => Request::CopyFileRange {
             fh_in: args.u64()?,
             offset_in: args.u64()?,
             nodeid_out: args.u64()?,
