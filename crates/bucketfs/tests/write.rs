@@ -308,6 +308,33 @@ fn kill_during_upload(bucket: &str, mut m: Mount, endpoint: &str, operation: imp
     assert_eq!(open_uploads(bucket), 0, "the next mount aborts the uploads a killed daemon left");
 }
 
+/// A daemon killed after the store started its upload and before the answer (with the
+/// upload's id) came back: the next mount aborts that upload too, from the record made
+/// before it was asked for (its key and time).
+#[test]
+fn killed_daemon_while_its_upload_starts_leaves_no_upload() {
+    let b = create_bucket("write-kill-start");
+    let proxy = ToxiProxy::to_minio();
+    let mut m = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(["--part-size", "5MiB"]).mount();
+    // Every answer now arrives 3 s late: the store has started the upload long before
+    // the daemon hears of it.
+    proxy.add("late", Direction::Downstream, Toxic::Latency { latency_ms: 3000, jitter_ms: 0 });
+    let path = m.join("big");
+    let writer = std::thread::spawn(move || {
+        let mut file = File::create(path)?;
+        file.write_all(&gen_data(15, 12 * MIB))
+    });
+    assert!(wait_until(std::time::Duration::from_secs(30), || open_uploads(&b) >= 1), "no upload was started");
+    m.signal(libc::SIGKILL);
+    assert!(m.wait_exit(std::time::Duration::from_secs(10)).is_some(), "daemon did not die");
+    let _ = writer.join();
+    drop(m);
+    proxy.remove("late");
+    assert_eq!(open_uploads(&b), 1, "the killed daemon's upload is open, its id never reached it");
+    let _again = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).mount();
+    assert_eq!(open_uploads(&b), 0, "the next mount aborts it");
+}
+
 /// The upload of a staging file (an append to a large object, stored at close) is in the
 /// journal too: killed while it runs, the next mount aborts it.
 #[test]

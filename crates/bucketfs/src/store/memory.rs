@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use super::{ListPage, Metadata, ObjectInfo, ObjectStore, RangeBody, StoreError};
+use super::{ListPage, Metadata, ObjectInfo, ObjectStore, OpenUpload, RangeBody, StoreError};
 
 /// Size of the pieces a GET's body is handed over in.
 const BODY_CHUNK: usize = 64 * 1024;
@@ -26,7 +26,8 @@ struct Stored {
 }
 
 /// An unfinished multipart upload: the metadata it was started with, and its parts.
-type Upload = (Metadata, BTreeMap<i32, Bytes>);
+/// Its metadata, its parts, when it was started.
+type Upload = (Metadata, BTreeMap<i32, Bytes>, SystemTime);
 
 #[derive(Default)]
 pub struct MemoryStore {
@@ -247,7 +248,7 @@ impl ObjectStore for MemoryStore {
 
     async fn start_upload(&self, key: &str, metadata: &Metadata) -> Result<String, StoreError> {
         let id = format!("{key}#{}", self.versions.fetch_add(1, Ordering::Relaxed));
-        self.uploads.lock().insert(id.clone(), (metadata.clone(), BTreeMap::new()));
+        self.uploads.lock().insert(id.clone(), (metadata.clone(), BTreeMap::new(), SystemTime::now()));
         Ok(id)
     }
 
@@ -280,7 +281,7 @@ impl ObjectStore for MemoryStore {
 
     async fn upload_part(&self, _key: &str, upload_id: &str, number: i32, data: Bytes) -> Result<String, StoreError> {
         let mut uploads = self.uploads.lock();
-        let (_, parts) = uploads.get_mut(upload_id).ok_or(StoreError::NotFound)?;
+        let (_, parts, _) = uploads.get_mut(upload_id).ok_or(StoreError::NotFound)?;
         parts.insert(number, data);
         Ok(format!("\"part{number}\""))
     }
@@ -296,7 +297,7 @@ impl ObjectStore for MemoryStore {
         if create_only && self.objects.lock().contains_key(key) {
             return Err(StoreError::AlreadyExists);
         }
-        let (metadata, uploaded) = self.uploads.lock().remove(upload_id).ok_or(StoreError::NotFound)?;
+        let (metadata, uploaded, _) = self.uploads.lock().remove(upload_id).ok_or(StoreError::NotFound)?;
         let mut data = Vec::new();
         for (number, _) in parts {
             data.extend_from_slice(uploaded.get(&number).ok_or(StoreError::NotFound)?);
@@ -307,6 +308,13 @@ impl ObjectStore for MemoryStore {
     async fn abort_upload(&self, _key: &str, upload_id: &str) -> Result<(), StoreError> {
         self.uploads.lock().remove(upload_id);
         Ok(())
+    }
+
+    async fn open_uploads_of(&self, key: &str) -> Result<Vec<OpenUpload>, StoreError> {
+        let uploads = self.uploads.lock();
+        // Upload ids are `KEY#N` (see `start_upload`).
+        let of_key = uploads.iter().filter(|(id, _)| id.rsplit_once('#').is_some_and(|(of, _)| of == key));
+        Ok(of_key.map(|(id, upload)| OpenUpload { id: id.clone(), initiated: Some(upload.2) }).collect())
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {

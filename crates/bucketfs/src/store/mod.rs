@@ -29,6 +29,14 @@ use bytes::Bytes;
 
 pub use body::RangeBody;
 
+/// A multipart upload open in the store, and when it was started (by the store's clock,
+/// where it says).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenUpload {
+    pub id: String,
+    pub initiated: Option<SystemTime>,
+}
+
 /// Metadata of one object, as returned by LIST or HEAD.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectInfo {
@@ -343,6 +351,9 @@ pub trait ObjectStore: Send + Sync + 'static {
 
     /// `AbortMultipartUpload`: frees the parts so no unfinished upload is left behind.
     async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError>;
+
+    /// The multipart uploads open for `key` itself (`ListMultipartUploads`, first page).
+    async fn open_uploads_of(&self, key: &str) -> Result<Vec<OpenUpload>, StoreError>;
 
     /// `DeleteObject` (succeeds when the key does not exist).
     async fn delete(&self, key: &str) -> Result<(), StoreError>;

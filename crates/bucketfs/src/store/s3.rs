@@ -31,7 +31,7 @@ use super::request_options::{RequestOptions, RequestOptionsInterceptor, UploadCh
 use super::request_window::{RequestWindow, WindowReport};
 use super::server_kind::{ServerKind, Support};
 use super::{
-    version_to_restore, ListPage, Metadata, ObjectInfo, ObjectStore, RangeBody, StoreError, VersionInfo,
+    version_to_restore, ListPage, Metadata, ObjectInfo, ObjectStore, OpenUpload, RangeBody, StoreError, VersionInfo,
     MAX_VERSIONS_LISTED,
 };
 
@@ -731,33 +731,47 @@ impl S3Store {
     /// complete); a stray left behind would cost storage until a lifecycle rule, forever
     /// on most stores. Best effort: a failure here is logged, the upload goes on.
     async fn abort_strays(&self, key: &str, ours: &str, took: Duration) {
-        let listed = self.client.list_multipart_uploads().bucket(&self.bucket).prefix(key).send().await;
-        let uploads = match listed {
-            Ok(listed) => listed.uploads.unwrap_or_default(),
+        let of_key = match self.open_uploads_of_once(key).await {
+            Ok(uploads) => uploads,
             Err(error) => {
-                tracing::warn!(bucket = %self.bucket, key, "cannot list the uploads of {key} to abort those of attempts whose answer was lost: {}", self.map_key_error(key, error));
+                tracing::warn!(bucket = %self.bucket, key, "cannot list the uploads of {key} to abort those of attempts whose answer was lost: {error}");
                 return;
             }
         };
-        let of_key: Vec<_> = uploads.iter().filter(|upload| upload.key() == Some(key)).collect();
-        let initiated_ms =
-            |upload: &aws_sdk_s3::types::MultipartUpload| upload.initiated().and_then(|at| at.to_millis().ok());
-        let Some(ours_at) = of_key.iter().find(|upload| upload.upload_id() == Some(ours)).and_then(|u| initiated_ms(u))
-        else {
+        let Some(ours_at) = of_key.iter().find(|upload| upload.id == ours).and_then(|upload| upload.initiated) else {
             tracing::debug!(bucket = %self.bucket, key, "the upload just started is not listed yet: no stray looked for");
             return;
         };
-        let since = ours_at - took.as_millis() as i64 - 1000;
+        let since = ours_at - took - Duration::from_secs(1);
         for upload in of_key {
-            let (Some(id), Some(at)) = (upload.upload_id(), initiated_ms(upload)) else { continue };
-            if id == ours || at < since || at > ours_at {
+            let Some(at) = upload.initiated else { continue };
+            if upload.id == ours || at < since || at > ours_at {
                 continue;
             }
             tracing::info!(bucket = %self.bucket, key, "aborting an upload of {key} started by an attempt whose answer was lost");
-            if let Err(error) = self.abort_upload(key, id).await {
+            if let Err(error) = self.abort_upload(key, &upload.id).await {
                 tracing::warn!(bucket = %self.bucket, key, "cannot abort a stray upload of {key}: {error}");
             }
         }
+    }
+
+    async fn open_uploads_of_once(&self, key: &str) -> Result<Vec<OpenUpload>, StoreError> {
+        tracing::debug!(bucket = %self.bucket, key, "s3 LIST-MULTIPART");
+        let listed = self
+            .client
+            .list_multipart_uploads()
+            .bucket(&self.bucket)
+            .prefix(key)
+            .send()
+            .await
+            .map_err(|e| self.map_key_error(key, e))?;
+        let of_key = listed.uploads.unwrap_or_default().into_iter().filter(|upload| upload.key() == Some(key));
+        Ok(of_key
+            .filter_map(|upload| {
+                let initiated = upload.initiated().and_then(|at| SystemTime::try_from(*at).ok());
+                Some(OpenUpload { id: upload.upload_id?, initiated })
+            })
+            .collect())
     }
 
     /// One `DeleteObjects` request, quiet (the answer names only the keys refused).
@@ -1058,6 +1072,10 @@ impl ObjectStore for S3Store {
             Err(StoreError::UploadGone | StoreError::NoSuchBucket(_)) => Ok(()),
             other => other,
         }
+    }
+
+    async fn open_uploads_of(&self, key: &str) -> Result<Vec<OpenUpload>, StoreError> {
+        self.retrying("LIST-MULTIPART", key, || self.open_uploads_of_once(key)).await
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {

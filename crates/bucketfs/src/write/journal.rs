@@ -3,9 +3,13 @@
 //! bills, unfinished uploads until they are aborted).
 //!
 //! One small file per upload under `<cache-dir>/bucketfs-uploads/`, holding the store,
-//! key and upload id (percent-encoded, one per line), written and synced before the
-//! upload is used (a power cut cannot lose it), and removed when the upload is completed
-//! or aborted ([`super::multipart::MultipartUpload`] does both). Its name says which
+//! key and upload id (percent-encoded, one per line), and removed when the upload is
+//! completed or aborted ([`super::multipart::MultipartUpload`] does both). It is written
+//! and synced (a power cut cannot lose it) *before* `CreateMultipartUpload` is sent,
+//! with no id yet and the time instead: the store creates the upload before its answer
+//! arrives, and a daemon killed in between leaves an upload no record could name. For
+//! such a record the next mount aborts the uploads of its key that the store started
+//! around that time ([`STARTED_WITHIN`]). Once the id is known it replaces the time. Its name says which
 //! daemon wrote it: the boot, the pid and the pid's start time, so a pid reused by
 //! another process (or after a reboot) cannot pass for the daemon that is gone. A mount
 //! aborts the uploads whose daemon is gone, for the buckets it mounts; others stay for a
@@ -15,10 +19,19 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use percent_encoding::{percent_decode_str, utf8_percent_encode, NON_ALPHANUMERIC};
 
 use crate::store::{ObjectStore, StoreError};
+
+/// For a record made before its upload's id came back: the uploads of its key started
+/// this long after the record (by the store's clock) are taken to be its own. A start is
+/// retried within `--retry-window` and each attempt within twice the read timeout.
+pub const STARTED_WITHIN: Duration = Duration::from_secs(300);
+
+/// ... and this long before it: the store's clock may be behind this machine's.
+pub const CLOCK_MARGIN: Duration = Duration::from_secs(60);
 
 #[derive(Debug)]
 pub struct Journal {
@@ -29,12 +42,31 @@ pub struct Journal {
 /// One recorded upload; dropping it removes the record.
 pub struct Entry {
     path: Option<PathBuf>,
+    dir: PathBuf,
+    location: String,
+    key: String,
 }
 
 impl Entry {
     /// The upload is still open in the store: leave the record for the next mount.
     pub fn keep(mut self) {
         self.path = None;
+    }
+
+    /// The store answered with the upload's id: the record names it (replaced in one
+    /// rename; if that fails, the record made before the start still covers the upload).
+    pub fn started(&mut self, upload_id: &str) {
+        let Some(path) = &self.path else { return };
+        let fresh = path.with_extension("new");
+        let write = || -> std::io::Result<()> {
+            write_synced(&fresh, &record_text(&[&self.location, &self.key, upload_id]))?;
+            std::fs::rename(&fresh, path)?;
+            std::fs::File::open(&self.dir)?.sync_all()
+        };
+        if let Err(error) = write() {
+            let _ = std::fs::remove_file(&fresh);
+            tracing::warn!(key = self.key, "cannot record upload {upload_id} in {}: {error}", self.dir.display());
+        }
     }
 }
 
@@ -93,27 +125,24 @@ impl Journal {
         Ok(Self { dir, next: AtomicU64::new(0) })
     }
 
-    /// Records an upload started in `store`, synced to disk; `None` (and a warning) if it
-    /// cannot be written.
-    pub fn record(&self, store: &dyn ObjectStore, key: &str, upload_id: &str) -> Option<Entry> {
+    /// Records that an upload of `key` is about to start in `store`, synced to disk, before
+    /// it is asked for; [`Entry::started`] adds its id. `None` (and a warning) if it cannot
+    /// be written.
+    pub fn intend(&self, store: &dyn ObjectStore, key: &str) -> Option<Entry> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let path = self.dir.join(format!("{}-{n}", this_daemon()));
-        let text = [store.location().as_str(), key, upload_id]
-            .iter()
-            .map(|field| utf8_percent_encode(field, NON_ALPHANUMERIC).to_string() + "\n")
-            .collect::<String>();
+        let location = store.location();
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis().to_string();
         let write = || -> std::io::Result<()> {
-            let mut file = std::fs::File::create(&path)?;
-            file.write_all(text.as_bytes())?;
-            file.sync_all()?;
+            write_synced(&path, &record_text(&[&location, key, "", &now]))?;
             // The new name must survive a power cut too.
             std::fs::File::open(&self.dir)?.sync_all()
         };
         match write() {
-            Ok(()) => Some(Entry { path: Some(path) }),
+            Ok(()) => Some(Entry { path: Some(path), dir: self.dir.clone(), location, key: key.to_owned() }),
             Err(error) => {
                 let _ = std::fs::remove_file(&path);
-                tracing::warn!("cannot record upload {upload_id} of {key} in {}: {error}", self.dir.display());
+                tracing::warn!("cannot record an upload of {key} in {}: {error}", self.dir.display());
                 None
             }
         }
@@ -138,24 +167,133 @@ impl Journal {
             let Ok(text) = std::fs::read_to_string(&path) else { continue };
             let fields: Vec<String> =
                 text.lines().map(|l| percent_decode_str(l).decode_utf8_lossy().into_owned()).collect();
-            let [location, key, upload_id] = fields.as_slice() else { continue };
+            let (location, key, upload) = match fields.as_slice() {
+                [location, key, id] => (location, key, Recorded::Id(id.clone())),
+                [location, key, id, millis] if id.is_empty() => {
+                    let Ok(millis) = millis.parse() else { continue };
+                    (location, key, Recorded::Intended(UNIX_EPOCH + Duration::from_millis(millis)))
+                }
+                _ => continue,
+            };
             let Some(store) = stores.iter().find(|s| s.location() == *location) else { continue };
-            match store.abort_upload(key, upload_id).await {
-                Ok(()) | Err(StoreError::NotFound) => {
-                    tracing::info!(key, "aborted upload {upload_id} left by a daemon that stopped ({name})");
-                    aborted += 1;
+            let ids = match upload {
+                Recorded::Id(id) => Ok(vec![id]),
+                Recorded::Intended(at) => started_around(store.as_ref(), key, at).await,
+            };
+            let result = match ids {
+                Ok(ids) => abort_all(store.as_ref(), key, &ids, &name).await.map(|count| aborted += count),
+                Err(error) => Err(error),
+            };
+            match result {
+                Ok(()) => {
                     let _ = std::fs::remove_file(&path);
                 }
-                Err(error) => tracing::warn!(key, "could not abort upload {upload_id} left by {name}: {error}"),
+                Err(error) => tracing::warn!(key, "could not abort the upload left by {name}: {error}"),
             }
         }
         aborted
     }
 }
 
+/// What a record knows of its upload.
+enum Recorded {
+    Id(String),
+    /// Only when it was about to start.
+    Intended(SystemTime),
+}
+
+/// The uploads of `key` the store started around `at` (see [`STARTED_WITHIN`]).
+async fn started_around(store: &dyn ObjectStore, key: &str, at: SystemTime) -> Result<Vec<String>, StoreError> {
+    let (from, to) = (at - CLOCK_MARGIN, at + STARTED_WITHIN);
+    let open = store.open_uploads_of(key).await?;
+    let around = open.into_iter().filter(|upload| upload.initiated.is_some_and(|when| from <= when && when <= to));
+    Ok(around.map(|upload| upload.id).collect())
+}
+
+async fn abort_all(store: &dyn ObjectStore, key: &str, ids: &[String], daemon: &str) -> Result<usize, StoreError> {
+    for id in ids {
+        match store.abort_upload(key, id).await {
+            Ok(()) | Err(StoreError::NotFound) => {
+                tracing::info!(key, "aborted upload {id} left by a daemon that stopped ({daemon})")
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(ids.len())
+}
+
+/// A record's lines, percent-encoded.
+fn record_text(fields: &[&str]) -> String {
+    fields.iter().map(|field| utf8_percent_encode(field, NON_ALPHANUMERIC).to_string() + "\n").collect()
+}
+
+fn write_synced(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut file = std::fs::File::create(path)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::memory::MemoryStore;
+    use crate::store::Metadata;
+
+    /// A record of a daemon that is gone, holding `fields`.
+    fn dead_daemons_record(journal: &Journal, n: u32, fields: &[&str]) {
+        let dead = format!("{}-1-1-{n}", "0".repeat(32));
+        write_synced(&journal.dir.join(dead), &record_text(fields)).expect("write a record");
+    }
+
+    fn millis_ago(ago: Duration) -> String {
+        (SystemTime::now() - ago).duration_since(UNIX_EPOCH).expect("after 1970").as_millis().to_string()
+    }
+
+    /// A daemon killed after asking for an upload and before its id came back left a
+    /// record with the time only: the next mount aborts the uploads of that key the store
+    /// started around then, and no other (another key's, or one started long after).
+    #[test]
+    fn an_upload_whose_id_never_came_back_is_aborted_by_its_key_and_time() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let journal = Journal::open(dir.path()).expect("journal");
+        let memory = Arc::new(MemoryStore::default());
+        let store: Arc<dyn ObjectStore> = memory.clone();
+        let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        runtime.block_on(async {
+            let location = store.location();
+            let lost = store.start_upload("k", &Metadata::default()).await.expect("start");
+            let other_key = store.start_upload("k2", &Metadata::default()).await.expect("start");
+            dead_daemons_record(&journal, 0, &[&location, "k", "", &millis_ago(Duration::from_secs(2))]);
+            // Another daemon's intent of `k2` long ago: the upload of `k2` now is not its own.
+            dead_daemons_record(&journal, 1, &[&location, "k2", "", &millis_ago(Duration::from_secs(3600))]);
+            assert_eq!(journal.recover(std::slice::from_ref(&store)).await, 1);
+            let open = store.open_uploads_of("k").await.expect("list");
+            assert!(open.iter().all(|upload| upload.id != lost), "the upload without a recorded id is aborted");
+            let open = store.open_uploads_of("k2").await.expect("list");
+            assert_eq!(open.iter().map(|upload| upload.id.as_str()).collect::<Vec<_>>(), [other_key.as_str()]);
+        });
+        assert_eq!(memory.open_uploads(), 1);
+        assert_eq!(std::fs::read_dir(&journal.dir).expect("journal dir").count(), 0, "both records are done");
+    }
+
+    /// An upload started through the journal names its id once the store answered; a
+    /// record left by a kill then is aborted by that id alone.
+    #[test]
+    fn a_record_names_its_upload_once_started() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let journal = Journal::open(dir.path()).expect("journal");
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::default());
+        let mut entry = journal.intend(store.as_ref(), "k").expect("recorded");
+        let path = entry.path.clone().expect("a record file");
+        let before: Vec<String> = std::fs::read_to_string(&path).expect("read").lines().map(str::to_owned).collect();
+        assert_eq!((before.len(), before[2].as_str()), (4, ""), "no id yet, a time instead: {before:?}");
+        entry.started("k#7");
+        let after = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(after.lines().count(), 3);
+        assert_eq!(percent_decode_str(after.lines().nth(2).expect("id")).decode_utf8_lossy(), "k#7");
+        drop(entry);
+        assert!(!path.exists(), "dropping the entry removes the record");
+    }
 
     #[test]
     fn this_daemon_is_alive_and_a_reused_pid_is_not() {

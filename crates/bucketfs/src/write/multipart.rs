@@ -1,7 +1,7 @@
 //! The one lifecycle of a multipart upload: start (and record it in the journal),
 //! parts, complete, abort. Streamed files, staging files and multipart copies all go
 //! through [`MultipartUpload`], so none of them can leave an upload behind unrecorded:
-//! the journal record is written (and synced) before the upload id is used, and removed
+//! the journal record is written (and synced) before the upload is asked for, and removed
 //! only once the upload is completed or aborted. An upload whose abort failed, or whose
 //! guard is dropped unfinished, keeps its record, and the next mount of the bucket
 //! aborts it.
@@ -31,8 +31,20 @@ impl MultipartUpload {
         key: &str,
         metadata: &Metadata,
     ) -> Result<Self, StoreError> {
-        let upload_id = store.start_upload(key, metadata).await?;
-        let record = journal.and_then(|journal| journal.record(store.as_ref(), key, &upload_id));
+        let mut record = journal.and_then(|journal| journal.intend(store.as_ref(), key));
+        let upload_id = match store.start_upload(key, metadata).await {
+            Ok(id) => id,
+            Err(error) => {
+                // An answer lost on the way may hide an upload the store did start.
+                if let (Some(record), true) = (record, error.is_transient()) {
+                    record.keep();
+                }
+                return Err(error);
+            }
+        };
+        if let Some(record) = &mut record {
+            record.started(&upload_id);
+        }
         Ok(Self { store: store.clone(), key: key.to_owned(), upload_id, record, finished: false })
     }
 
