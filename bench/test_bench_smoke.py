@@ -157,6 +157,20 @@ def test_write_back_variant_is_its_own_row_and_never_a_peer(tmp_path):
     assert "| bucketfs-wb |" in summary
 
 
+def test_uring_variant_mounts_over_io_uring_and_the_others_over_dev_fuse(tmp_path):
+    switch = Path("/sys/module/fuse/parameters/enable_uring")
+    before = switch.read_text().strip()
+    run_smoke(tmp_path, "--tools", "bucketfs,bucketfs+uring", "--workloads", "large")
+    data = json.loads((tmp_path / "results.json").read_text())
+    for case in data["tables"][0]["cases"]:
+        assert [r["tool"] for r in case["rows"]] == ["bucketfs", "bucketfs+uring"]
+        assert all(r["status"] == "ok" for r in case["rows"]), case["id"]
+    commands = data["meta"]["mount_commands"]
+    assert "--fuse-transport uring" in commands["bucketfs+uring"]
+    assert "--fuse-transport dev-fuse" in commands["bucketfs"]
+    assert switch.read_text().strip() == before, "the kernel's switch is put back"
+
+
 def test_index_variant_cold_cases_load_a_saved_index(tmp_path):
     # The tree's read cases: each cold one on a fresh mount loading the index a preparatory
     # mount saved (bucketfs refresh), checked through the bucketfs.index attribute.

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 from . import report, sysinfo, util
 from .context import Context
@@ -164,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
 
+    # A +uring variant's mount turns the kernel's (whole machine's) switch on: put it back.
+    uring_switch = _read_uring_switch()
     t_start = time.monotonic()
     records: list[dict] = []
     workloads = []
@@ -267,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
     finally:
         mounts.unmount_all()
+        _restore_uring_switch(uring_switch)
         for wl in workloads:   # e.g. the throttled workload's own MinIO
             try:
                 wl.close()
@@ -318,3 +322,21 @@ def _cleanup(work: Path, ramdisk: Path, keep: bool) -> None:
         log(f"work directory kept: {work}")
         return
     shutil.rmtree(work, ignore_errors=True)
+
+
+URING_SWITCH = Path("/sys/module/fuse/parameters/enable_uring")
+
+
+def _read_uring_switch() -> Optional[str]:
+    try:
+        return URING_SWITCH.read_text().strip()
+    except OSError:
+        return None
+
+
+def _restore_uring_switch(found: Optional[str]) -> None:
+    if found is not None and _read_uring_switch() != found:
+        try:
+            URING_SWITCH.write_text(found)
+        except OSError as e:
+            log(f"could not set {URING_SWITCH} back to {found}: {e}")

@@ -245,8 +245,9 @@ class BucketFSIndex(BucketFS):
     }
 
     def __init__(self, dirs: Dirs, endpoint: str, binary: str, extra_args: list[str],
-                 shown_as: Optional[str] = None, prep: str = "refresh"):
-        super().__init__(dirs, endpoint, binary, extra_args, shown_as)
+                 shown_as: Optional[str] = None, transport: Optional[str] = None,
+                 prep: str = "refresh"):
+        super().__init__(dirs, endpoint, binary, extra_args, shown_as, transport)
         if prep not in self.PREPS:
             raise ValueError(f"unknown index preparation {prep!r}")
         self.prep = prep
