@@ -267,3 +267,45 @@ fn a_ring_that_cannot_start_leaves_requests_on_dev_fuse() {
         std::panic::resume_unwind(panic);
     }
 }
+
+/// Queues that cannot start after the kernel was asked for the ring (here refused by a
+/// test knob just before they would register): the daemon tells the kernel, which goes on
+/// through /dev/fuse instead of holding requests for a ring that never comes.
+#[test]
+fn queues_that_cannot_start_hand_requests_back_to_dev_fuse() {
+    let _switch = kernel_switch("Y");
+    let bucket = create_bucket("ring-gave-up");
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let m = MountBuilder::new()
+        .bucket(&bucket)
+        .args(["--fuse-transport", "uring", "--metrics-addr", &metrics])
+        .env("BUCKETFS_TEST_RING_REFUSED", "1")
+        .request_log()
+        .mount();
+    let said = || m.log_text().contains("FUSE over io_uring could not start");
+    assert!(wait_until(Duration::from_secs(10), said), "{}", m.log_text());
+    let data = gen_data(7, MIB);
+    std::fs::write(m.join("f"), &data).expect("write");
+    assert_file_content(&m.join("f"), 64 * KIB, &data);
+    assert_eq!(value(&scrape(&metrics), RING_REQUESTS), 0.0);
+}
+
+/// The kernel's switch turned off while a mount is served over the ring (another program
+/// setting it back, as the bench does at its end): the mount keeps its ring and answers.
+#[test]
+fn turning_the_switch_off_leaves_a_mounted_ring_serving() {
+    let _switch = kernel_switch("Y");
+    let bucket = create_bucket("ring-switch-off");
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let m = mount_with(&bucket, "uring", &metrics, &[]);
+    let on_the_ring = || m.log_text().contains("FUSE requests go over io_uring");
+    assert!(wait_until(Duration::from_secs(10), on_the_ring), "{}", m.log_text());
+    std::fs::write(SWITCH, "N").expect("switch off");
+    let before = value(&scrape(&metrics), RING_REQUESTS);
+    for i in 0..50 {
+        let data = gen_data(i, 10 * KIB);
+        std::fs::write(m.join(format!("f{i}")), &data).expect("write");
+        assert_eq!(std::fs::read(m.join(format!("f{i}"))).expect("read"), data);
+    }
+    assert!(value(&scrape(&metrics), RING_REQUESTS) - before >= 200.0, "still over the ring");
+}

@@ -555,15 +555,18 @@ fn ring_wanted(transport: FuseTransportArg) -> Result<bool> {
     }
 }
 
-/// Starts the ring's queues if the kernel offered io_uring at INIT; otherwise, or if they
-/// cannot start (the kernel then goes on with /dev/fuse), requests come on /dev/fuse.
+/// Starts the ring's queues if the kernel was asked for io_uring at INIT; otherwise, or if
+/// they cannot start (the kernel is then told to go on with /dev/fuse), requests come on
+/// /dev/fuse.
 fn start_ring(adapter: &Arc<FuseAdapter>, session: &fuser::Session<DevFuse>, allow_other: bool) -> Option<ring::Ring> {
     let max_write = adapter.ring_offered()?;
     let device = match session.as_fd().try_clone_to_owned() {
         Ok(device) => device,
         Err(error) => {
-            tracing::warn!("FUSE over io_uring off: cannot share /dev/fuse: {error}");
-            return None;
+            // The kernel holds requests for the ring: without a descriptor to say it
+            // will not come, they would wait forever. Better no mount.
+            tracing::error!("FUSE over io_uring: cannot share /dev/fuse ({error}); unmounting");
+            std::process::exit(1);
         }
     };
     let owner_only = (!allow_other).then(|| nix::unistd::geteuid().as_raw());

@@ -41,7 +41,7 @@ pub struct FuseAdapter {
     passthrough_wanted: bool,
     /// Ask the kernel to carry requests over io_uring (see `ring`).
     ring_wanted: bool,
-    /// The kernel offered io_uring at init, and it was wanted.
+    /// The kernel was asked at init to carry requests over io_uring.
     ring_offered: AtomicBool,
     /// The largest write the kernel may send (granted at init): what a ring entry holds.
     max_write: std::sync::atomic::AtomicU32,
@@ -123,8 +123,8 @@ impl FuseAdapter {
         let _ = self.device.set(Arc::new(device));
     }
 
-    /// The kernel offered requests over io_uring at init (and they are wanted); entries must
-    /// hold `max_write`.
+    /// The kernel was asked at init to carry requests over io_uring (and holds them until
+    /// the ring is registered, or given up); entries must hold `max_write`.
     pub fn ring_offered(&self) -> Option<u32> {
         self.ring_offered.load(Ordering::Relaxed).then(|| self.max_write.load(Ordering::Relaxed))
     }
@@ -281,13 +281,23 @@ impl FuseAdapter {
                 tracing::info!("FUSE passthrough not offered by the kernel: cached files are read through the daemon");
             }
         }
-        // Offered only while the kernel's switch is on. Not asked for in the answer: with it,
-        // the kernel would hold every request until all the ring's queues are registered,
-        // and forever if they could not be (a container without io_uring); without it, it
-        // sends them on /dev/fuse until then, and over the ring from the moment it is ready.
+        // Offered only while the kernel's switch is on. Asked for, the kernel holds every
+        // request from now until all the ring's queues are registered (`ring::serve`, or
+        // `ring::give_up` if they cannot be), and the connection keeps the ring if the
+        // switch is turned off meanwhile. Only where this process can make an io_uring:
+        // otherwise nothing could register, or give up, and requests would wait forever.
         if self.ring_wanted {
             let offered = config.capabilities().contains(InitFlags::FUSE_OVER_IO_URING);
-            self.ring_offered.store(offered, Ordering::Relaxed);
+            let usable = offered
+                && super::ring::usable()
+                    .map_err(|error| {
+                        tracing::warn!(
+                            "FUSE over io_uring could not start (io_uring: {error}); requests go through /dev/fuse"
+                        )
+                    })
+                    .is_ok();
+            let asked = usable && config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok();
+            self.ring_offered.store(asked, Ordering::Relaxed);
             if !offered {
                 tracing::info!("FUSE over io_uring not offered by the kernel: requests go through /dev/fuse");
             }

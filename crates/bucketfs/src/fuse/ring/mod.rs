@@ -49,14 +49,31 @@ impl Ring {
 }
 
 /// Registers one queue per possible CPU on the session's `/dev/fuse` (after the INIT
-/// answer; the kernel offered io_uring, `max_write` as agreed), each served by a thread pinned to
-/// its CPU. On an error the kernel goes on with `/dev/fuse` (a refused registration turns
-/// the ring off for the connection), and the queues that did register idle until unmount.
+/// answer, which asked for io_uring; `max_write` as agreed), each served by a thread
+/// pinned to its CPU. On an error the kernel goes on with `/dev/fuse` (a refused
+/// registration turns the ring off for the connection; [`give_up`] makes sure of one), and
+/// the queues that did register idle until unmount.
 pub fn serve(adapter: Arc<FuseAdapter>, device: OwnedFd, max_write: u32, owner_only: Option<u32>) -> io::Result<Ring> {
+    let result = start_queues(adapter, &device, max_write, owner_only);
+    if result.is_err() {
+        give_up(&device);
+    }
+    result
+}
+
+fn start_queues(
+    adapter: Arc<FuseAdapter>,
+    device: &OwnedFd,
+    max_write: u32,
+    owner_only: Option<u32>,
+) -> io::Result<Ring> {
+    if std::env::var_os("BUCKETFS_TEST_RING_REFUSED").is_some() {
+        return Err(io::Error::other("refused for a test (BUCKETFS_TEST_RING_REFUSED)"));
+    }
     let access = owner_only.map_or(Access::Anyone, Access::Owner);
     // The kernel refuses a payload buffer smaller than this (`fuse_uring_create_ring_ent`).
     let payload_capacity = (max_write as usize).max(8192).max(super::MAX_REQUEST as usize);
-    let device = Arc::new(device);
+    let device = Arc::new(device.try_clone()?);
     let mut threads = Vec::new();
     let mut outcomes = Vec::new();
     for qid in 0..possible_cpus()? {
@@ -79,6 +96,21 @@ pub fn serve(adapter: Arc<FuseAdapter>, device: OwnedFd, max_write: u32, owner_o
         }
     }
     Ok(Ring { threads })
+}
+
+/// Whether this process can make the kind of io_uring a queue needs (a container may
+/// forbid io_uring: `kernel.io_uring_disabled`, seccomp).
+pub fn usable() -> io::Result<()> {
+    queue::probe()
+}
+
+/// Tells the kernel the ring will not be registered, so that it stops holding requests
+/// for it and goes on through /dev/fuse: a registration it refuses turns the ring off for
+/// the connection.
+pub fn give_up(device: &OwnedFd) {
+    if let Err(error) = queue::refused_registration(device) {
+        tracing::error!("FUSE over io_uring: cannot tell the kernel to go on without it ({error}); requests wait");
+    }
 }
 
 /// The CPUs the kernel makes a queue for (`num_possible_cpus`), which the ring must all

@@ -188,11 +188,7 @@ pub(super) fn run(
         pin_to(cpu);
     }
     let depth = queue.entries.len();
-    let mut ring = match IoUring::<squeue::Entry128, cqueue::Entry>::builder()
-        .setup_single_issuer()
-        .setup_coop_taskrun()
-        .build((2 * depth + 2).next_power_of_two() as u32)
-    {
+    let mut ring = match new_ring((2 * depth + 2).next_power_of_two() as u32) {
         Ok(ring) => ring,
         Err(error) => return drop(ready.send(Err(error))),
     };
@@ -309,6 +305,35 @@ fn commit_answered(ring: &mut IoUring<squeue::Entry128, cqueue::Entry>, queue: &
                 tracing::error!(qid = queue.qid, "FUSE ring: cannot submit commits: {error}");
             }
         }
+    }
+}
+
+/// A ring as a queue makes it, made and dropped: whether io_uring is allowed here.
+pub(super) fn probe() -> io::Result<()> {
+    new_ring(4).map(drop)
+}
+
+fn new_ring(entries: u32) -> io::Result<IoUring<squeue::Entry128, cqueue::Entry>> {
+    IoUring::<squeue::Entry128, cqueue::Entry>::builder().setup_single_issuer().setup_coop_taskrun().build(entries)
+}
+
+/// A registration the kernel refuses (a queue id past every CPU's), waited for.
+pub(super) fn refused_registration(device: &OwnedFd) -> io::Result<()> {
+    let mut ring = new_ring(4)?;
+    let mut header = [0u8; HEADER_SIZE];
+    let mut payload = vec![0u8; 8192];
+    let iov = [
+        libc::iovec { iov_base: header.as_mut_ptr().cast(), iov_len: HEADER_SIZE },
+        libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() },
+    ];
+    let register = uring_cmd(device.as_raw_fd(), CMD_REGISTER, u16::MAX, 0, Some(&iov), 0);
+    // SAFETY: the buffers outlive the wait below, which returns with the refusal.
+    unsafe { ring.submission().push(&register) }.map_err(|_| io::Error::other("ring full"))?;
+    ring.submit_and_wait(1)?;
+    let result = ring.completion().next().map(|completion| completion.result());
+    match result {
+        Some(result) if result < 0 => Ok(()),
+        other => Err(io::Error::other(format!("the kernel took a registration meant to be refused ({other:?})"))),
     }
 }
 
