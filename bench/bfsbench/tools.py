@@ -146,6 +146,7 @@ class BucketFS(Tool):
             self.label = f"{self.label} (io_uring)"
             self.mode_args = [*self.mode_args, "--fuse-transport", transport]
         self.transport = transport
+        self.has_transport_choice = False   # the binary has --fuse-transport (see check)
         super().__init__(dirs, endpoint)
         self.binary = binary
         self.shown_as = shown_as or binary   # the path to show (binary may be a private copy)
@@ -178,7 +179,7 @@ class BucketFS(Tool):
     def transport_args(self) -> list[str]:
         """/dev/fuse, said explicitly by a binary that has the choice, unless this variant
         is an io_uring one (whose mode_args say so)."""
-        if self.transport is None and getattr(self, "has_transport_choice", False):
+        if self.transport is None and self.has_transport_choice:
             return ["--fuse-transport", "dev-fuse"]
         return []
 

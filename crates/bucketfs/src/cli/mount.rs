@@ -182,7 +182,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     let device = session.as_fd().try_clone_to_owned().context("cannot share /dev/fuse")?;
     adapter.session_started(session.notifier(), device);
     raise_read_ahead(&mountpoint);
-    let ring = start_ring(&adapter, &session, args.allow_other);
+    start_ring(&adapter);
 
     let mut unmounter = session.unmount_callable();
     let signal_mountpoint = mountpoint.clone();
@@ -206,10 +206,6 @@ pub fn run(args: MountArgs) -> Result<()> {
         Err(error) if error.kind() == std::io::ErrorKind::ConnectionAborted => tracing::info!("unmounted ({error})"),
         Err(error) => tracing::error!("the mount ended: {error}"),
     }
-    // The ring's queues end once the kernel has torn down their entries and the answers
-    // still owed are given (those of requests the runtime drops at shutdown are EIO);
-    // not waited for: the process ending ends them.
-    drop(ring);
     notify_service_manager(&[NotifyState::Stopping, NotifyState::Status("storing files still uploading")]);
     // Uploads still running (release, --write-back) would be lost with the runtime.
     runtime.block_on(fs.finish_uploads());
@@ -557,28 +553,12 @@ fn ring_wanted(transport: FuseTransportArg) -> Result<bool> {
 
 /// Starts the ring's queues if the kernel was asked for io_uring at INIT; otherwise, or if
 /// they cannot start (the kernel is then told to go on with /dev/fuse), requests come on
-/// /dev/fuse.
-fn start_ring(adapter: &Arc<FuseAdapter>, session: &fuser::Session<DevFuse>, allow_other: bool) -> Option<ring::Ring> {
-    let max_write = adapter.ring_offered()?;
-    let device = match session.as_fd().try_clone_to_owned() {
-        Ok(device) => device,
-        Err(error) => {
-            // The kernel holds requests for the ring: without a descriptor to say it
-            // will not come, they would wait forever. Better no mount.
-            tracing::error!("FUSE over io_uring: cannot share /dev/fuse ({error}); unmounting");
-            std::process::exit(1);
-        }
-    };
-    let owner_only = (!allow_other).then(|| nix::unistd::geteuid().as_raw());
-    match ring::serve(adapter.clone(), device, max_write, owner_only) {
-        Ok(ring) => {
-            tracing::info!(queues = ring.queues(), "FUSE requests go over io_uring");
-            Some(ring)
-        }
-        Err(error) => {
-            tracing::warn!("FUSE over io_uring could not start ({error}); requests go through /dev/fuse");
-            None
-        }
+/// /dev/fuse. The queues' threads end with the connection (not waited for at exit).
+fn start_ring(adapter: &Arc<FuseAdapter>) {
+    let (Some(max_write), Some(device)) = (adapter.ring_asked(), adapter.device()) else { return };
+    match ring::serve(adapter.clone(), device, max_write) {
+        Ok(queues) => tracing::info!(queues, "FUSE requests go over io_uring"),
+        Err(error) => tracing::warn!("FUSE over io_uring could not start ({error}); requests go through /dev/fuse"),
     }
 }
 

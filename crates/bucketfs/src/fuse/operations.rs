@@ -41,10 +41,9 @@ pub struct FuseAdapter {
     passthrough_wanted: bool,
     /// Ask the kernel to carry requests over io_uring (see `ring`).
     ring_wanted: bool,
-    /// The kernel was asked at init to carry requests over io_uring.
-    ring_offered: AtomicBool,
-    /// The largest write the kernel may send (granted at init): what a ring entry holds.
-    max_write: std::sync::atomic::AtomicU32,
+    /// Set at init if the kernel was asked to carry requests over io_uring: the largest
+    /// write it may send (what a ring entry must hold).
+    ring_asked: OnceLock<u32>,
     io_modes: Arc<IoModes>,
     set_log_level: Option<SetLogLevel>,
     status: Option<Status>,
@@ -84,8 +83,7 @@ impl FuseAdapter {
             runtime,
             passthrough_wanted,
             ring_wanted,
-            ring_offered: AtomicBool::new(false),
-            max_write: std::sync::atomic::AtomicU32::new(0),
+            ring_asked: OnceLock::new(),
             io_modes: Arc::new(IoModes::new()),
             set_log_level: None,
             status: None,
@@ -124,9 +122,14 @@ impl FuseAdapter {
     }
 
     /// The kernel was asked at init to carry requests over io_uring (and holds them until
-    /// the ring is registered, or given up); entries must hold `max_write`.
-    pub fn ring_offered(&self) -> Option<u32> {
-        self.ring_offered.load(Ordering::Relaxed).then(|| self.max_write.load(Ordering::Relaxed))
+    /// the ring is registered, or given up): the largest write an entry must hold.
+    pub fn ring_asked(&self) -> Option<u32> {
+        self.ring_asked.get().copied()
+    }
+
+    /// The session's `/dev/fuse` (set by [`FuseAdapter::session_started`]).
+    pub fn device(&self) -> Option<Arc<OwnedFd>> {
+        self.device.get().cloned()
     }
 
     fn set_log_level(&self, req: &Requester, value: &[u8]) -> Result<(), Errno> {
@@ -249,7 +252,6 @@ impl FuseAdapter {
             let _ = config.set_max_write(max);
             max
         });
-        self.max_write.store(max_write, Ordering::Relaxed);
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
         for wanted in [
@@ -296,8 +298,9 @@ impl FuseAdapter {
                         )
                     })
                     .is_ok();
-            let asked = usable && config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok();
-            self.ring_offered.store(asked, Ordering::Relaxed);
+            if usable && config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok() {
+                let _ = self.ring_asked.set(max_write);
+            }
             if !offered {
                 tracing::info!("FUSE over io_uring not offered by the kernel: requests go through /dev/fuse");
             }

@@ -13,15 +13,10 @@ use crate::fuse::operations::{FuseAdapter, SetAttrRequest};
 
 const FUSE_LINK: u32 = 13;
 
-/// Who may use the mount, as fuser's session checks it on `/dev/fuse`.
-#[derive(Clone, Copy)]
-pub(super) enum Access {
-    Anyone,
-    /// Only this user (without `allow_other`; the kernel refuses others too).
-    Owner(u32),
-}
-
-pub(super) fn dispatch(adapter: &FuseAdapter, access: Access, queue: &Arc<QueueShared>, delivered: Delivered<'_>) {
+/// Who may send requests is the kernel's business: without `allow_other` it refuses every
+/// caller but the mount's owner before a request is made (fuser checks again on /dev/fuse,
+/// for its `allow_root` mode, which bucketfs does not use).
+pub(super) fn dispatch(adapter: &FuseAdapter, queue: &Arc<QueueShared>, delivered: Delivered<'_>) {
     let (header, request) = match wire::parse(delivered.bytes) {
         Ok(parsed) => parsed,
         Err(error) => {
@@ -34,11 +29,6 @@ pub(super) fn dispatch(adapter: &FuseAdapter, access: Access, queue: &Arc<QueueS
     let reply = RingAnswer::new(queue.clone(), delivered.entry, header.unique);
     let req = Requester { uid: header.uid, gid: header.gid, pid: header.pid };
     let ino = header.nodeid;
-    if let Access::Owner(owner) = access {
-        if req.uid != owner && !sent_without_caller(&request) {
-            return reply.error(Errno::EACCES);
-        }
-    }
     match request {
         Request::Lookup { name } => adapter.lookup(&req, ino, name, reply),
         Request::GetAttr { .. } => adapter.getattr(&req, ino, reply),
@@ -102,22 +92,4 @@ pub(super) fn dispatch(adapter: &FuseAdapter, access: Access, queue: &Arc<QueueS
         Request::Other { opcode: FUSE_LINK } => reply.error(Errno::EPERM),
         Request::Interrupt { .. } | Request::Destroy | Request::Other { .. } => reply.error(Errno::ENOSYS),
     }
-}
-
-/// Requests the kernel may send on behalf of no particular caller (write-back, readahead,
-/// release at exit): served whoever the header names, as fuser does.
-fn sent_without_caller(request: &Request<'_>) -> bool {
-    matches!(
-        request,
-        Request::Read { .. }
-            | Request::ReadDir { .. }
-            | Request::ReadDirPlus { .. }
-            | Request::Write { .. }
-            | Request::Fsync { .. }
-            | Request::Release { .. }
-            | Request::ReleaseDir { .. }
-            | Request::Forget { .. }
-            | Request::BatchForget(_)
-            | Request::Destroy
-    )
 }

@@ -17,7 +17,6 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use super::operations::FuseAdapter;
-use dispatch::Access;
 use queue::QueueShared;
 
 /// The `fuse` module's switch: servers may use io_uring only while it is `Y`.
@@ -37,55 +36,35 @@ pub fn allow_in_kernel() -> io::Result<()> {
     std::fs::write(KERNEL_SWITCH, "Y")
 }
 
-/// The running queues (their threads end with the connection).
-pub struct Ring {
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Ring {
-    pub fn queues(&self) -> usize {
-        self.threads.len()
-    }
-}
-
 /// Registers one queue per possible CPU on the session's `/dev/fuse` (after the INIT
 /// answer, which asked for io_uring; `max_write` as agreed), each served by a thread
 /// pinned to its CPU. On an error the kernel goes on with `/dev/fuse` (a refused
 /// registration turns the ring off for the connection; [`give_up`] makes sure of one), and
 /// the queues that did register idle until unmount.
-pub fn serve(adapter: Arc<FuseAdapter>, device: OwnedFd, max_write: u32, owner_only: Option<u32>) -> io::Result<Ring> {
-    let result = start_queues(adapter, &device, max_write, owner_only);
+pub fn serve(adapter: Arc<FuseAdapter>, device: Arc<OwnedFd>, max_write: u32) -> io::Result<usize> {
+    let result = start_queues(adapter, &device, max_write);
     if result.is_err() {
         give_up(&device);
     }
     result
 }
 
-fn start_queues(
-    adapter: Arc<FuseAdapter>,
-    device: &OwnedFd,
-    max_write: u32,
-    owner_only: Option<u32>,
-) -> io::Result<Ring> {
+/// Returns how many queues started; their threads end with the connection.
+fn start_queues(adapter: Arc<FuseAdapter>, device: &Arc<OwnedFd>, max_write: u32) -> io::Result<usize> {
     if std::env::var_os("BUCKETFS_TEST_RING_REFUSED").is_some() {
         return Err(io::Error::other("refused for a test (BUCKETFS_TEST_RING_REFUSED)"));
     }
-    let access = owner_only.map_or(Access::Anyone, Access::Owner);
     // The kernel refuses a payload buffer smaller than this (`fuse_uring_create_ring_ent`).
     let payload_capacity = (max_write as usize).max(8192).max(super::MAX_REQUEST as usize);
-    let device = Arc::new(device.try_clone()?);
-    let mut threads = Vec::new();
+    let queues = possible_cpus()?;
     let mut outcomes = Vec::new();
-    for qid in 0..possible_cpus()? {
+    for qid in 0..queues {
         let queue = Arc::new(QueueShared::new(qid as u16, DEPTH, payload_capacity)?);
         let (ready, outcome) = std::sync::mpsc::channel();
         let (adapter, device) = (adapter.clone(), device.clone());
-        let thread = std::thread::Builder::new().name(format!("fuse-ring-{qid}")).spawn(move || {
-            queue::run(device, queue, Some(qid), ready, |queue, delivered| {
-                dispatch::dispatch(&adapter, access, queue, delivered)
-            })
+        std::thread::Builder::new().name(format!("fuse-ring-{qid}")).spawn(move || {
+            queue::run(device, queue, qid, ready, |queue, delivered| dispatch::dispatch(&adapter, queue, delivered))
         })?;
-        threads.push(thread);
         outcomes.push(outcome);
     }
     for outcome in outcomes {
@@ -95,7 +74,7 @@ fn start_queues(
             Err(_) => return Err(io::Error::other("a FUSE ring queue ended while registering")),
         }
     }
-    Ok(Ring { threads })
+    Ok(queues)
 }
 
 /// Whether this process can make the kind of io_uring a queue needs (a container may

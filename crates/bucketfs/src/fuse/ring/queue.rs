@@ -175,18 +175,16 @@ pub(super) struct Delivered<'a> {
 }
 
 /// Registers `queue`'s entries on `device` and serves them until the kernel tears them
-/// down (unmount). `ready` gets the outcome of the registration.
+/// down (unmount), on a thread pinned to `cpu`. `ready` gets the outcome of the registration.
 pub(super) fn run(
     device: Arc<OwnedFd>,
     queue: Arc<QueueShared>,
-    pin: Option<usize>,
+    cpu: usize,
     ready: std::sync::mpsc::Sender<io::Result<()>>,
     mut dispatch: impl FnMut(&Arc<QueueShared>, Delivered<'_>),
 ) {
     let _ = queue.thread.set(std::thread::current().id());
-    if let Some(cpu) = pin {
-        pin_to(cpu);
-    }
+    pin_to(cpu);
     let depth = queue.entries.len();
     let mut ring = match new_ring((2 * depth + 2).next_power_of_two() as u32) {
         Ok(ring) => ring,
@@ -207,14 +205,13 @@ pub(super) fn run(
     // A registration stays pending until a request fills its entry; a refusal completes
     // at once.
     std::thread::sleep(std::time::Duration::from_millis(20));
-    let mut first: Vec<cqueue::Entry> = ring.completion().collect();
-    if let Some(refused) = first.iter().find(|c| c.user_data() != WAKE && c.result() < 0) {
+    let mut completions: Vec<cqueue::Entry> = ring.completion().collect();
+    if let Some(refused) = completions.iter().find(|c| c.user_data() != WAKE && c.result() < 0) {
         return drop(ready.send(Err(io::Error::from_raw_os_error(-refused.result()))));
     }
     let _ = ready.send(Ok(()));
 
     let mut alive = depth;
-    let mut completions = std::mem::take(&mut first);
     loop {
         for completion in completions.drain(..) {
             if completion.user_data() == WAKE {
