@@ -139,7 +139,7 @@ fn throttling_past_the_retry_window_fails_with_eio() {
     });
     let error = result.expect_err("stat must fail while every answer is SlowDown");
     assert_eq!(error.raw_os_error(), Some(libc::EIO), "{error}");
-    assert!(elapsed >= Duration::from_secs(1), "gave up after {elapsed:?}, within a 2 s retry window");
+    assert!(elapsed >= Duration::from_secs(2), "gave up after {elapsed:?}, before the end of a 2 s retry window");
     assert!(elapsed < Duration::from_secs(15), "took {elapsed:?}");
     relay.faults.slow_down.store(0, Ordering::Relaxed);
     let log = m.stderr();

@@ -907,11 +907,15 @@ impl S3Store {
             // Equal jitter: half the backoff fixed, half random, so the clients one outage
             // stopped do not all come back at the same instant.
             let pause = backoff / 2 + backoff.mul_f64(rand::random::<f64>() / 2.0);
-            if failing_for + pause > self.retry_window {
+            // The window is used whole: a pause that would end past it is cut short to
+            // one last attempt at its end (giving up when the next pause would not fit
+            // failed a 2 s window after 0.95 s, and a 10 s one after about 6 s).
+            let Some(left) = self.retry_window.checked_sub(failing_for).filter(|left| !left.is_zero()) else {
                 // The operation that gets this error logs it (at warn, with the answer).
                 tracing::info!(bucket = %self.bucket, key, "s3 {what} failed after {failures} attempts: {error}");
                 return Err(error);
-            }
+            };
+            let pause = pause.min(left);
             tracing::debug!(bucket = %self.bucket, key, "s3 {what} failed ({error}); retrying in {pause:?}");
             crate::metrics::s3_retry(what);
             tokio::time::sleep(pause).await;
