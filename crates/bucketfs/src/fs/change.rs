@@ -163,6 +163,7 @@ impl Fs {
                     record.amend(Amendment { metadata: Some(metadata.clone()), ..Amendment::default() });
                 }
                 self.namespace.set_metadata(ino, Arc::new(metadata), None);
+                writer.touched.notify_one();
                 // The times set now hold until the next write (see `Fs::write`).
                 writer.times_kept.store(true, Ordering::Release);
                 return Ok(());

@@ -40,6 +40,9 @@ pub(super) struct Writer {
     /// Starts the upload handed off at `close()` before its grace is over: someone waits
     /// for it (see `Fs::hand_off`).
     pub hurry: tokio::sync::Notify,
+    /// The file was used again (its attributes changed, opened to read) after `close()`
+    /// handed it off: its grace starts again (see `Fs::hand_off`).
+    pub touched: tokio::sync::Notify,
     /// The metadata may hold an mtime or ctime from before the next write (the stored
     /// object's, or set by `utimens`/`chmod` while open), which that write must drop so
     /// that the commit stamps the time of the last write (see `Fs::write`).
@@ -63,6 +66,7 @@ impl Writer {
             handed_off: AtomicBool::new(false),
             write_back_record: parking_lot::Mutex::new(None),
             hurry: tokio::sync::Notify::new(),
+            touched: tokio::sync::Notify::new(),
             times_kept: AtomicBool::new(times_kept),
             failure_reported: AtomicBool::new(false),
             superseded: AtomicBool::new(false),

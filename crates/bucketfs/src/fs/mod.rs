@@ -318,6 +318,7 @@ impl Fs {
         // upload takes both). Once stored, its reads go to the object.
         let writer = self.writers.lock().current(ino).cloned();
         if let Some(writer) = writer {
+            writer.touched.notify_one();
             let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
             self.files.lock().insert(handle, (ino, Reader::Writer(writer)));
             return Ok(Opened { handle, keep_cache: false, backing: None });

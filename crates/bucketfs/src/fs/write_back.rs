@@ -19,11 +19,15 @@ use crate::write::{Output, WriteError};
 /// Bytes copied at a time from a staging file into the streamed upload that goes on from it.
 const STREAM_CHUNK: u64 = 1 << 20;
 
-/// How long after `close()` a file's upload starts under `--write-back` (see
+/// How long after `close()`, or after the last use of the file since (a change of its
+/// attributes, an open to read it), a file's upload starts under `--write-back` (see
 /// [`Fs::hand_off`]). rsync renames its temporary file about a millisecond after
 /// closing it; a close-to-upload delay costs nothing in throughput (uploads overlap), only
 /// this much more before the last file is stored.
 pub const UPLOAD_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The longest a file used again and again after `close()` waits for its upload.
+const LONGEST_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// On the mount's root: reading it lists the files closed with `--write-back` that the
 /// store refused; setting it to `retry`, or to `discard` (then keys, one per line; none
@@ -38,11 +42,14 @@ impl Fs {
     /// the log's limit), a staging file that starts from a stored object, or one the log
     /// has no room for is stored before it returns.
     ///
-    /// The upload starts [`UPLOAD_GRACE`] after the close, or at once when someone waits
-    /// for it (`Fs::settle`: an open, unmount). Programs that write a file under a
+    /// The upload starts [`UPLOAD_GRACE`] after the close or the file's last use since
+    /// (at most [`LONGEST_GRACE`] after the close), or at once when someone waits for it
+    /// (`Fs::settle`: an open to write, unmount). Programs that write a file under a
     /// temporary name, then set its times and mode and rename it (rsync, editors, package
-    /// managers) do so within the grace: the upload takes the changes and goes to the
-    /// final name, where each would otherwise cost a copy of the stored object.
+    /// managers) do so step by step within the grace: the upload takes the changes and goes
+    /// to the final name, where each would otherwise cost a copy of the stored object. The
+    /// grace counts from each step, not from the close, so that a busy machine that
+    /// stretches the whole sequence past it still does not split it.
     pub(super) async fn hand_off(
         self: &Arc<Self>,
         writer: Arc<Writer>,
@@ -57,9 +64,15 @@ impl Fs {
         let fs = self.clone();
         let uploads = uploads.clone();
         tokio::spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(UPLOAD_GRACE) => {}
-                () = writer.hurry.notified() => {}
+            let longest = tokio::time::sleep(LONGEST_GRACE);
+            tokio::pin!(longest);
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(UPLOAD_GRACE) => break,
+                    () = writer.hurry.notified() => break,
+                    () = &mut longest => break,
+                    () = writer.touched.notified() => {}
+                }
             }
             let room = uploads.acquire_owned().await;
             if let Err(FsError::Store(error)) = fs.commit_unheard(&writer).await {
