@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# find-ab.sh BIN [ROUNDS]: `find -name '*.h'` on a mount that loads a saved index, cold (caches
-# dropped), over /dev/fuse and over io_uring in turn, against the same find on the local copy.
+# find-ab.sh BIN[,BIN...] [ROUNDS] [--floor]: `find -name '*.h'` on a mount that loads a saved index, cold
+# (caches dropped), over /dev/fuse and over io_uring in turn, against the same find on the local
+# copy. With --floor, also on squashfuse_ll (libfuse's low-level API, in C) serving a squashfs
+# image of the tree kept in /dev/shm (which drop_caches does not empty): a FUSE file system that
+# answers from memory, the nearest measurable to the FUSE floor (installs squashfuse and
+# squashfs-tools from Debian if missing; ../issue33-fuse-floor).
 # Fresh MinIO; the 1/10 linux-shaped tree (/var/tmp/rs-tree, made as in ../issue33-rm/rm-requests.sh)
 # uploaded by s3direct; an --index mount saves its index once. Each round: one fresh mount per
 # transport (alternating which goes first), then local. Prints one line per measurement and
 # the FUSE requests of the first round per transport. Root (drop_caches, the kernel's switch,
 # which it sets back as found).
 set -euo pipefail
-BIN=$(readlink -f "$1"); ROUNDS=${2:-5}
+# BIN may be several binaries, comma-separated (an A/B of two builds): each round then mounts
+# each of them per transport, labelled by file name.
+IFS=, read -r -a BINS <<<"$1"; ROUNDS=${2:-5}; FLOOR=${3:-}
+for i in "${!BINS[@]}"; do BINS[$i]=$(readlink -f "${BINS[$i]}"); done
+BIN=${BINS[0]}
 cd "$(dirname "$0")/../../.."
 switch=/sys/module/fuse/parameters/enable_uring; found=$(cat $switch)
 set -a; eval "$(scripts/start-store minio)"; set +a
@@ -29,20 +37,38 @@ mountit() {
 unmount() { fusermount3 -u "$mnt"; wait $pid; }
 mountit dev-fuse; $BIN refresh "$mnt" >/dev/null; unmount
 one() {
+  for BIN in "${BINS[@]}"; do one_of "$@"; done
+}
+one_of() {
   mountit "$1"; sleep 1
   sync; echo 3 > /proc/sys/vm/drop_caches
   start=$(date +%s.%N); n=$(find "$mnt" -name '*.h' | wc -l); end=$(date +%s.%N)
-  echo "round $2 $1: find $n in $(echo "$end - $start" | bc) s"
+  label=$1; [ ${#BINS[@]} = 1 ] || label="$(basename "$BIN") $1"
+  echo "round $2 $label: find $n in $(echo "$end - $start" | bc) s"
   if [ "$2" = 1 ]; then
     curl -s 127.0.0.1:19464/metrics | grep -E '^bucketfs_fuse_(ring_)?requests_total' \
       | sed 's/bucketfs_fuse_//' | tr '\n' ' '; echo
   fi
   unmount
 }
+image=/dev/shm/find-ab-tree.sqfs
+if [ "$FLOOR" = --floor ]; then
+  command -v squashfuse_ll >/dev/null && command -v mksquashfs >/dev/null \
+    || DEBIAN_FRONTEND=noninteractive apt-get install -y -q squashfuse squashfs-tools >/dev/null
+  mksquashfs /var/tmp/rs-tree "$image" -noappend -quiet -no-progress >/dev/null
+fi
+floor() {
+  squashfuse_ll "$image" "$mnt"; sleep 1
+  sync; echo 3 > /proc/sys/vm/drop_caches
+  start=$(date +%s.%N); n=$(find "$mnt" -name '*.h' | wc -l); end=$(date +%s.%N)
+  echo "round $1 squashfuse: find $n in $(echo "$end - $start" | bc) s"
+  fusermount3 -u "$mnt"
+}
 for round in $(seq "$ROUNDS"); do
+  [ "$FLOOR" = --floor ] && floor $round
   if [ $((round % 2)) = 1 ]; then one dev-fuse $round; one uring $round; else one uring $round; one dev-fuse $round; fi
   sync; echo 3 > /proc/sys/vm/drop_caches
   start=$(date +%s.%N); n=$(find /var/tmp/rs-tree -name '*.h' | wc -l); end=$(date +%s.%N)
   echo "round $round local: find $n in $(echo "$end - $start" | bc) s"
 done
-rmdir "$mnt"; rm -rf "$cache"
+rmdir "$mnt"; rm -rf "$cache" "$image"

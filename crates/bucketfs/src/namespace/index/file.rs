@@ -63,7 +63,7 @@ pub enum LoadError {
 /// Where the index of the source `identity` is saved under `cache_dir`.
 pub fn path_for(cache_dir: &Path, identity: &str) -> PathBuf {
     let digest = Sha256::digest(identity.as_bytes());
-    let name: String = digest[..12].iter().map(|byte| format!("{byte:02x}")).collect();
+    let name = hex::encode(&digest[..12]);
     cache_dir.join("bucketfs-index").join(format!("{name}.idx"))
 }
 

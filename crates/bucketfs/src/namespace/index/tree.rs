@@ -188,7 +188,9 @@ impl DirListing {
 
     fn etag(&self, entry: &Packed) -> Option<String> {
         if entry.flags & ETAG_MD5 != 0 {
-            let hex: String = entry.etag.iter().map(|byte| format!("{byte:02x}")).collect();
+            // One allocation for the text (a `format!` per byte cost a sixth of a cold
+            // `find` on an indexed mount).
+            let hex = hex::encode(entry.etag);
             return Some(match entry.etag_extra {
                 0 => format!("\"{hex}\""),
                 parts => format!("\"{hex}-{parts}\""),
