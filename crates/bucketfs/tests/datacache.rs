@@ -148,6 +148,10 @@ fn two_mounts_share_one_cache_and_read_only_right_bytes() {
     let first = cached_mount(&b, cache.path(), &["--cache-size", "24MiB"]);
     let second = cached_mount(&b, cache.path(), &["--cache-size", "24MiB"]);
     assert_file_content(&first.join("o00"), 256 * KIB, &objects[0].1);
+    // Blocks are written to the cache beside the read, not before it returns: on a loaded
+    // machine the second mount could ask before the last one is on disk.
+    let cached = || status_line(cache.path()).contains(" 1 objects, 1 whole,");
+    assert!(wait_until(Duration::from_secs(20), cached), "{}", status_line(cache.path()));
     assert_file_content(&second.join("o00"), 256 * KIB, &objects[0].1);
     assert_eq!(gets(&second), vec![], "the second mount read what the first cached");
 
