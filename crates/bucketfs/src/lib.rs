@@ -4,10 +4,11 @@
 //! errno) → [`namespace`] (inodes, listings, metadata cache) and [`read`] (prefetch) →
 //! [`store`] (S3); [`cache`] keeps small files read along with their metadata.
 //! [`memory`] is the one budget for buffered data; [`metrics`] what is counted; [`cli`] parses the
-//! command line and runs the mount. See docs/ARCHITECTURE.md.
+//! command line and runs the mount; [`csi`] is the Kubernetes CSI driver, which runs mounts. See docs/ARCHITECTURE.md.
 
 pub mod cache;
 pub mod cli;
+pub mod csi;
 pub mod datacache;
 pub mod disk_wait;
 pub mod fs;

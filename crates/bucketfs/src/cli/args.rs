@@ -59,6 +59,8 @@ pub enum Command {
         #[command(subcommand)]
         action: WriteBackAction,
     },
+    /// Serve the Kubernetes CSI driver on a unix socket (docs/KUBERNETES.md).
+    Csi(crate::csi::CsiArgs),
 }
 
 #[derive(Subcommand, Debug)]

@@ -43,6 +43,7 @@ pub fn main() -> i32 {
         Command::Undelete { path } => mount::undelete(&path),
         Command::Cache { action } => cache_command(action),
         Command::WriteBack { action } => write_back::run(action),
+        Command::Csi(args) => crate::csi::run(args),
         Command::Run(args) => return run::run(*args),
     };
     match result {

@@ -509,7 +509,7 @@ fn check_mountpoint(path: &Path) -> Result<PathBuf> {
     Ok(canonical)
 }
 
-pub(super) fn is_mount_point(path: &Path) -> Result<bool> {
+pub(crate) fn is_mount_point(path: &Path) -> Result<bool> {
     Ok(mount_device(path)?.is_some())
 }
 
@@ -645,7 +645,7 @@ async fn connect_sources(args: &MountArgs, specs: &[SourceSpec]) -> Result<Vec<S
 
 /// The store settings of every source (each then names its bucket); reads the SSE-C key
 /// and CA bundle files.
-fn store_config(args: &MountArgs) -> Result<StoreConfig> {
+pub(crate) fn store_config(args: &MountArgs) -> Result<StoreConfig> {
     use super::args::UploadChecksumsArg;
     let encryption = if let Some(file) = &args.sse_c_key_file {
         let content = std::fs::read(file).with_context(|| format!("reading the SSE-C key file {}", file.display()))?;
@@ -688,6 +688,7 @@ fn store_config(args: &MountArgs) -> Result<StoreConfig> {
         },
         no_sign_request: args.no_sign_request,
         ca_bundle,
+        credentials: None,
     })
 }
 

@@ -58,6 +58,24 @@ pub struct StoreConfig {
     pub no_sign_request: bool,
     /// PEM certificates to trust besides the system's (a private CA of the endpoint).
     pub ca_bundle: Option<Vec<u8>>,
+    /// Sign with this key instead of the credential chain's (the CSI controller, which
+    /// gets a key with each call).
+    pub credentials: Option<StaticCredentials>,
+}
+
+/// An access key given with a request, not found by the SDK's credential chain.
+#[derive(Clone)]
+pub struct StaticCredentials {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
+}
+
+impl std::fmt::Debug for StaticCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the secret in a log line.
+        write!(f, "StaticCredentials({})", self.access_key_id)
+    }
 }
 
 /// Timeouts are what keeps a dead server from hanging a program on the mount: bytes must
@@ -131,6 +149,14 @@ impl S3Store {
         }
         if config.no_sign_request {
             loader = loader.no_credentials();
+        } else if let Some(key) = &config.credentials {
+            loader = loader.credentials_provider(aws_credential_types::Credentials::new(
+                &key.access_key_id,
+                &key.secret_access_key,
+                key.session_token.clone(),
+                None,
+                "bucketfs-static",
+            ));
         }
         if let Some(pem) = &config.ca_bundle {
             use aws_smithy_http_client::tls;
