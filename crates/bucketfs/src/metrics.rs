@@ -103,6 +103,13 @@ pub fn data_cache(kind: &'static str, hit: bool) {
     counter!(name, "kind" => kind).increment(1);
 }
 
+/// A request to the shared cache (`--shared-cache`): `hit`, `miss`, `corrupt` (a block
+/// that failed its check), `error`, `put` (a block written), `put_dropped` (too many
+/// waiting to be written).
+pub fn shared_cache(result: &'static str) {
+    counter!("bucketfs_shared_cache_blocks_total", "result" => result).increment(1);
+}
+
 /// The state sampled once a second by the mount (`cli::status`).
 pub struct Sample {
     pub memory_used: u64,

@@ -316,6 +316,16 @@ pub struct MountArgs {
     /// (see docs/SEMANTICS.md, "Data cache").
     #[arg(long, value_name = "DIR")]
     pub cache: Option<PathBuf>,
+    /// A shared cache behind --cache, in a store near the machines (a MinIO in the rack,
+    /// an S3 Express directory bucket): blocks missing from the local cache are asked
+    /// there before the source, and blocks fetched from the source are written there, for
+    /// every machine's mounts (see docs/CONFIGURATION.md, "Shared cache").
+    #[arg(long, value_name = "s3://BUCKET[/PREFIX]", requires = "cache")]
+    pub shared_cache: Option<String>,
+    /// The shared cache's store (default: the sources' endpoint); same credentials as
+    /// the sources.
+    #[arg(long, value_name = "URL", requires = "shared_cache", value_parser = parse_endpoint_url)]
+    pub shared_cache_endpoint_url: Option<String>,
     /// Most bytes the data cache (--cache) may take on disk, all mounts using it
     /// together. Default: 10% of the disk holding it; it never leaves less than 5% free.
     #[arg(long, value_parser = parse_size, value_name = "BYTES", requires = "cache")]

@@ -119,6 +119,10 @@ pub fn run(args: MountArgs) -> Result<()> {
     if let Some(dir) = &args.cache {
         let cache = open_data_cache(dir, args.cache_size)?;
         tracing::info!(dir = %dir.display(), cap = cache.cap(), "data cache");
+        if let Some(tier) = runtime.block_on(connect_shared_cache(&args))? {
+            tracing::info!(tier = tier.location(), "shared cache");
+            cache.set_shared_tier(tier);
+        }
         fs = fs.with_data_cache(cache);
     }
     let fs = Arc::new(fs);
@@ -690,6 +694,35 @@ pub(crate) fn store_config(args: &MountArgs) -> Result<StoreConfig> {
         ca_bundle,
         credentials: None,
     })
+}
+
+/// The `--shared-cache` tier, if asked for. Its requests fail fast (2 s without data, no
+/// retries past 1 s): a slow or absent shared cache must not slow reads, which then go
+/// to the source. Checked with one LIST: a bucket that does not exist or refuses us
+/// fails the mount (a mistake in the command line); one that does not answer now is
+/// said in the log, and used once it answers.
+async fn connect_shared_cache(args: &MountArgs) -> Result<Option<Arc<crate::datacache::SharedCache>>> {
+    let Some(location) = &args.shared_cache else { return Ok(None) };
+    let spec = SourceSpec::parse(location).map_err(|error| anyhow::anyhow!("--shared-cache {location}: {error}"))?;
+    let mut config = store_config(args)?;
+    config.bucket = spec.bucket.clone();
+    if let Some(url) = &args.shared_cache_endpoint_url {
+        config.endpoint_urls = vec![url.clone()];
+    }
+    config.read_timeout = std::time::Duration::from_secs(2).min(config.read_timeout);
+    config.retry_window = std::time::Duration::from_secs(1);
+    config.listing_metadata = false;
+    // The source's encryption and storage class are the source's business.
+    config.options =
+        RequestOptions { encryption: None, storage_class: None, requester_pays: false, expected_bucket_owner: None };
+    let store = S3Store::new(&config).await.map_err(|error| anyhow::anyhow!("--shared-cache: {error}"))?;
+    let tier = crate::datacache::SharedCache::new(store.clone(), &spec.prefix);
+    match store.list(&spec.prefix, None, Some(1), false).await {
+        Ok(_) => {}
+        Err(error) if error.is_transient() => tier.pause(&format!("listing it at mount: {error}")),
+        Err(error) => bail!("--shared-cache {location}: cannot list it at {}: {error}", store.location()),
+    }
+    Ok(Some(tier))
 }
 
 /// Checks with one LIST that the source's bucket exists and can be read.

@@ -24,6 +24,7 @@
 //! - **Memory**: none per cached block; the map files are the index.
 
 mod object;
+mod shared;
 mod small;
 
 use std::fs::{File, OpenOptions};
@@ -35,6 +36,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 pub use object::{CachedFiles, ObjectId};
+pub use shared::SharedCache;
 pub use small::SMALL_OBJECT;
 
 /// Size of a cached block.
@@ -63,6 +65,8 @@ pub struct DataCache {
     /// Fetched bytes on their way to the cache (see [`DataCache::storing`]): the daemon
     /// waits for them before it exits.
     storing: tokio::sync::watch::Sender<usize>,
+    /// The shared cache behind this one (`--shared-cache`), if any: set once at mount.
+    shared: std::sync::OnceLock<Arc<SharedCache>>,
 }
 
 /// Bytes fetched for the cache and not written to it yet; dropped once they are.
@@ -104,12 +108,23 @@ impl DataCache {
             checking: Default::default(),
             writing: AtomicU64::new(0),
             storing: tokio::sync::watch::Sender::new(0),
+            shared: std::sync::OnceLock::new(),
         });
         cache.with_usage(|_, _| {
             let (_, bytes) = scan(&cache.objects)?;
             Ok(bytes)
         })?;
         Ok(cache)
+    }
+
+    /// Puts `tier` behind this cache: blocks missing here are asked there before the
+    /// source, and blocks fetched from the source are written there.
+    pub fn set_shared_tier(&self, tier: Arc<SharedCache>) {
+        let _ = self.shared.set(tier);
+    }
+
+    pub fn shared_tier(&self) -> Option<&Arc<SharedCache>> {
+        self.shared.get()
     }
 
     /// Held by a fetch from before its readers get the bytes until they are written to

@@ -67,9 +67,10 @@ impl CacheLink {
 }
 
 /// Fills `body` (bytes of `key` from `origin`) and finishes it. With a cache, whole
-/// blocks present on disk are read from it and the others fetched from the store (one
-/// GET per run of missing blocks); the blocks fetched are then stored in the cache,
-/// after the body is finished, so no reader waits on the cache disk.
+/// blocks present on disk are read from it; the others come from the shared cache if
+/// there is one and it has them, else from the store (one GET per run of missing
+/// blocks). The blocks fetched are then stored in the cache, and those from the store in
+/// the shared cache, after the body is finished, so no reader waits on either.
 pub async fn fill(
     store: Arc<dyn ObjectStore>,
     key: &str,
@@ -81,27 +82,42 @@ pub async fn fill(
         body.finish(store.get_range_into(key, origin, body, body.len()).await);
         return;
     };
-    let mut fetched = Vec::new();
-    let result = fill_from_cache_and_store(&*store, key, origin, body, link, &mut fetched).await;
+    let mut fetched = Fetched::default();
+    let result = fill_from_caches_and_store(&*store, key, origin, body, link, &mut fetched).await;
     let complete = result.is_ok();
     // Taken before the readers get their bytes: a daemon told to exit once they have
     // them waits for this write.
     let _storing = link.cache.storing();
     body.finish(result);
     if complete {
-        store_fetched_blocks(link, origin, body, &fetched).await;
+        if let Some(tier) = link.cache.shared_tier() {
+            tier.put_blocks(&link.id, whole_blocks(link, origin, body, &fetched.from_store).await);
+        }
+        fetched.from_store.extend(fetched.from_shared);
+        store_fetched_blocks(link, origin, body, &fetched.from_store).await;
     }
 }
 
-async fn fill_from_cache_and_store(
+/// The ranges (object offsets) a fill did not find in the local cache, by where they
+/// came from.
+#[derive(Default)]
+struct Fetched {
+    from_store: Vec<Range<u64>>,
+    from_shared: Vec<Range<u64>>,
+}
+
+async fn fill_from_caches_and_store(
     store: &dyn ObjectStore,
     key: &str,
     origin: u64,
     body: &RangeBody,
     link: &Arc<CacheLink>,
-    fetched: &mut Vec<Range<u64>>,
+    fetched: &mut Fetched,
 ) -> Result<(), StoreError> {
     let end = origin + body.len();
+    // After one miss there, the rest of this range is not asked of the shared cache: an
+    // object read first on this machine costs one miss, not one per block.
+    let mut shared = link.cache.shared_tier().cloned();
     while body.received() < body.len() {
         let at = origin + body.received();
         let index = at / BLOCK_SIZE;
@@ -110,19 +126,27 @@ async fn fill_from_cache_and_store(
             tokio::task::spawn_blocking(move || look_up(&link, index, end)).await.unwrap_or((None, None))
         };
         crate::metrics::data_cache("block", cached.is_some());
+        let block_start = index * BLOCK_SIZE;
         if let Some(block) = cached {
-            let block_start = index * BLOCK_SIZE;
             let to = (end - block_start).min(block.len() as u64) as usize;
             body.append(&block[(at - block_start) as usize..to]);
             continue;
         }
+        if let Some(tier) = &shared {
+            if let Some(block) = tier.get_block(&link.id, index).await {
+                let to = (end - block_start).min(block.len() as u64);
+                body.append(&block[(at - block_start) as usize..to as usize]);
+                fetched.from_shared.push(at..block_start + to);
+                continue;
+            }
+            shared = None;
+        }
         let until = missing_until.unwrap_or(end).min(end);
         store.get_range_into(key, origin, body, until - origin).await?;
-        fetched.push(at..until);
+        fetched.from_store.push(at..until);
     }
     Ok(())
 }
-
 /// Block `index` if cached and sound; otherwise where the run of missing blocks from
 /// it ends (the next block present, below `end`).
 fn look_up(link: &CacheLink, index: u64, end: u64) -> (Option<Vec<u8>>, Option<u64>) {
@@ -153,20 +177,7 @@ async fn store_fetched_blocks(link: &Arc<CacheLink>, origin: u64, body: &RangeBo
         }
         return;
     }
-    let mut blocks = Vec::new();
-    for range in fetched {
-        let mut index = range.start.div_ceil(BLOCK_SIZE);
-        while index * BLOCK_SIZE < range.end {
-            let block = index * BLOCK_SIZE..index * BLOCK_SIZE + link.id.block_len(index);
-            if block.end > range.end {
-                break; // the range stops inside this block
-            }
-            if let Ok(bytes) = body.slice(block.start - origin..block.end - origin).await {
-                blocks.push((index, bytes));
-            }
-            index += 1;
-        }
-    }
+    let blocks = whole_blocks(link, origin, body, fetched).await;
     if blocks.is_empty() {
         return;
     }
@@ -182,4 +193,28 @@ async fn store_fetched_blocks(link: &Arc<CacheLink>, origin: u64, body: &RangeBo
         }
     })
     .await;
+}
+
+/// The blocks lying whole inside `ranges` (object offsets) of the finished `body`.
+async fn whole_blocks(
+    link: &CacheLink,
+    origin: u64,
+    body: &RangeBody,
+    ranges: &[Range<u64>],
+) -> Vec<(u64, bytes::Bytes)> {
+    let mut blocks = Vec::new();
+    for range in ranges {
+        let mut index = range.start.div_ceil(BLOCK_SIZE);
+        while index * BLOCK_SIZE < range.end {
+            let block = index * BLOCK_SIZE..index * BLOCK_SIZE + link.id.block_len(index);
+            if block.end > range.end {
+                break; // the range stops inside this block
+            }
+            if let Ok(bytes) = body.slice(block.start - origin..block.end - origin).await {
+                blocks.push((index, bytes));
+            }
+            index += 1;
+        }
+    }
+    blocks
 }

@@ -1,0 +1,76 @@
+//! The shared cache (`--shared-cache`) as two machines see it: mounts with separate
+//! local caches and separate daemons, the source in this process's MinIO, the shared
+//! cache in a second MinIO (the near store). What one machine fetched from the source,
+//! the next reads from the near store without a GET of the object from the source; a
+//! corrupt block there is fetched from the source again; a near store that is gone
+//! fails no read. See docs/CONFIGURATION.md, "Shared cache".
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// A mount of `bucket` with a local cache of its own (a "machine") and the shared
+/// cache `s3://near/cache` on `near`.
+fn machine(bucket: &str, near: &OwnMinio) -> (Mount, tempfile::TempDir) {
+    let local = tempfile::tempdir_in("/var/tmp").expect("local cache dir");
+    let mount = MountBuilder::new()
+        .bucket(bucket)
+        .args(["--cache", local.path().to_str().expect("UTF-8")])
+        .args(["--shared-cache", "s3://near/cache", "--shared-cache-endpoint-url", &near.server.endpoint])
+        .request_log()
+        .mount();
+    (mount, local)
+}
+
+/// The GETs of `key` the mount sent to the source (the shared cache's keys are hashes).
+fn source_gets(m: &Mount, key: &str) -> Vec<Option<(u64, u64)>> {
+    m.s3_requests().into_iter().filter(|r| r.op == "GET" && r.key == key).map(|r| r.range).collect()
+}
+
+#[test]
+fn a_second_machine_reads_from_the_shared_cache_what_the_first_fetched() {
+    let bucket = create_bucket("shared-cache");
+    let big = gen_data(31, 6 * MIB + 12_345);
+    put(&bucket, "big.bin", big.clone());
+    put(&bucket, "small.txt", b"a small object".to_vec());
+    let near = OwnMinio::start();
+    near.create_bucket("near");
+
+    let (first, _first_cache) = machine(&bucket, &near);
+    assert_same_bytes(&std::fs::read(first.join("big.bin")).expect("read"), &big, "first machine");
+    assert_eq!(std::fs::read(first.join("small.txt")).expect("read"), b"a small object");
+    assert!(!source_gets(&first, "big.bin").is_empty(), "the first machine reads the source");
+    // 7 blocks of big.bin and the small object's one, written in the background.
+    let written = wait_until(Duration::from_secs(20), || near.keys("near").len() == 8);
+    assert!(written, "blocks in the shared cache: {:?}", near.keys("near"));
+    drop(first);
+
+    let (second, _second_cache) = machine(&bucket, &near);
+    assert_same_bytes(&std::fs::read(second.join("big.bin")).expect("read"), &big, "second machine");
+    assert_eq!(std::fs::read(second.join("small.txt")).expect("read"), b"a small object");
+    assert_eq!(source_gets(&second, "big.bin"), [], "no GET of big.bin from the source");
+    assert_eq!(source_gets(&second, "small.txt"), [], "no GET of small.txt from the source");
+    drop(second);
+
+    // A block damaged in the shared cache is a miss: that block comes from the source.
+    let block_key = near.keys("near").into_iter().find(|key| key.ends_with("/3")).expect("block 3");
+    let mut damaged = near.get("near", &block_key);
+    damaged[100] ^= 0xff;
+    near.put("near", &block_key, damaged);
+    let (third, _third_cache) = machine(&bucket, &near);
+    assert_same_bytes(&std::fs::read(third.join("big.bin")).expect("read"), &big, "third machine");
+    let gets = source_gets(&third, "big.bin");
+    assert!(
+        !gets.is_empty() && gets.iter().all(|range| range.is_some_and(|(start, _)| start >= 3 * MIB as u64)),
+        "only from the damaged block on: {gets:?}"
+    );
+    drop(third);
+
+    // The near store gone: reads go to the source, right.
+    near.stop();
+    let (fourth, _fourth_cache) = machine(&bucket, &near);
+    assert_same_bytes(&std::fs::read(fourth.join("big.bin")).expect("read"), &big, "with the near store down");
+    assert!(fourth.log_text().contains("shared cache:"), "said in the log: {}", fourth.log_text());
+}
