@@ -5,6 +5,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use futures::StreamExt as _;
 use parking_lot::Mutex;
 
 use crate::datacache::{CachedFiles, DataCache, ObjectId, BLOCK_SIZE, SMALL_OBJECT};
@@ -106,6 +107,9 @@ struct Fetched {
     from_shared: Vec<Range<u64>>,
 }
 
+/// Blocks asked of the shared cache at once by one fill (a read-ahead runs several).
+const SHARED_GETS: usize = 8;
+
 async fn fill_from_caches_and_store(
     store: &dyn ObjectStore,
     key: &str,
@@ -132,16 +136,29 @@ async fn fill_from_caches_and_store(
             body.append(&block[(at - block_start) as usize..to]);
             continue;
         }
-        if let Some(tier) = &shared {
-            if let Some(block) = tier.get_block(&link.id, index).await {
-                let to = (end - block_start).min(block.len() as u64);
-                body.append(&block[(at - block_start) as usize..to as usize]);
-                fetched.from_shared.push(at..block_start + to);
-                continue;
-            }
-            shared = None;
-        }
         let until = missing_until.unwrap_or(end).min(end);
+        if let Some(tier) = shared.clone() {
+            // The run's blocks are asked for SHARED_GETS at a time, appended in order;
+            // the first miss sends the rest of the run to the store.
+            let blocks = (index..until.div_ceil(BLOCK_SIZE)).map(|index| {
+                let tier = tier.clone();
+                let id = link.id.clone();
+                async move { (index, tier.get_block(&id, index).await) }
+            });
+            let mut answers = futures::stream::iter(blocks).buffered(SHARED_GETS);
+            while let Some((index, block)) = answers.next().await {
+                let Some(block) = block else {
+                    shared = None;
+                    break;
+                };
+                let block_start = index * BLOCK_SIZE;
+                let from = origin + body.received();
+                let to = (end - block_start).min(block.len() as u64);
+                body.append(&block[(from - block_start) as usize..to as usize]);
+                fetched.from_shared.push(from..block_start + to);
+            }
+            continue;
+        }
         store.get_range_into(key, origin, body, until - origin).await?;
         fetched.from_store.push(at..until);
     }

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The shared cache as two machines see it, at 1 GiB (issue 34): the source store behind
+# toxiproxy (20 ms added latency, 50 MB/s), the shared cache on a second, near MinIO.
+#   bench/shared-cache/run.sh [SIZE]      (default 1GiB; needs target/release built)
+# Prints, page cache dropped before each read:
+#   uncached   a mount without --shared-cache reads the object from the far source (today)
+#   first      machine 1 (--cache + --shared-cache) reads it from the source, fills the tier
+#   second     machine 2 (its own empty --cache) reads it: from the shared cache
+#   direct     s3direct GET of the same bytes from the near store (one streamed GET and
+#              16-way ranged GETs; the faster is the reference)
+# and the GETs of the object machine 2 sent to the source (from its request log).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SIZE=${1:-1GiB}
+BIN=${BUCKETFS_DEPS_DIR:-$HOME/.cache/bucketfs-deps}/bin
+unset AWS_CA_BUNDLE AWS_PROFILE AWS_DEFAULT_PROFILE AWS_ENDPOINT_URL
+W=$(mktemp -d /var/tmp/shared-bench.XXXXXX)
+pids=()
+cleanup() {
+    for m in "$W"/mnt-*; do mountpoint -q "$m" 2>/dev/null && target/release/bucketfs unmount "$m" || true; done
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    [ -z "${FAR_PID:-}" ] || scripts/stop-store "$FAR_PID" "$FAR_DIR" || true
+    [ -z "${NEAR_PID:-}" ] || scripts/stop-store "$NEAR_PID" "$NEAR_DIR" || true
+    rm -rf "$W"
+}
+trap cleanup EXIT
+store() { (set -a; eval "$(scripts/start-store minio --dir "$W/$1")"; echo "$STORE_PID $STORE_DIR $STORE_ENDPOINT $AWS_ACCESS_KEY_ID $AWS_SECRET_ACCESS_KEY"); }
+read -r FAR_PID FAR_DIR FAR_URL KEY SECRET < <(store far)
+read -r NEAR_PID NEAR_DIR NEAR_URL _ _ < <(store near)
+export AWS_ACCESS_KEY_ID=$KEY AWS_SECRET_ACCESS_KEY=$SECRET AWS_EC2_METADATA_DISABLED=true
+s3() { AWS_ENDPOINT_URL=$1 target/release/examples/s3direct "${@:2}"; }
+s3 "$FAR_URL" mb data >/dev/null; s3 "$FAR_URL" put-gen data big.bin --size "$SIZE" >/dev/null
+s3 "$NEAR_URL" mb cache >/dev/null; s3 "$NEAR_URL" mb direct >/dev/null
+s3 "$NEAR_URL" put-gen direct big.bin --size "$SIZE" >/dev/null
+
+# toxiproxy in front of the far store: 20 ms each way is too much; 20 ms on answers.
+TP_API=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$BIN/toxiproxy-server" -host 127.0.0.1 -port "$TP_API" > "$W/toxiproxy.log" 2>&1 & pids+=($!)
+for _ in $(seq 50); do curl -s "http://127.0.0.1:$TP_API/version" >/dev/null && break; sleep 0.1; done
+api() { curl -sf -X POST "http://127.0.0.1:$TP_API$1" -d "$2" >/dev/null; }
+api /proxies "{\"name\":\"far\",\"listen\":\"127.0.0.1:0\",\"upstream\":\"${FAR_URL#http://}\"}"
+PROXY=http://$(curl -s "http://127.0.0.1:$TP_API/proxies/far" | python3 -c 'import sys,json; print(json.load(sys.stdin)["listen"])')
+api /proxies/far/toxics '{"name":"latency","type":"latency","stream":"downstream","attributes":{"latency":20}}'
+api /proxies/far/toxics '{"name":"bandwidth","type":"bandwidth","stream":"downstream","attributes":{"rate":51200}}'
+
+mountit() { # NAME ARGS...
+    local m="$W/mnt-$1"; mkdir -p "$m"; shift
+    target/release/bucketfs mount --endpoint-url "$PROXY" --force-path-style --log-file "$W/$(basename "$m").log" "$@" s3://data "$m" >/dev/null
+    echo "$m"
+}
+timed_read() { sync; echo 3 > /proc/sys/vm/drop_caches; local t0 t1; t0=$(date +%s.%N); cat "$1" > /dev/null; t1=$(date +%s.%N); python3 -c "print(f'{$t1-$t0:.2f}')"; }
+SHARED=(--shared-cache s3://cache/blocks --shared-cache-endpoint-url "$NEAR_URL")
+
+m=$(mountit uncached); echo "uncached: $(timed_read "$m/big.bin") s"; target/release/bucketfs unmount "$m"
+m=$(mountit first --cache "$W/cache1" "${SHARED[@]}"); echo "first:    $(timed_read "$m/big.bin") s"
+# The blocks reach the shared cache in the background: wait for them before machine 2.
+target/release/bucketfs unmount "$m"
+for _ in $(seq 600); do
+    n=$(s3 "$NEAR_URL" list cache blocks/ 2>/dev/null | python3 -c "import sys,json; print(json.load(sys.stdin)[\"objects\"])" || echo 0)
+    [ "${n:-0}" -ge "$(( $(numfmt --from=iec-i "${SIZE%B}") / 1048576 ))" ] && break; sleep 0.5
+done
+echo "blocks in the shared cache: $(s3 "$NEAR_URL" list cache blocks/ | head -1)"
+m=$(mountit second --cache "$W/cache2" "${SHARED[@]}" --log-level bucketfs=debug)
+echo "second:   $(timed_read "$m/big.bin") s"
+target/release/bucketfs unmount "$m"
+echo "second machine's GETs of big.bin from the source: $(grep -cE 's3 GET bucket=data key="?big\.bin' "$W/mnt-second.log" || true)"
+sync; echo 3 > /proc/sys/vm/drop_caches
+echo "direct (near, one GET): $(s3 "$NEAR_URL" get direct big.bin 2>&1 | tail -1)"
+echo "direct (near, ranged):  $(s3 "$NEAR_URL" get direct big.bin --concurrency 16 2>&1 | tail -1)"
