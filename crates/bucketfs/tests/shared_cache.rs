@@ -74,3 +74,48 @@ fn a_second_machine_reads_from_the_shared_cache_what_the_first_fetched() {
     assert_same_bytes(&std::fs::read(fourth.join("big.bin")).expect("read"), &big, "with the near store down");
     assert!(fourth.log_text().contains("shared cache:"), "said in the log: {}", fourth.log_text());
 }
+
+#[test]
+fn the_cache_command_shows_and_clears_a_shared_cache() {
+    let bucket = create_bucket("shared-cache-cmd");
+    let data = gen_data(32, 3 * MIB + 5);
+    put(&bucket, "data.bin", data.clone());
+    let near = OwnMinio::start();
+    near.create_bucket("near");
+    // Under the prefix but not named as a block: not the cache's, left alone.
+    near.put("near", "cache/README", b"not a block".to_vec());
+    near.put("near", "cache/old-run/1", b"not a block either".to_vec());
+    let (first, _first_cache) = machine(&bucket, &near);
+    assert_same_bytes(&std::fs::read(first.join("data.bin")).expect("read"), &data, "first machine");
+    let written = wait_until(Duration::from_secs(20), || near.keys("near").len() == 6);
+    assert!(written, "4 blocks in the shared cache: {:?}", near.keys("near"));
+    drop(first);
+
+    let cache = |action: &str| {
+        let endpoint = near.server.endpoint.as_str();
+        let line = ["cache", action, "s3://near/cache", "--endpoint-url", endpoint, "--force-path-style"];
+        let (status, out, err) = run_bucketfs(&line, Duration::from_secs(30));
+        assert!(status.success(), "bucketfs cache {action}: {err}");
+        out
+    };
+    let status = cache("status");
+    // 4 blocks of the object, each with its 32-byte checksum.
+    let bytes = data.len() + 4 * 32;
+    assert!(status.contains(&format!(": 1 objects, 4 blocks, {bytes} bytes, oldest block written 20")), "{status}");
+    assert!(status.contains("2 other keys under the prefix"), "{status}");
+    assert!(cache("clear").contains("cleared (4 blocks deleted)"));
+    assert_eq!(near.keys("near"), ["cache/README", "cache/old-run/1"]);
+    assert!(cache("status").contains(": 0 objects, 0 blocks, 0 bytes"));
+
+    // Cleared: the next machine fetches from the source, and fills the cache again.
+    let (second, _second_cache) = machine(&bucket, &near);
+    assert_same_bytes(&std::fs::read(second.join("data.bin")).expect("read"), &data, "second machine");
+    assert!(!source_gets(&second, "data.bin").is_empty(), "read from the source after the clear");
+    assert!(wait_until(Duration::from_secs(20), || near.keys("near").len() == 6), "filled again");
+
+    // Options that only a shared cache takes are refused for a directory.
+    let dir = tempfile::tempdir().expect("dir");
+    let line = ["cache", "status", dir.path().to_str().expect("UTF-8"), "--endpoint-url", "http://127.0.0.1:1"];
+    let (status, _, err) = run_bucketfs(&line, Duration::from_secs(30));
+    assert!(!status.success() && err.contains("are for a shared cache"), "{err}");
+}

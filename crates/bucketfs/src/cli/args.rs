@@ -144,16 +144,35 @@ impl RunArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum CacheAction {
-    /// Print the objects cached, the bytes they take on disk, and the cap.
-    Status {
-        /// The directory given to `--cache`.
-        dir: PathBuf,
-    },
-    /// Delete everything cached (mounts using it go on, and fill it again).
-    Clear {
-        /// The directory given to `--cache`.
-        dir: PathBuf,
-    },
+    /// Print what a cache holds: for a directory, the objects cached, the bytes they take
+    /// on disk, and the cap; for a shared cache, the objects, blocks and bytes there.
+    Status(CacheTarget),
+    /// Delete everything cached: a directory's content, or a shared cache's blocks (other
+    /// keys under its prefix are left). Mounts using it go on, and fill it again.
+    Clear(CacheTarget),
+}
+
+/// A cache: the directory given to `--cache`, or the shared cache given to
+/// `--shared-cache` and how to reach it.
+#[derive(Args, Debug, Clone)]
+pub struct CacheTarget {
+    /// The directory given to `--cache`, or the `s3://BUCKET[/PREFIX]` given to
+    /// `--shared-cache`.
+    #[arg(value_name = "DIR|s3://BUCKET[/PREFIX]")]
+    pub target: String,
+    /// A shared cache's endpoint (what `--shared-cache-endpoint-url` names). Default:
+    /// AWS, or AWS_ENDPOINT_URL.
+    #[arg(long, value_name = "URL", value_parser = parse_endpoint_url)]
+    pub endpoint_url: Option<String>,
+    /// A shared cache's region. Default: from the AWS config chain, else us-east-1.
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Named profile from the AWS shared config/credentials files.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Address the bucket as http://endpoint/bucket (MinIO, Ceph).
+    #[arg(long)]
+    pub force_path_style: bool,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -3,6 +3,7 @@
 
 pub mod args;
 mod attributes;
+mod cache;
 mod logging;
 pub mod mount;
 mod mount_options;
@@ -41,7 +42,7 @@ pub fn main() -> i32 {
         Command::LogLevel { mountpoint, level } => mount::set_log_level(&mountpoint, &level),
         Command::Status { mountpoint } => status::run(mountpoint.as_deref()),
         Command::Undelete { path } => mount::undelete(&path),
-        Command::Cache { action } => cache_command(action),
+        Command::Cache { action } => cache::run(action),
         Command::WriteBack { action } => write_back::run(action),
         Command::Csi(args) => crate::csi::run(args),
         Command::Run(args) => return run::run(*args),
@@ -55,30 +56,4 @@ pub fn main() -> i32 {
             1
         }
     }
-}
-
-/// `bucketfs cache status|clear DIR`.
-fn cache_command(action: args::CacheAction) -> anyhow::Result<()> {
-    use anyhow::Context as _;
-    use std::io::Write as _;
-    match action {
-        args::CacheAction::Status { dir } => {
-            let status = crate::datacache::status(&dir).with_context(|| format!("reading {}", dir.display()))?;
-            let cap = status.cap.map_or("not set".to_owned(), |cap| format!("{cap} bytes"));
-            // A closed pipe (`| head`) is no error of ours.
-            let _ = writeln!(
-                std::io::stdout(),
-                "{}: {} objects, {} whole, {} bytes on disk, cap {cap}",
-                dir.display(),
-                status.objects,
-                status.whole,
-                status.bytes
-            );
-        }
-        args::CacheAction::Clear { dir } => {
-            crate::datacache::clear(&dir).with_context(|| format!("clearing {}", dir.display()))?;
-            let _ = writeln!(std::io::stdout(), "{}: cleared", dir.display());
-        }
-    }
-    Ok(())
 }

@@ -703,10 +703,27 @@ pub(crate) fn store_config(args: &MountArgs) -> Result<StoreConfig> {
 /// said in the log, and used once it answers.
 async fn connect_shared_cache(args: &MountArgs) -> Result<Option<Arc<crate::datacache::SharedCache>>> {
     let Some(location) = &args.shared_cache else { return Ok(None) };
-    let spec = SourceSpec::parse(location).map_err(|error| anyhow::anyhow!("--shared-cache {location}: {error}"))?;
+    let (tier, spec) =
+        shared_cache(args, location, args.shared_cache_endpoint_url.as_ref()).await.context("--shared-cache")?;
+    match tier.store().list(&spec.prefix, None, Some(1), false).await {
+        Ok(_) => {}
+        Err(error) if error.is_transient() => tier.pause(&format!("listing it at mount: {error}")),
+        Err(error) => bail!("--shared-cache {location}: cannot list it at {}: {error}", tier.store().location()),
+    }
+    Ok(Some(tier))
+}
+
+/// A client of the shared cache at `location` (`s3://BUCKET[/PREFIX]`), with the
+/// sources' settings and credentials, at `endpoint_url` if given.
+pub(crate) async fn shared_cache(
+    args: &MountArgs,
+    location: &str,
+    endpoint_url: Option<&String>,
+) -> Result<(Arc<crate::datacache::SharedCache>, SourceSpec)> {
+    let spec = SourceSpec::parse(location).map_err(|error| anyhow::anyhow!("{location}: {error}"))?;
     let mut config = store_config(args)?;
     config.bucket = spec.bucket.clone();
-    if let Some(url) = &args.shared_cache_endpoint_url {
+    if let Some(url) = endpoint_url {
         config.endpoint_urls = vec![url.clone()];
     }
     config.read_timeout = std::time::Duration::from_secs(2).min(config.read_timeout);
@@ -715,14 +732,8 @@ async fn connect_shared_cache(args: &MountArgs) -> Result<Option<Arc<crate::data
     // The source's encryption and storage class are the source's business.
     config.options =
         RequestOptions { encryption: None, storage_class: None, requester_pays: false, expected_bucket_owner: None };
-    let store = S3Store::new(&config).await.map_err(|error| anyhow::anyhow!("--shared-cache: {error}"))?;
-    let tier = crate::datacache::SharedCache::new(store.clone(), &spec.prefix);
-    match store.list(&spec.prefix, None, Some(1), false).await {
-        Ok(_) => {}
-        Err(error) if error.is_transient() => tier.pause(&format!("listing it at mount: {error}")),
-        Err(error) => bail!("--shared-cache {location}: cannot list it at {}: {error}", store.location()),
-    }
-    Ok(Some(tier))
+    let store = S3Store::new(&config).await.map_err(|error| anyhow::anyhow!("{location}: {error}"))?;
+    Ok((crate::datacache::SharedCache::new(store, &spec.prefix), spec))
 }
 
 /// Checks with one LIST that the source's bucket exists and can be read.

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 pub use object::{CachedFiles, ObjectId};
-pub use shared::SharedCache;
+pub use shared::{SharedCache, TierUsage};
 pub use small::SMALL_OBJECT;
 
 /// Size of a cached block.
@@ -125,6 +125,25 @@ impl DataCache {
 
     pub fn shared_tier(&self) -> Option<&Arc<SharedCache>> {
         self.shared.get()
+    }
+
+    /// Writes blocks `indices` of `id`, just stored here, to the shared tier if there is
+    /// one, in the background, each read back from here when its turn comes.
+    pub fn share_blocks(self: &Arc<Self>, id: &ObjectId, indices: Vec<u64>) {
+        let Some(tier) = self.shared_tier() else { return };
+        if indices.is_empty() {
+            return;
+        }
+        let (cache, object) = (self.clone(), id.clone());
+        tier.put_blocks(id, indices, move |index| cache.cached_block(&object, index));
+    }
+
+    /// Block `index` of `id` as cached here, checked; `None` if it is not (or no longer).
+    fn cached_block(&self, id: &ObjectId, index: u64) -> Option<bytes::Bytes> {
+        if id.size <= small::SMALL_OBJECT {
+            return self.load_small(id).map(bytes::Bytes::from);
+        }
+        self.files(id)?.read_block(id, index).ok().flatten().map(bytes::Bytes::from)
     }
 
     /// Held by a fetch from before its readers get the bytes until they are written to

@@ -13,6 +13,10 @@
 //! The tier never fails a read: a miss, an error or a slow answer sends the read to the
 //! source. After an error it is left alone for [`PAUSE_AFTER_ERROR`], said once in the
 //! log per pause; metrics count hits, misses, errors and blocks written.
+//!
+//! Blocks wait for their write to the tier as names only: their bytes are read from the
+//! local cache when their turn comes, so a reader far faster than the near store queues
+//! a whole large object (up to [`MAX_WAITING`] blocks) without holding it in memory.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,8 +34,24 @@ const GET_TIMEOUT: Duration = Duration::from_secs(2);
 /// Blocks written to the tier at once, by this mount (the rest wait; none is dropped
 /// unless [`MAX_WAITING`] are waiting).
 const PUTS_IN_FLIGHT: usize = 8;
-const MAX_WAITING: usize = 256;
+/// Blocks waiting to be written (names, not bytes: 16 GiB of blocks in a few MB).
+const MAX_WAITING: usize = 16 * 1024;
 const CHECKSUM_LEN: usize = 32;
+/// Bytes of the SHA-256 of an object's identity kept in its blocks' names.
+const HASH_LEN: usize = 20;
+
+/// What a shared tier holds (see [`SharedCache::usage`]).
+#[derive(Debug, Default, PartialEq)]
+pub struct TierUsage {
+    /// Source objects with blocks there.
+    pub objects: u64,
+    pub blocks: u64,
+    pub bytes: u64,
+    /// When the oldest block was written.
+    pub oldest: Option<std::time::SystemTime>,
+    /// Keys under the prefix that are not named as blocks (not ours: left alone).
+    pub other_keys: u64,
+}
 
 pub struct SharedCache {
     store: Arc<dyn ObjectStore>,
@@ -52,6 +72,10 @@ impl SharedCache {
             waiting: Default::default(),
             paused_until: parking_lot::Mutex::new(None),
         })
+    }
+
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
     }
 
     /// Where the tier is, for logs.
@@ -97,13 +121,18 @@ impl SharedCache {
         }
     }
 
-    /// Writes `blocks` of `id` (fetched from the source) to the tier in the background.
-    pub fn put_blocks(self: &Arc<Self>, id: &ObjectId, blocks: Vec<(u64, Bytes)>) {
-        for (index, bytes) in blocks {
+    /// Writes blocks `indices` of `id` (fetched from the source) to the tier in the
+    /// background, each read with `read_block` when its turn comes (from the local
+    /// cache: `None` if it is no longer there, and then it is not written).
+    pub fn put_blocks<R>(self: &Arc<Self>, id: &ObjectId, indices: Vec<u64>, read_block: R)
+    where
+        R: Fn(u64) -> Option<Bytes> + Clone + Send + Sync + 'static,
+    {
+        use std::sync::atomic::Ordering;
+        for index in indices {
             if self.paused() {
                 return;
             }
-            use std::sync::atomic::Ordering;
             if self.waiting.fetch_add(1, Ordering::Relaxed) >= MAX_WAITING {
                 self.waiting.fetch_sub(1, Ordering::Relaxed);
                 crate::metrics::shared_cache("put_dropped");
@@ -111,10 +140,21 @@ impl SharedCache {
             }
             let tier = self.clone();
             let key = self.block_key(id, index);
+            let read_block = read_block.clone();
             tokio::spawn(async move {
                 let _slot = tier.puts.clone().acquire_owned().await;
                 tier.waiting.fetch_sub(1, Ordering::Relaxed);
-                let framed = frame(&key, &bytes);
+                if tier.paused() {
+                    return;
+                }
+                let framed = {
+                    let key = key.clone();
+                    tokio::task::spawn_blocking(move || read_block(index).map(|block| frame(&key, &block)))
+                };
+                let Some(framed) = framed.await.ok().flatten() else {
+                    crate::metrics::shared_cache("put_gone");
+                    return;
+                };
                 match tier.store.put(&key, framed, &Metadata::default(), false).await {
                     Ok(_) => crate::metrics::shared_cache("put"),
                     Err(error) => tier.pause(&format!("writing {key}: {error}")),
@@ -123,10 +163,79 @@ impl SharedCache {
         }
     }
 
+    /// What the tier holds under its prefix (`bucketfs cache status s3://...`): one
+    /// listing of it.
+    pub async fn usage(&self) -> Result<TierUsage, StoreError> {
+        let mut usage = TierUsage::default();
+        let mut last_object = String::new();
+        self.each_page(|page| {
+            for object in page {
+                let Some(hash) = self.block_object(&object.key) else {
+                    usage.other_keys += 1;
+                    continue;
+                };
+                // Keys come in order, so one object's blocks come together.
+                if hash != last_object {
+                    usage.objects += 1;
+                    last_object = hash.to_owned();
+                }
+                usage.blocks += 1;
+                usage.bytes += object.size;
+                usage.oldest = Some(usage.oldest.map_or(object.mtime, |oldest| oldest.min(object.mtime)));
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(usage)
+    }
+
+    /// Deletes every block under the prefix (`bucketfs cache clear s3://...`); keys that
+    /// are not named as blocks are left alone. Returns the blocks deleted. Mounts using
+    /// the tier go on, and fill it again.
+    pub async fn clear(&self) -> Result<u64, StoreError> {
+        let mut blocks = Vec::new();
+        self.each_page(|page| {
+            blocks.extend(page.iter().filter(|o| self.block_object(&o.key).is_some()).map(|o| o.key.clone()));
+            Ok(())
+        })
+        .await?;
+        for chunk in blocks.chunks(crate::store::MAX_DELETED_AT_ONCE) {
+            if let Some((_, refused)) = self.store.delete_many(chunk).await?.into_iter().next() {
+                return Err(refused);
+            }
+        }
+        Ok(blocks.len() as u64)
+    }
+
+    async fn each_page(
+        &self,
+        mut take: impl FnMut(&[crate::store::ObjectInfo]) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut token = None;
+        loop {
+            let page = self.store.list_recursive(&self.prefix, token, false).await?;
+            take(&page.objects)?;
+            match page.next_token {
+                Some(next) => token = Some(next),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// The object part (HASH) of `key` if it is named as a block: `PREFIX` `HASH/N`.
+    fn block_object<'k>(&self, key: &'k str) -> Option<&'k str> {
+        let (hash, index) = key.strip_prefix(&self.prefix)?.split_once('/')?;
+        let named = hash.len() == 2 * HASH_LEN
+            && hash.bytes().all(|b| b.is_ascii_hexdigit())
+            && !index.is_empty()
+            && index.bytes().all(|b| b.is_ascii_digit());
+        named.then_some(hash)
+    }
+
     /// `PREFIX` + a hash of the object's identity + `/` + the block number.
     fn block_key(&self, id: &ObjectId, index: u64) -> String {
         let identity = sha2::Sha256::digest(id.describe().as_bytes());
-        format!("{}{}/{index}", self.prefix, hex::encode(&identity[..20]))
+        format!("{}{}/{index}", self.prefix, hex::encode(&identity[..HASH_LEN]))
     }
 
     fn paused(&self) -> bool {
@@ -218,7 +327,8 @@ mod tests {
         let id = object("\"e\"", 3 * 1024 * 1024);
         assert_eq!(tier.get_block(&id, 1).await, None, "nothing written yet");
         let block = Bytes::from(vec![7u8; 1024 * 1024]);
-        tier.put_blocks(&id, vec![(1, block.clone())]);
+        let written = block.clone();
+        tier.put_blocks(&id, vec![1], move |_| Some(written.clone()));
         let mut read = None;
         for _ in 0..100 {
             read = tier.get_block(&id, 1).await;
@@ -230,5 +340,43 @@ mod tests {
         assert_eq!(read, Some(block));
         store.put(&tier.block_key(&id, 1), vec![7u8; 1024 * 1024 + 32]);
         assert_eq!(tier.get_block(&id, 1).await, None, "a block that fails its check");
+    }
+
+    #[tokio::test]
+    async fn a_block_gone_from_the_local_cache_before_its_turn_is_not_written() {
+        let store = Arc::new(MemoryStore::default());
+        let tier = SharedCache::new(store.clone(), "c");
+        let id = object("\"e\"", 3 * 1024 * 1024);
+        tier.put_blocks(&id, vec![0, 2], |index| (index == 2).then(|| Bytes::from(vec![2u8; 1024 * 1024])));
+        for _ in 0..100 {
+            if tier.get_block(&id, 2).await.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(tier.get_block(&id, 2).await.is_some());
+        assert_eq!(tier.get_block(&id, 0).await, None);
+    }
+
+    #[tokio::test]
+    async fn usage_counts_and_clear_deletes_only_what_is_named_as_blocks() {
+        let store = Arc::new(MemoryStore::default());
+        let tier = SharedCache::new(store.clone(), "team/cache");
+        let (one, two) = (object("\"e1\"", 3 * 1024 * 1024), object("\"e2\"", 3 * 1024 * 1024));
+        for (id, index) in [(&one, 0), (&one, 1), (&one, 2), (&two, 10)] {
+            store.put(&tier.block_key(id, index), frame(&tier.block_key(id, index), &[1u8; 100]).to_vec());
+        }
+        // Not ours: outside the prefix, or under it but not named as a block.
+        for key in ["team/other", "team/cache/notes.txt", "team/cache/abc/1", "data/x.bin"] {
+            store.put(key, b"keep".to_vec());
+        }
+        let usage = tier.usage().await.unwrap();
+        assert_eq!((usage.objects, usage.blocks, usage.bytes, usage.other_keys), (2, 4, 4 * 132, 2));
+        assert!(usage.oldest.is_some());
+        assert_eq!(tier.clear().await.unwrap(), 4);
+        assert_eq!(tier.usage().await.unwrap().blocks, 0);
+        for key in ["team/other", "team/cache/notes.txt", "team/cache/abc/1", "data/x.bin"] {
+            assert!(store.head(key).await.is_ok(), "{key} was deleted");
+        }
     }
 }

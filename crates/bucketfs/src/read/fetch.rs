@@ -91,11 +91,9 @@ pub async fn fill(
     let _storing = link.cache.storing();
     body.finish(result);
     if complete {
-        if let Some(tier) = link.cache.shared_tier() {
-            tier.put_blocks(&link.id, whole_blocks(link, origin, body, &fetched.from_store).await);
-        }
+        let to_share = whole_block_indices(link, &fetched.from_store);
         fetched.from_store.extend(fetched.from_shared);
-        store_fetched_blocks(link, origin, body, &fetched.from_store).await;
+        store_fetched_blocks(link, origin, body, &fetched.from_store, to_share).await;
     }
 }
 
@@ -181,33 +179,49 @@ fn look_up(link: &CacheLink, index: u64, end: u64) -> (Option<Vec<u8>>, Option<u
 }
 
 /// Stores the whole blocks inside `fetched` (object offsets) from the finished `body`; a
-/// small object fetched whole, in its one file.
-async fn store_fetched_blocks(link: &Arc<CacheLink>, origin: u64, body: &RangeBody, fetched: &[Range<u64>]) {
-    if link.id.size <= SMALL_OBJECT {
-        if let ([range], 0) = (fetched, origin) {
-            if *range == (0..link.id.size) {
-                if let Ok(content) = body.slice(0..link.id.size).await {
-                    let link = link.clone();
-                    let _ = tokio::task::spawn_blocking(move || link.cache.store_small(&link.id, &content)).await;
+/// small object fetched whole, in its one file. Then blocks `to_share` go to the shared
+/// tier, read back from the local cache (see `SharedCache`).
+///
+/// Both happen in one blocking task, which runs to its end even when the segment's task
+/// is dropped at the await (the file closed once its readers had their bytes).
+async fn store_fetched_blocks(
+    link: &Arc<CacheLink>,
+    origin: u64,
+    body: &RangeBody,
+    fetched: &[Range<u64>],
+    to_share: Vec<u64>,
+) {
+    enum Fetched {
+        Small(bytes::Bytes),
+        Blocks(Vec<(u64, bytes::Bytes)>),
+    }
+    let fetched = if link.id.size <= SMALL_OBJECT {
+        if !matches!((fetched, origin), ([range], 0) if *range == (0..link.id.size)) {
+            return;
+        }
+        match body.slice(0..link.id.size).await {
+            Ok(content) => Fetched::Small(content),
+            Err(_) => return,
+        }
+    } else {
+        Fetched::Blocks(whole_blocks(link, origin, body, fetched).await)
+    };
+    let link = link.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        match fetched {
+            Fetched::Small(content) => link.cache.store_small(&link.id, &content),
+            Fetched::Blocks(blocks) => {
+                for (index, bytes) in blocks {
+                    link.cache.store_block(&link.id, index, &bytes);
+                }
+                // The object may be whole now: check it once, so that the next open reads
+                // it straight from the cache file.
+                if let Some(files) = link.files() {
+                    link.cache.check_once_complete(&link.id, &files);
                 }
             }
         }
-        return;
-    }
-    let blocks = whole_blocks(link, origin, body, fetched).await;
-    if blocks.is_empty() {
-        return;
-    }
-    let link = link.clone();
-    let _ = tokio::task::spawn_blocking(move || {
-        for (index, bytes) in blocks {
-            link.cache.store_block(&link.id, index, &bytes);
-        }
-        // The object may be whole now: check it once, so that the next open reads it
-        // straight from the cache file.
-        if let Some(files) = link.files() {
-            link.cache.check_once_complete(&link.id, &files);
-        }
+        link.cache.share_blocks(&link.id, to_share);
     })
     .await;
 }
@@ -220,18 +234,25 @@ async fn whole_blocks(
     ranges: &[Range<u64>],
 ) -> Vec<(u64, bytes::Bytes)> {
     let mut blocks = Vec::new();
-    for range in ranges {
-        let mut index = range.start.div_ceil(BLOCK_SIZE);
-        while index * BLOCK_SIZE < range.end {
-            let block = index * BLOCK_SIZE..index * BLOCK_SIZE + link.id.block_len(index);
-            if block.end > range.end {
-                break; // the range stops inside this block
-            }
-            if let Ok(bytes) = body.slice(block.start - origin..block.end - origin).await {
-                blocks.push((index, bytes));
-            }
-            index += 1;
+    for index in whole_block_indices(link, ranges) {
+        let start = index * BLOCK_SIZE;
+        let end = start + link.id.block_len(index);
+        if let Ok(bytes) = body.slice(start - origin..end - origin).await {
+            blocks.push((index, bytes));
         }
     }
     blocks
+}
+
+/// The numbers of the blocks lying whole inside `ranges` (object offsets).
+fn whole_block_indices(link: &CacheLink, ranges: &[Range<u64>]) -> Vec<u64> {
+    let mut indices = Vec::new();
+    for range in ranges {
+        let mut index = range.start.div_ceil(BLOCK_SIZE);
+        while index * BLOCK_SIZE < range.end && index * BLOCK_SIZE + link.id.block_len(index) <= range.end {
+            indices.push(index);
+            index += 1;
+        }
+    }
+    indices
 }

@@ -1,0 +1,95 @@
+//! `bucketfs cache status|clear`: what a data cache holds, and emptying it. The target is
+//! the directory of `--cache`, or the shared cache of `--shared-cache` (an
+//! `s3://BUCKET[/PREFIX]`, reached with the given endpoint, region and profile).
+
+use std::io::Write as _;
+
+use anyhow::{bail, Context as _, Result};
+use clap::Parser as _;
+
+use super::args::{CacheAction, CacheTarget, Cli, Command};
+
+pub fn run(action: CacheAction) -> Result<()> {
+    // A closed pipe (`| head`) is no error of ours: output is written with `let _ =`.
+    let mut out = std::io::stdout();
+    match action {
+        CacheAction::Status(target) if is_shared(&target) => {
+            let target_name = target.target.clone();
+            let usage = with_shared_cache(target, |tier| async move { Ok(tier.usage().await?) })?;
+            let oldest =
+                usage.oldest.map_or("-".to_owned(), |time| humantime::format_rfc3339_seconds(time).to_string());
+            let _ = writeln!(
+                out,
+                "{target_name}: {} objects, {} blocks, {} bytes, oldest block written {oldest}",
+                usage.objects, usage.blocks, usage.bytes
+            );
+            if usage.other_keys > 0 {
+                let _ = writeln!(out, "{target_name}: {} other keys under the prefix (not blocks)", usage.other_keys);
+            }
+        }
+        CacheAction::Clear(target) if is_shared(&target) => {
+            let target_name = target.target.clone();
+            let deleted = with_shared_cache(target, |tier| async move { Ok(tier.clear().await?) })?;
+            let _ = writeln!(out, "{target_name}: cleared ({deleted} blocks deleted)");
+        }
+        CacheAction::Status(target) => {
+            let dir = local_dir(&target)?;
+            let status = crate::datacache::status(&dir).with_context(|| format!("reading {}", dir.display()))?;
+            let cap = status.cap.map_or("not set".to_owned(), |cap| format!("{cap} bytes"));
+            let _ = writeln!(
+                out,
+                "{}: {} objects, {} whole, {} bytes on disk, cap {cap}",
+                dir.display(),
+                status.objects,
+                status.whole,
+                status.bytes
+            );
+        }
+        CacheAction::Clear(target) => {
+            let dir = local_dir(&target)?;
+            crate::datacache::clear(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+            let _ = writeln!(out, "{}: cleared", dir.display());
+        }
+    }
+    Ok(())
+}
+
+fn is_shared(target: &CacheTarget) -> bool {
+    target.target.starts_with("s3://")
+}
+
+fn local_dir(target: &CacheTarget) -> Result<std::path::PathBuf> {
+    if target.endpoint_url.is_some() || target.region.is_some() || target.profile.is_some() || target.force_path_style {
+        bail!(
+            "--endpoint-url, --region, --profile and --force-path-style are for a shared cache (s3://BUCKET[/PREFIX])"
+        );
+    }
+    Ok(target.target.clone().into())
+}
+
+/// Runs `work` on a client of the shared cache `target` names, with the settings a
+/// mount given the same options would use.
+fn with_shared_cache<T, F, W>(target: CacheTarget, work: W) -> Result<T>
+where
+    W: FnOnce(std::sync::Arc<crate::datacache::SharedCache>) -> F,
+    F: std::future::Future<Output = Result<T>>,
+{
+    let mut line: Vec<String> = vec!["bucketfs".into(), "mount".into()];
+    line.extend(target.endpoint_url.iter().flat_map(|url| ["--endpoint-url".to_owned(), url.clone()]));
+    line.extend(target.region.iter().flat_map(|region| ["--region".to_owned(), region.clone()]));
+    line.extend(target.profile.iter().flat_map(|profile| ["--profile".to_owned(), profile.clone()]));
+    if target.force_path_style {
+        line.push("--force-path-style".into());
+    }
+    line.extend([target.target.clone(), "/".into()]);
+    let args = match Cli::try_parse_from(line)? {
+        Cli { command: Command::Mount(args) } => args,
+        _ => bail!("not a mount command line"),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let (tier, _) = super::mount::shared_cache(&args, &target.target, None).await?;
+        let location = tier.location();
+        work(tier).await.with_context(|| location)
+    })
+}
