@@ -316,6 +316,13 @@ pub fn undelete(path: &Path) -> Result<()> {
     let shown = path.display();
     match attributes::set(dir, crate::fuse::UNDELETE, name.as_encoded_bytes()) {
         Ok(()) => {
+            // The daemon drops the kernel's negative entry for the name just after it
+            // answers (the kernel holds the directory's lock during this call): wait for
+            // that, so that the next command (`bucketfs undelete f && cat f`) finds it.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while std::fs::symlink_metadata(path).is_err() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
             println!("bucketfs: {shown} restored from its latest version");
             Ok(())
         }
