@@ -189,8 +189,9 @@ fn skip(why: &str) {
     println!("{line}");
     eprintln!("{line}");
     if let Some(path) = std::env::var_os("BUCKETFS_TEST_SKIP_LOG").filter(|p| !p.is_empty()) {
-        // The test's name is its thread's (libtest names each test's thread after it); the
-        // binary's name is its file's, without cargo's hash.
+        // The test's name is its thread's (libtest names each test's thread after it:
+        // MODULE::TEST in the integration binary); the binary's name is its target's
+        // (`integration`, or the file's of a binary of its own), without cargo's hash.
         let test = std::thread::current().name().unwrap_or("?").to_owned();
         let exe = std::env::current_exe().ok().and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()));
         let exe = exe.unwrap_or_default();
@@ -431,7 +432,7 @@ fn launch_minio(
     }
     cmd.env("MINIO_ROOT_USER", ACCESS_KEY)
         .env("MINIO_ROOT_PASSWORD", SECRET_KEY)
-        // A static KMS key, so that SSE-S3 and SSE-KMS work (tests/store_options.rs).
+        // A static KMS key, so that SSE-S3 and SSE-KMS work (tests/integration/store_options.rs).
         .env("MINIO_KMS_SECRET_KEY", format!("{KMS_KEY_ID}:{KMS_KEY}"))
         .env("MINIO_BROWSER", "off")
         .env("MINIO_UPDATE", "off")

@@ -1,7 +1,11 @@
-//! Shared harness for the bucketfs integration tests. Every test file says `mod common;`
-//! and `use common::*;`; each concern lives in its own file, all re-exported here:
+//! Shared harness for the bucketfs integration tests. The integration binary
+//! (tests/integration/main.rs) declares it once (`#[path = "../common/mod.rs"] mod common;`)
+//! and each of its modules says `use crate::common::*;`; the files that are binaries of their
+//! own (tests/NAME.rs) say `mod common;` and `use common::*;`. Each concern lives in its own
+//! file, all re-exported here:
 //!
-//! * `minio`: one MinIO server per test process, the root credentials, free ports;
+//! * `minio`: one MinIO server per test process (shared by every test of the integration
+//!   binary), the root credentials, free ports;
 //! * `s3`: an S3 client built explicitly (nothing from the shell's AWS_* environment) and sync
 //!   helpers around it (`create_bucket`, `put`, `get`, `delete`, `list_keys`, `open_uploads`…);
 //! * `sts`: restricted identities ([`restricted_credentials`], [`read_only_credentials`]),
@@ -30,7 +34,7 @@
 //!   `BUCKETFS_TEST_SKIP_LOG`: a file where tests skipped by [`require_minio!`] or
 //!   [`require_store_feature!`] are listed; `BUCKETFS_TEST_STORE_DRIVES`: an erasure set's
 //!   drive directories, `:`-separated (tests/drives.rs); `BUCKETFS_TEST_STORE_GATEWAYS`:
-//!   more S3 gateways of the store as `URL=PID,...` (tests/endpoints.rs).
+//!   more S3 gateways of the store as `URL=PID,...` (tests/integration/endpoints.rs).
 
 // Each test binary compiles this harness and uses a part of it.
 #![allow(dead_code)]
@@ -55,6 +59,10 @@ pub use self::{
     data::*, files::*, metrics::*, minio::*, mount::*, procfs::*, relay::*, request_log::*, s3::*, sts::*,
     toxiproxy::*, tree::*, wait::*,
 };
+// The skip macros (`#[macro_export]`: at the crate's root) for the modules of the integration
+// binary, which reach the harness through `use crate::common::*`.
+#[allow(unused_imports)]
+pub use crate::{require_minio, require_store_feature};
 
 use std::sync::OnceLock;
 
