@@ -1,9 +1,9 @@
 //! The integration tests of bucketfs as one test binary: each module is the file of one
 //! concern (tests/integration/NAME.rs, its tests named `NAME::TEST`), all sharing the
 //! harness of `tests/common/` and its one MinIO (and toxiproxy) per process. One binary
-//! compiles the harness and links the SDKs once, where a binary per file did it 42 times
-//! (most of CI's build of the tests). `cargo test --test integration -- NAME::` runs one
-//! file's tests.
+//! compiles the harness and links the SDKs once, where a binary per file did it for each
+//! of the 42 files (most of CI's build of the tests). One file's tests:
+//! `cargo test --release -p bucketfs --test integration -- NAME::`.
 //!
 //! Apart, as binaries of their own (tests/NAME.rs, each with the harness and a MinIO of
 //! its own), are the files that must not share a process with the others, which run four
@@ -21,7 +21,12 @@
 //!   io_uring or not by chance;
 //! * `drives`: takes a drive away from the erasure-coded store under test
 //!   (`scripts/test-stores minio-erasure`; it skips itself elsewhere), which every test
-//!   running beside it would share.
+//!   running beside it would share;
+//! * `flat_listing`: a walk of a 10,000-entry subtree must be served by the one flat
+//!   listing that follows it, which serves only for the metadata TTL: beside the other
+//!   tests the walk outlasted it and the directories were listed one by one
+//!   (`a_walk_through_a_large_subtree_is_served_by_one_flat_listing` failed so in both full
+//!   runs of the suite with it here; it passes with its own file's tests alone).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -35,7 +40,6 @@ mod csi;
 mod datacache;
 mod endpoints;
 mod faults;
-mod flat_listing;
 mod fstab;
 mod harness_smoke;
 mod index;

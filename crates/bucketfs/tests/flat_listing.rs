@@ -2,7 +2,9 @@
 //! without (`--no-flat-listing`): the same tree, the one ListObjectsV2 describes, for a
 //! few LISTs instead of one per directory (docs/SEMANTICS.md, "Listings").
 
-use crate::common::*;
+mod common;
+
+use common::*;
 
 /// Fills `bucket` with the test tree (20 top-level directories of 10 with 10 files each,
 /// plus odd names and markers); returns its keys.
