@@ -59,6 +59,7 @@ mod rename;
 mod requests;
 mod run;
 mod service;
+mod shared_cache;
 mod staging;
 mod status;
 mod store_options;

@@ -5,11 +5,9 @@
 //! corrupt block there is fetched from the source again; a near store that is gone
 //! fails no read. See docs/CONFIGURATION.md, "Shared cache".
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// A mount of `bucket` with a local cache of its own (a "machine") and the shared
 /// cache `s3://near/cache` on `near`.
