@@ -154,11 +154,19 @@ impl DataCache {
         Storing(self.storing.clone())
     }
 
-    /// Waits until every fetch holding [`DataCache::storing`] has written its blocks, for
-    /// at most `limit`; whether they all did.
+    /// Waits until every fetch holding [`DataCache::storing`] has written its blocks, and
+    /// the shared tier the blocks queued for it, for at most `limit`; whether they all
+    /// were.
     pub async fn stored_all(&self, limit: std::time::Duration) -> bool {
+        let started = tokio::time::Instant::now();
         let mut storing = self.storing.subscribe();
-        tokio::time::timeout(limit, storing.wait_for(|storing| *storing == 0)).await.is_ok_and(|done| done.is_ok())
+        let stored =
+            tokio::time::timeout(limit, storing.wait_for(|storing| *storing == 0)).await.is_ok_and(|done| done.is_ok());
+        match self.shared_tier() {
+            // Then what they queued for the shared tier, in what is left of `limit`.
+            Some(tier) => stored && tier.written_all(limit.saturating_sub(started.elapsed())).await,
+            None => stored,
+        }
     }
 
     pub fn cap(&self) -> u64 {

@@ -34,7 +34,8 @@ const GET_TIMEOUT: Duration = Duration::from_secs(2);
 /// Blocks written to the tier at once, by this mount (the rest wait; none is dropped
 /// unless [`MAX_WAITING`] are waiting).
 const PUTS_IN_FLIGHT: usize = 8;
-/// Blocks waiting to be written (names, not bytes: 16 GiB of blocks in a few MB).
+/// Blocks waiting to be written or being written (names, not bytes: 16 GiB of blocks in
+/// a few MB).
 const MAX_WAITING: usize = 16 * 1024;
 const CHECKSUM_LEN: usize = 32;
 /// Bytes of the SHA-256 of an object's identity kept in its blocks' names.
@@ -58,7 +59,8 @@ pub struct SharedCache {
     /// Empty, or ending in `/`.
     prefix: String,
     puts: Arc<tokio::sync::Semaphore>,
-    waiting: Arc<std::sync::atomic::AtomicUsize>,
+    /// Blocks queued by [`SharedCache::put_blocks`] and not yet written (or given up).
+    pending: tokio::sync::watch::Sender<usize>,
     paused_until: parking_lot::Mutex<Option<Instant>>,
 }
 
@@ -69,7 +71,7 @@ impl SharedCache {
             store,
             prefix: if prefix.is_empty() { String::new() } else { format!("{prefix}/") },
             puts: Arc::new(tokio::sync::Semaphore::new(PUTS_IN_FLIGHT)),
-            waiting: Default::default(),
+            pending: tokio::sync::watch::Sender::new(0),
             paused_until: parking_lot::Mutex::new(None),
         })
     }
@@ -128,22 +130,20 @@ impl SharedCache {
     where
         R: Fn(u64) -> Option<Bytes> + Clone + Send + Sync + 'static,
     {
-        use std::sync::atomic::Ordering;
         for index in indices {
             if self.paused() {
                 return;
             }
-            if self.waiting.fetch_add(1, Ordering::Relaxed) >= MAX_WAITING {
-                self.waiting.fetch_sub(1, Ordering::Relaxed);
+            let Some(pending) = self.one_more_pending() else {
                 crate::metrics::shared_cache("put_dropped");
                 continue;
-            }
+            };
             let tier = self.clone();
             let key = self.block_key(id, index);
             let read_block = read_block.clone();
             tokio::spawn(async move {
+                let _pending = pending;
                 let _slot = tier.puts.clone().acquire_owned().await;
-                tier.waiting.fetch_sub(1, Ordering::Relaxed);
                 if tier.paused() {
                     return;
                 }
@@ -232,6 +232,26 @@ impl SharedCache {
         named.then_some(hash)
     }
 
+    /// Counts one more block pending, unless [`MAX_WAITING`] are; uncounted when the
+    /// returned guard drops.
+    fn one_more_pending(&self) -> Option<Pending> {
+        let mut counted = false;
+        self.pending.send_if_modified(|pending| {
+            counted = *pending < MAX_WAITING;
+            *pending += usize::from(counted);
+            counted
+        });
+        counted.then(|| Pending(self.pending.clone()))
+    }
+
+    /// Waits until every block queued has been written (or given up), for at most
+    /// `limit`: a daemon exiting right after a program read a file still shares it.
+    /// Whether they all were.
+    pub async fn written_all(&self, limit: Duration) -> bool {
+        let mut pending = self.pending.subscribe();
+        tokio::time::timeout(limit, pending.wait_for(|pending| *pending == 0)).await.is_ok_and(|done| done.is_ok())
+    }
+
     /// `PREFIX` + a hash of the object's identity + `/` + the block number.
     fn block_key(&self, id: &ObjectId, index: u64) -> String {
         let identity = sha2::Sha256::digest(id.describe().as_bytes());
@@ -263,6 +283,15 @@ impl SharedCache {
             );
         }
         *paused = Some(Instant::now() + PAUSE_AFTER_ERROR);
+    }
+}
+
+/// One block counted in [`SharedCache::pending`] while this lives.
+struct Pending(tokio::sync::watch::Sender<usize>);
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.0.send_modify(|pending| *pending -= 1);
     }
 }
 
