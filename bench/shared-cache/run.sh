@@ -4,11 +4,18 @@
 #   bench/shared-cache/run.sh [SIZE]      (default 1GiB; needs target/release built)
 # Prints, page cache dropped before each read:
 #   uncached   a mount without --shared-cache reads the object from the far source (today)
+#   cache only a mount with --cache alone reads it from the far source (what the local
+#              cache costs the first read)
 #   first      machine 1 (--cache + --shared-cache) reads it from the source, fills the tier
 #   second     machine 2 (its own empty --cache) reads it: from the shared cache
 #   direct     s3direct GET of the same bytes from the near store (one streamed GET and
 #              16-way ranged GETs; the faster is the reference)
+#   near mount the same bytes read through a mount of the near store itself, without a cache:
+#              bucketfs, and geesefs (the fastest peer on big reads; $GEESEFS, default
+#              ~/.cache/bucketfs-deps/bin/geesefs, skipped if absent): what a FUSE mount
+#              costs on top of the direct read, on this machine
 # and the GETs of the object machine 2 sent to the source (from its request log).
+# PROFILE=1 records machine 2's daemon with perf (perf.data in the current directory).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SIZE=${1:-1GiB}
@@ -52,18 +59,33 @@ timed_read() { sync; echo 3 > /proc/sys/vm/drop_caches; local t0 t1; t0=$(date +
 SHARED=(--shared-cache s3://cache/blocks --shared-cache-endpoint-url "$NEAR_URL")
 
 m=$(mountit uncached); echo "uncached: $(timed_read "$m/big.bin") s"; target/release/bucketfs unmount "$m"
+m=$(mountit cacheonly --cache "$W/cache0"); echo "cache only: $(timed_read "$m/big.bin") s"; target/release/bucketfs unmount "$m"
 m=$(mountit first --cache "$W/cache1" "${SHARED[@]}"); echo "first:    $(timed_read "$m/big.bin") s"
-# The blocks reach the shared cache in the background: wait for them before machine 2.
+# The unmount waits for the blocks queued for the shared cache (at most 30 s).
 target/release/bucketfs unmount "$m"
-for _ in $(seq 600); do
-    n=$(s3 "$NEAR_URL" list cache blocks/ 2>/dev/null | python3 -c "import sys,json; print(json.load(sys.stdin)[\"objects\"])" || echo 0)
-    [ "${n:-0}" -ge "$(( $(numfmt --from=iec-i "${SIZE%B}") / 1048576 ))" ] && break; sleep 0.5
-done
+grep -h "shared cache:" "$W/mnt-first.log" | head -3 || true
 echo "blocks in the shared cache: $(s3 "$NEAR_URL" list cache blocks/ | head -1)"
-m=$(mountit second --cache "$W/cache2" "${SHARED[@]}" --log-level bucketfs=debug)
+m=$(mountit second --cache "$W/cache2" "${SHARED[@]}" --log-level bucketfs::store=debug)
+if [ -n "${PROFILE:-}" ]; then
+    perf record -F 1999 -g -o perf.data -p "$(pgrep -f "mnt-second" | head -1)" > "$W/perf.log" 2>&1 & PERF=$!
+    sleep 0.5
+fi
 echo "second:   $(timed_read "$m/big.bin") s"
+[ -z "${PROFILE:-}" ] || { kill -INT "$PERF"; wait "$PERF" || true; }
 target/release/bucketfs unmount "$m"
 echo "second machine's GETs of big.bin from the source: $(grep -cE 's3 GET bucket=data key="?big\.bin' "$W/mnt-second.log" || true)"
 sync; echo 3 > /proc/sys/vm/drop_caches
 echo "direct (near, one GET): $(s3 "$NEAR_URL" get direct big.bin 2>&1 | tail -1)"
 echo "direct (near, ranged):  $(s3 "$NEAR_URL" get direct big.bin --concurrency 16 2>&1 | tail -1)"
+m="$W/mnt-near"; mkdir -p "$m"
+target/release/bucketfs mount --endpoint-url "$NEAR_URL" --force-path-style --log-file "$W/mnt-near.log" s3://direct "$m" >/dev/null
+echo "near mount, bucketfs: $(timed_read "$m/big.bin") s"; target/release/bucketfs unmount "$m"
+GEESEFS=${GEESEFS:-$BIN/geesefs}
+if [ -x "$GEESEFS" ]; then
+    m="$W/mnt-geesefs"; mkdir -p "$m"
+    "$GEESEFS" -f --endpoint "$NEAR_URL" --region us-east-1 direct "$m" > "$W/geesefs.log" 2>&1 & pids+=($!)
+    for _ in $(seq 100); do mountpoint -q "$m" && break; sleep 0.1; done
+    echo "near mount, geesefs:  $(timed_read "$m/big.bin") s"; fusermount3 -u "$m"
+else
+    echo "near mount, geesefs:  not measured ($GEESEFS not found)"
+fi

@@ -87,13 +87,13 @@ pub async fn fill(
     let result = fill_from_caches_and_store(&*store, key, origin, body, link, &mut fetched).await;
     let complete = result.is_ok();
     // Taken before the readers get their bytes: a daemon told to exit once they have
-    // them waits for this write.
-    let _storing = link.cache.storing();
+    // them waits for this write (and the shared tier's writes it queues).
+    let storing = link.cache.storing();
     body.finish(result);
     if complete {
         let to_share = whole_block_indices(link, &fetched.from_store);
         fetched.from_store.extend(fetched.from_shared);
-        store_fetched_blocks(link, origin, body, &fetched.from_store, to_share).await;
+        store_fetched_blocks(link, origin, body, &fetched.from_store, to_share, storing).await;
     }
 }
 
@@ -183,13 +183,15 @@ fn look_up(link: &CacheLink, index: u64, end: u64) -> (Option<Vec<u8>>, Option<u
 /// tier, read back from the local cache (see `SharedCache`).
 ///
 /// Both happen in one blocking task, which runs to its end even when the segment's task
-/// is dropped at the await (the file closed once its readers had their bytes).
+/// is dropped at the await (the file closed once its readers had their bytes), and holds
+/// `storing` until the blocks are stored and queued for the shared tier.
 async fn store_fetched_blocks(
     link: &Arc<CacheLink>,
     origin: u64,
     body: &RangeBody,
     fetched: &[Range<u64>],
     to_share: Vec<u64>,
+    storing: crate::datacache::Storing,
 ) {
     enum Fetched {
         Small(bytes::Bytes),
@@ -222,6 +224,7 @@ async fn store_fetched_blocks(
             }
         }
         link.cache.share_blocks(&link.id, to_share);
+        drop(storing);
     })
     .await;
 }
