@@ -15,7 +15,8 @@
 #              ~/.cache/bucketfs-deps/bin/geesefs, skipped if absent): what a FUSE mount
 #              costs on top of the direct read, on this machine
 # and the GETs of the object machine 2 sent to the source (from its request log).
-# PROFILE=1 records machine 2's daemon with perf (perf.data in the current directory).
+# PROFILE=1 records machine 2's daemon with perf (perf.data at the top of the repository);
+# PROFILE=all records the whole machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SIZE=${1:-1GiB}
@@ -67,7 +68,9 @@ grep -h "shared cache:" "$W/mnt-first.log" | head -3 || true
 echo "blocks in the shared cache: $(s3 "$NEAR_URL" list cache blocks/ | head -1)"
 m=$(mountit second --cache "$W/cache2" "${SHARED[@]}" --log-level bucketfs::store=debug)
 if [ -n "${PROFILE:-}" ]; then
-    perf record -F 1999 -g -o perf.data -p "$(pgrep -f "mnt-second" | head -1)" > "$W/perf.log" 2>&1 & PERF=$!
+    target=(-p "$(pgrep -f "mnt-second" | head -1)")
+    [ "$PROFILE" != all ] || target=(-a)
+    perf record -F 999 -g -o perf.data "${target[@]}" > "$W/perf.log" 2>&1 & PERF=$!
     sleep 0.5
 fi
 echo "second:   $(timed_read "$m/big.bin") s"
