@@ -5,9 +5,8 @@
 use std::io::Write as _;
 
 use anyhow::{bail, Context as _, Result};
-use clap::Parser as _;
 
-use super::args::{CacheAction, CacheTarget, Cli, Command};
+use super::args::{CacheAction, CacheTarget};
 
 pub fn run(action: CacheAction) -> Result<()> {
     // A closed pipe (`| head`) is no error of ours: output is written with `let _ =`.
@@ -74,21 +73,17 @@ where
     W: FnOnce(std::sync::Arc<crate::datacache::SharedCache>) -> F,
     F: std::future::Future<Output = Result<T>>,
 {
-    let mut line: Vec<String> = vec!["bucketfs".into(), "mount".into()];
-    line.extend(target.endpoint_url.iter().flat_map(|url| ["--endpoint-url".to_owned(), url.clone()]));
-    line.extend(target.region.iter().flat_map(|region| ["--region".to_owned(), region.clone()]));
-    line.extend(target.profile.iter().flat_map(|profile| ["--profile".to_owned(), profile.clone()]));
+    let mut flags = Vec::new();
+    flags.extend(target.endpoint_url.iter().flat_map(|url| ["--endpoint-url".to_owned(), url.clone()]));
+    flags.extend(target.region.iter().flat_map(|region| ["--region".to_owned(), region.clone()]));
+    flags.extend(target.profile.iter().flat_map(|profile| ["--profile".to_owned(), profile.clone()]));
     if target.force_path_style {
-        line.push("--force-path-style".into());
+        flags.push("--force-path-style".into());
     }
-    line.extend([target.target.clone(), "/".into()]);
-    let args = match Cli::try_parse_from(line)? {
-        Cli { command: Command::Mount(args) } => args,
-        _ => bail!("not a mount command line"),
-    };
+    let args = super::mount::mount_args_for(flags, &target.target)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
-        let (tier, _) = super::mount::shared_cache(&args, &target.target, None).await?;
+        let tier = super::mount::shared_cache(&args, &target.target, None).await?;
         let location = tier.location();
         work(tier).await.with_context(|| location)
     })

@@ -710,13 +710,10 @@ pub(crate) fn store_config(args: &MountArgs) -> Result<StoreConfig> {
 /// said in the log, and used once it answers.
 async fn connect_shared_cache(args: &MountArgs) -> Result<Option<Arc<crate::datacache::SharedCache>>> {
     let Some(location) = &args.shared_cache else { return Ok(None) };
-    let (tier, spec) =
-        shared_cache(args, location, args.shared_cache_endpoint_url.as_ref()).await.context("--shared-cache")?;
-    match tier.store().list(&spec.prefix, None, Some(1), false).await {
-        Ok(_) => {}
-        Err(error) if error.is_transient() => tier.pause(&format!("listing it at mount: {error}")),
-        Err(error) => bail!("--shared-cache {location}: cannot list it at {}: {error}", tier.store().location()),
-    }
+    let tier = shared_cache(args, location, args.shared_cache_endpoint_url.as_ref()).await.context("--shared-cache")?;
+    tier.check().await.map_err(|error| {
+        anyhow::anyhow!("--shared-cache {location}: cannot list it at {}: {error}", tier.location())
+    })?;
     Ok(Some(tier))
 }
 
@@ -726,7 +723,7 @@ pub(crate) async fn shared_cache(
     args: &MountArgs,
     location: &str,
     endpoint_url: Option<&String>,
-) -> Result<(Arc<crate::datacache::SharedCache>, SourceSpec)> {
+) -> Result<Arc<crate::datacache::SharedCache>> {
     let spec = SourceSpec::parse(location).map_err(|error| anyhow::anyhow!("{location}: {error}"))?;
     let mut config = store_config(args)?;
     config.bucket = spec.bucket.clone();
@@ -740,7 +737,20 @@ pub(crate) async fn shared_cache(
     config.options =
         RequestOptions { encryption: None, storage_class: None, requester_pays: false, expected_bucket_owner: None };
     let store = S3Store::new(&config).await.map_err(|error| anyhow::anyhow!("{location}: {error}"))?;
-    Ok((crate::datacache::SharedCache::new(store, &spec.prefix), spec))
+    Ok(crate::datacache::SharedCache::new(store, &spec.prefix))
+}
+
+/// The `MountArgs` of `bucketfs mount FLAGS... SOURCE /`: for commands that reach a store
+/// with the settings a mount given the same flags would use (`bucketfs cache`, the CSI
+/// controller).
+pub(crate) fn mount_args_for(flags: Vec<String>, source: &str) -> Result<Box<MountArgs>, clap::Error> {
+    use clap::Parser as _;
+    let line =
+        ["bucketfs".to_owned(), "mount".to_owned()].into_iter().chain(flags).chain([source.to_owned(), "/".into()]);
+    match super::args::Cli::try_parse_from(line)?.command {
+        super::args::Command::Mount(args) => Ok(args),
+        _ => Err(clap::Error::new(clap::error::ErrorKind::InvalidSubcommand)),
+    }
 }
 
 /// Checks with one LIST that the source's bucket exists and can be read.

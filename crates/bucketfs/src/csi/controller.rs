@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use clap::Parser as _;
 use tonic::{Request, Response, Status};
 
 use super::node::required;
@@ -321,19 +320,15 @@ async fn store_for(
         secret_environment(secrets).map_err(Status::invalid_argument)?.into_iter().collect();
     let endpoint = location.endpoint_url.clone().or_else(|| environment.get("AWS_ENDPOINT_URL").cloned());
     let region = location.region.clone().or_else(|| environment.get("AWS_REGION").cloned());
-    let mut line: Vec<String> = vec!["bucketfs".into(), "mount".into()];
+    let mut flags: Vec<String> = Vec::new();
     if let Some(url) = endpoint {
         // The controller's few calls work in path style on every store; virtual-hosted
         // style fails on most that are not AWS.
-        line.extend(["--endpoint-url".into(), url, "--force-path-style".into()]);
+        flags.extend(["--endpoint-url".into(), url, "--force-path-style".into()]);
     }
-    line.extend(region.into_iter().flat_map(|region| ["--region".to_owned(), region]));
-    line.extend([format!("s3://{bucket}/"), "/".to_owned()]);
-    let args = match crate::cli::args::Cli::try_parse_from(line) {
-        Ok(crate::cli::args::Cli { command: crate::cli::args::Command::Mount(args) }) => args,
-        Ok(_) => return Err(Status::internal("not a mount command line")),
-        Err(error) => return Err(Status::invalid_argument(error.to_string())),
-    };
+    flags.extend(region.into_iter().flat_map(|region| ["--region".to_owned(), region]));
+    let args = crate::cli::mount::mount_args_for(flags, &format!("s3://{bucket}/"))
+        .map_err(|error| Status::invalid_argument(error.to_string()))?;
     let mut config = crate::cli::mount::store_config(&args).map_err(|error| Status::internal(format!("{error:#}")))?;
     config.bucket = bucket.to_owned();
     if let (Some(key), Some(secret)) = (environment.get("AWS_ACCESS_KEY_ID"), environment.get("AWS_SECRET_ACCESS_KEY"))

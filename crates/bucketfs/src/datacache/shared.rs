@@ -76,8 +76,18 @@ impl SharedCache {
         })
     }
 
-    pub fn store(&self) -> &Arc<dyn ObjectStore> {
-        &self.store
+    /// One LIST of the prefix, at mount: a bucket that does not exist or refuses us is
+    /// an error; one that does not answer now pauses the tier (said in the log), which
+    /// is used once it answers.
+    pub async fn check(&self) -> Result<(), StoreError> {
+        match self.store.list(&self.prefix, None, Some(1), false).await {
+            Ok(_) => Ok(()),
+            Err(error) if error.is_transient() => {
+                self.pause(&format!("listing it at mount: {error}"));
+                Ok(())
+            }
+            Err(error) => Err(error),
+        }
     }
 
     /// Where the tier is, for logs.

@@ -193,26 +193,30 @@ async fn store_fetched_blocks(
     to_share: Vec<u64>,
     storing: crate::datacache::Storing,
 ) {
-    enum Fetched {
+    enum ToStore {
         Small(bytes::Bytes),
         Blocks(Vec<(u64, bytes::Bytes)>),
     }
-    let fetched = if link.id.size <= SMALL_OBJECT {
+    let to_store = if link.id.size <= SMALL_OBJECT {
         if !matches!((fetched, origin), ([range], 0) if *range == (0..link.id.size)) {
             return;
         }
         match body.slice(0..link.id.size).await {
-            Ok(content) => Fetched::Small(content),
+            Ok(content) => ToStore::Small(content),
             Err(_) => return,
         }
     } else {
-        Fetched::Blocks(whole_blocks(link, origin, body, fetched).await)
+        let blocks = whole_blocks(link, origin, body, fetched).await;
+        if blocks.is_empty() {
+            return; // all from the local cache: nothing to store or share
+        }
+        ToStore::Blocks(blocks)
     };
     let link = link.clone();
     let _ = tokio::task::spawn_blocking(move || {
-        match fetched {
-            Fetched::Small(content) => link.cache.store_small(&link.id, &content),
-            Fetched::Blocks(blocks) => {
+        match to_store {
+            ToStore::Small(content) => link.cache.store_small(&link.id, &content),
+            ToStore::Blocks(blocks) => {
                 for (index, bytes) in blocks {
                     link.cache.store_block(&link.id, index, &bytes);
                 }

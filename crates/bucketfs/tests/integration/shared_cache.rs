@@ -117,3 +117,20 @@ fn the_cache_command_shows_and_clears_a_shared_cache() {
     let (status, _, err) = run_bucketfs(&line, Duration::from_secs(30));
     assert!(!status.success() && err.contains("are for a shared cache"), "{err}");
 }
+
+/// A shared cache whose bucket does not exist is a mistake in the command line: the
+/// mount fails and says so (one that does not answer is only logged: the test above
+/// mounts with the near store stopped).
+#[test]
+fn a_shared_cache_bucket_that_does_not_exist_fails_the_mount() {
+    let bucket = create_bucket("shared-cache-missing");
+    let near = OwnMinio::start();
+    let local = tempfile::tempdir_in("/var/tmp").expect("local cache dir");
+    let failure = MountBuilder::new()
+        .bucket(&bucket)
+        .background()
+        .args(["--cache", local.path().to_str().expect("UTF-8")])
+        .args(["--shared-cache", "s3://no-such-near/cache", "--shared-cache-endpoint-url", &near.server.endpoint])
+        .expect_failure();
+    failure.assert_error("--shared-cache s3://no-such-near/cache: cannot list it");
+}
