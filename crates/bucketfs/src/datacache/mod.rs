@@ -78,6 +78,26 @@ impl Drop for Storing {
     }
 }
 
+/// One object's blocks in this cache, as the shared tier reads them when their turn
+/// to be written there comes.
+struct LocalCopy {
+    cache: Arc<DataCache>,
+    id: ObjectId,
+}
+
+impl shared::LocalBlocks for LocalCopy {
+    fn has(&self, index: u64) -> bool {
+        if self.id.size <= small::SMALL_OBJECT {
+            return self.cache.cached_block(&self.id, index).is_some();
+        }
+        self.cache.files(&self.id).is_some_and(|files| files.has_block(index).unwrap_or(false))
+    }
+
+    fn read(&self, index: u64) -> Option<bytes::Bytes> {
+        self.cache.cached_block(&self.id, index)
+    }
+}
+
 /// What `bucketfs cache status` prints.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Status {
@@ -134,8 +154,7 @@ impl DataCache {
         if indices.is_empty() {
             return;
         }
-        let (cache, object) = (self.clone(), id.clone());
-        tier.put_blocks(id, indices, move |index| cache.cached_block(&object, index));
+        tier.put_blocks(id, &indices, Arc::new(LocalCopy { cache: self.clone(), id: id.clone() }));
     }
 
     /// Block `index` of `id` as cached here, checked; `None` if it is not (or no longer).

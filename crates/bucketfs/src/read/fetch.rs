@@ -5,7 +5,6 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use futures::StreamExt as _;
 use parking_lot::Mutex;
 
 use crate::datacache::{CachedFiles, DataCache, ObjectId, BLOCK_SIZE, SMALL_OBJECT};
@@ -105,9 +104,6 @@ struct Fetched {
     from_shared: Vec<Range<u64>>,
 }
 
-/// Blocks asked of the shared cache at once by one fill (a read-ahead runs several).
-const SHARED_GETS: usize = 8;
-
 async fn fill_from_caches_and_store(
     store: &dyn ObjectStore,
     key: &str,
@@ -136,24 +132,20 @@ async fn fill_from_caches_and_store(
         }
         let until = missing_until.unwrap_or(end).min(end);
         if let Some(tier) = shared.clone() {
-            // The run's blocks are asked for SHARED_GETS at a time, appended in order;
-            // the first miss sends the rest of the run to the store.
-            let blocks = (index..until.div_ceil(BLOCK_SIZE)).map(|index| {
-                let tier = tier.clone();
-                let id = link.id.clone();
-                async move { (index, tier.get_block(&id, index).await) }
-            });
-            let mut answers = futures::stream::iter(blocks).buffered(SHARED_GETS);
-            while let Some((index, block)) = answers.next().await {
-                let Some(block) = block else {
-                    shared = None;
-                    break;
-                };
-                let block_start = index * BLOCK_SIZE;
-                let from = origin + body.received();
-                let to = (end - block_start).min(block.len() as u64);
-                body.append(&block[(from - block_start) as usize..to as usize]);
-                fetched.from_shared.push(from..block_start + to);
+            // The run's blocks are appended as they come and check out; the first one
+            // the tier does not have sends the rest of the run to the store.
+            let blocks = index..until.div_ceil(BLOCK_SIZE);
+            let read = tier
+                .read_blocks(&link.id, blocks.clone(), |index, block| {
+                    let block_start = index * BLOCK_SIZE;
+                    let from = origin + body.received();
+                    let to = (end - block_start).min(block.len() as u64);
+                    body.append(&block[(from - block_start) as usize..to as usize]);
+                    fetched.from_shared.push(from..block_start + to);
+                })
+                .await;
+            if read < blocks.end {
+                shared = None;
             }
             continue;
         }

@@ -82,6 +82,8 @@ struct Segment {
     generation: u64,
     body: Arc<RangeBody>,
     abort: tokio::task::AbortHandle,
+    /// Whether a read took bytes from it (not only read-ahead): see `Drop for ReadHandle`.
+    read_from: bool,
     _memory: Reservation,
 }
 
@@ -301,10 +303,13 @@ impl ReadHandle {
 
         state
             .segments
-            .range(..wanted.end)
+            .range_mut(..wanted.end)
             .rev()
             .take_while(|(_, s)| s.range.end > wanted.start)
-            .map(|(_, s)| (s.range.clone(), s.generation, s.body.clone()))
+            .map(|(_, s)| {
+                s.read_from = true;
+                (s.range.clone(), s.generation, s.body.clone())
+            })
             .collect::<Vec<_>>()
             .into_iter()
             .rev()
@@ -370,7 +375,8 @@ impl ReadHandle {
         });
         let abort = task.abort_handle();
         let generation = state.generation;
-        state.segments.insert(range.start, Segment { range, generation, body, abort, _memory: memory });
+        let segment = Segment { range, generation, body, abort, read_from: false, _memory: memory };
+        state.segments.insert(segment.range.start, segment);
     }
 
     /// With a data cache, `gap` widened to whole blocks, as far as the segments around it
@@ -427,9 +433,13 @@ impl ReadHandle {
 
 impl Drop for ReadHandle {
     fn drop(&mut self) {
-        // A closed file needs no more read-ahead: stop the GETs still running.
+        // A closed file needs no more read-ahead: stop the GETs still running. With a data
+        // cache, those a program read from go on: their blocks are cached whole (a 4 KiB
+        // read answered before the rest of its block arrived, then `close`).
         for segment in self.state.get_mut().segments.values() {
-            segment.abort.abort();
+            if !(self.cache.is_some() && segment.read_from) {
+                segment.abort.abort();
+            }
         }
     }
 }

@@ -27,6 +27,9 @@ fn source_gets(m: &Mount, key: &str) -> Vec<Option<(u64, u64)>> {
     m.s3_requests().into_iter().filter(|r| r.op == "GET" && r.key == key).map(|r| r.range).collect()
 }
 
+/// Bytes after each block in the shared cache (its xxh3-128).
+const CHECKSUM_LEN: usize = 16;
+
 #[test]
 fn a_second_machine_reads_from_the_shared_cache_what_the_first_fetched() {
     let bucket = create_bucket("shared-cache");
@@ -40,8 +43,9 @@ fn a_second_machine_reads_from_the_shared_cache_what_the_first_fetched() {
     assert_same_bytes(&std::fs::read(first.join("big.bin")).expect("read"), &big, "first machine");
     assert_eq!(std::fs::read(first.join("small.txt")).expect("read"), b"a small object");
     assert!(!source_gets(&first, "big.bin").is_empty(), "the first machine reads the source");
-    // 7 blocks of big.bin and the small object's one, written in the background.
-    let written = wait_until(Duration::from_secs(20), || near.keys("near").len() == 8);
+    // The 7 blocks of big.bin as one chunk, and the small object's one, written in the
+    // background.
+    let written = wait_until(Duration::from_secs(20), || near.keys("near").len() == 2);
     assert!(written, "blocks in the shared cache: {:?}", near.keys("near"));
     drop(first);
 
@@ -53,10 +57,10 @@ fn a_second_machine_reads_from_the_shared_cache_what_the_first_fetched() {
     drop(second);
 
     // A block damaged in the shared cache is a miss: that block comes from the source.
-    let block_key = near.keys("near").into_iter().find(|key| key.ends_with("/3")).expect("block 3");
-    let mut damaged = near.get("near", &block_key);
-    damaged[100] ^= 0xff;
-    near.put("near", &block_key, damaged);
+    let chunk = near.keys("near").into_iter().find(|key| near.get("near", key).len() > MIB).expect("big.bin's chunk");
+    let mut damaged = near.get("near", &chunk);
+    damaged[3 * (MIB + CHECKSUM_LEN) + 100] ^= 0xff;
+    near.put("near", &chunk, damaged);
     let (third, _third_cache) = machine(&bucket, &near);
     assert_same_bytes(&std::fs::read(third.join("big.bin")).expect("read"), &big, "third machine");
     let gets = source_gets(&third, "big.bin");
@@ -73,6 +77,35 @@ fn a_second_machine_reads_from_the_shared_cache_what_the_first_fetched() {
     assert!(fourth.log_text().contains("shared cache:"), "said in the log: {}", fourth.log_text());
 }
 
+/// A block read alone (its chunk never fills up) is shared too, as an object of its own,
+/// once the chunk has waited for the rest of its blocks.
+#[test]
+fn a_block_read_alone_is_shared_too() {
+    let bucket = create_bucket("shared-cache-alone");
+    let data = gen_data(33, 20 * MIB);
+    put(&bucket, "data.bin", data.clone());
+    let near = OwnMinio::start();
+    near.create_bucket("near");
+    let read_block_5 = |m: &Mount| {
+        use std::os::unix::fs::FileExt as _;
+        let mut block = vec![0u8; 4096];
+        let file = std::fs::File::open(m.join("data.bin")).expect("open");
+        file.read_exact_at(&mut block, 5 * MIB as u64 + 100).expect("read");
+        assert_same_bytes(&block, &data[5 * MIB + 100..5 * MIB + 4196], "block 5");
+    };
+    let (first, _first_cache) = machine(&bucket, &near);
+    read_block_5(&first);
+    let written = wait_until(Duration::from_secs(20), || near.keys("near").len() == 1);
+    assert!(written, "block 5 in the shared cache: {:?} {}", near.keys("near"), first.log_text());
+    let key = near.keys("near").remove(0);
+    assert!(key.ends_with("/5"), "an object of its own: {key}");
+    drop(first);
+
+    let (second, _second_cache) = machine(&bucket, &near);
+    read_block_5(&second);
+    assert_eq!(source_gets(&second, "data.bin"), [], "no GET of data.bin from the source");
+}
+
 #[test]
 fn the_cache_command_shows_and_clears_a_shared_cache() {
     let bucket = create_bucket("shared-cache-cmd");
@@ -87,7 +120,7 @@ fn the_cache_command_shows_and_clears_a_shared_cache() {
     assert_same_bytes(&std::fs::read(first.join("data.bin")).expect("read"), &data, "first machine");
     // Unmounted at once: the daemon writes the blocks to the shared cache before it exits.
     drop(first);
-    assert_eq!(near.keys("near").len(), 6, "4 blocks in the shared cache: {:?}", near.keys("near"));
+    assert_eq!(near.keys("near").len(), 3, "4 blocks in the shared cache, one chunk: {:?}", near.keys("near"));
 
     let cache = |action: &str| {
         let endpoint = near.server.endpoint.as_str();
@@ -97,8 +130,8 @@ fn the_cache_command_shows_and_clears_a_shared_cache() {
         out
     };
     let status = cache("status");
-    // 4 blocks of the object, each with its 32-byte checksum.
-    let bytes = data.len() + 4 * 32;
+    // 4 blocks of the object, each with its checksum.
+    let bytes = data.len() + 4 * CHECKSUM_LEN;
     assert!(status.contains(&format!(": 1 objects, 4 blocks, {bytes} bytes, oldest block written 20")), "{status}");
     assert!(status.contains("2 other keys under the prefix"), "{status}");
     assert!(cache("clear").contains("cleared (4 blocks deleted)"));
@@ -109,7 +142,7 @@ fn the_cache_command_shows_and_clears_a_shared_cache() {
     let (second, _second_cache) = machine(&bucket, &near);
     assert_same_bytes(&std::fs::read(second.join("data.bin")).expect("read"), &data, "second machine");
     assert!(!source_gets(&second, "data.bin").is_empty(), "read from the source after the clear");
-    assert!(wait_until(Duration::from_secs(20), || near.keys("near").len() == 6), "filled again");
+    assert!(wait_until(Duration::from_secs(20), || near.keys("near").len() == 3), "filled again");
 
     // Options that only a shared cache takes are refused for a directory.
     let dir = tempfile::tempdir().expect("dir");
