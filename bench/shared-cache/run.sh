@@ -28,11 +28,13 @@
 #   direct     s3direct GET of the same bytes from the near store: the shared cache's own
 #              objects (16 at once), and a copy of the object (one streamed GET and 16-way
 #              ranged GETs)
-#   near mount the same bytes read through a mount of the near store itself, without a cache:
+#   near mount the same bytes read through a mount of the near store itself, without a cache
+#              and with a --cache of its own (as machine 2 has):
 #              bucketfs, and geesefs (the fastest peer on big reads; $GEESEFS, default
 #              ~/.cache/bucketfs-deps/bin/geesefs, skipped if absent): what a FUSE mount
 #              costs on top of the direct read, on this machine
 # and the GETs of the object machine 2 sent to the source (from its request log).
+# RUNS=N (default 2) repeats machine 2 and the near store's readers, in turn.
 # PROFILE=1 records machine 2's daemon with perf (perf.data at the top of the repository);
 # PROFILE=all records the whole machine.
 set -euo pipefail
@@ -129,31 +131,41 @@ m=$(mountit first --cache "$W/cache1" "${SHARED[@]}"); echo "first:    $(timed_r
 target/release/bucketfs unmount "$m"
 grep -h "shared cache:" "$W/mnt-first.log" | head -3 || true
 echo "blocks in the shared cache: $(s3 "$NEAR_URL" list cache blocks/ | head -1)"
-m=$(mountit second --cache "$W/cache2" "${SHARED[@]}" --log-level bucketfs::store=debug)
-if [ -n "${PROFILE:-}" ]; then
-    target=(-p "$(pgrep -f "mnt-second" | head -1)")
-    [ "$PROFILE" != all ] || target=(-a)
-    perf record -F 999 -g -o perf.data "${target[@]}" > "$W/perf.log" 2>&1 & PERF=$!
-    sleep 0.5
-fi
-echo "second:   $(timed_read "$m/big.bin") s"
-[ -z "${PROFILE:-}" ] || { kill -INT "$PERF"; wait "$PERF" || true; }
-target/release/bucketfs unmount "$m"
-echo "second machine's GETs of big.bin from the source: $(grep -cE 's3 GET bucket=data key="?big\.bin' "$W/mnt-second.log" || true)"
-sync; echo 3 > /proc/sys/vm/drop_caches
-echo "direct (near, the shared cache's objects, 16 at once): $(s3 "$NEAR_URL" get-prefix cache blocks/ --concurrency 16 2>&1 | tail -1)"
-sync; echo 3 > /proc/sys/vm/drop_caches
-echo "direct (near, one GET): $(s3 "$NEAR_URL" get direct big.bin 2>&1 | tail -1)"
-echo "direct (near, ranged):  $(s3 "$NEAR_URL" get direct big.bin --concurrency 16 2>&1 | tail -1)"
-m="$W/mnt-near"; mkdir -p "$m"
-target/release/bucketfs mount --endpoint-url "$NEAR_URL" --force-path-style --log-file "$W/mnt-near.log" s3://direct "$m" >/dev/null
-echo "near mount, bucketfs: $(timed_read "$m/big.bin") s"; target/release/bucketfs unmount "$m"
-GEESEFS=${GEESEFS:-$BIN/geesefs}
-if [ -x "$GEESEFS" ]; then
-    m="$W/mnt-geesefs"; mkdir -p "$m"
-    "$GEESEFS" -f --endpoint "$NEAR_URL" --region us-east-1 direct "$m" > "$W/geesefs.log" 2>&1 & pids+=($!)
-    for _ in $(seq 100); do mountpoint -q "$m" && break; sleep 0.1; done
-    echo "near mount, geesefs:  $(timed_read "$m/big.bin") s"; fusermount3 -u "$m"
-else
-    echo "near mount, geesefs:  not measured ($GEESEFS not found)"
-fi
+# The near store's readers, RUNS times (default 2) in turn, each machine 2 with an empty
+# local cache: one run on this machine varies by 10-20%.
+for run in $(seq "${RUNS:-2}"); do
+    rm -rf "$W/cache2"
+    m=$(mountit second --cache "$W/cache2" "${SHARED[@]}" --log-level bucketfs::store=debug)
+    if [ -n "${PROFILE:-}" ] && [ "$run" = 1 ]; then
+        target=(-p "$(pgrep -f "mnt-second" | head -1)")
+        [ "$PROFILE" != all ] || target=(-a)
+        perf record -F 999 -g -o perf.data "${target[@]}" > "$W/perf.log" 2>&1 & PERF=$!
+        sleep 0.5
+    fi
+    echo "second:   $(timed_read "$m/big.bin") s"
+    if [ -n "${PROFILE:-}" ] && [ "$run" = 1 ]; then kill -INT "$PERF"; wait "$PERF" || true; fi
+    target/release/bucketfs unmount "$m"
+    echo "second machine's GETs of big.bin from the source: $(grep -cE 's3 GET bucket=data key="?big\.bin' "$W/mnt-second.log" || true)"
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    echo "direct (near, the shared cache's objects, 16 at once): $(s3 "$NEAR_URL" get-prefix cache blocks/ --concurrency 16 2>&1 | tail -1)"
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    echo "direct (near, one GET): $(s3 "$NEAR_URL" get direct big.bin 2>&1 | tail -1)"
+    echo "direct (near, ranged):  $(s3 "$NEAR_URL" get direct big.bin --concurrency 16 2>&1 | tail -1)"
+    m="$W/mnt-near"; mkdir -p "$m"
+    target/release/bucketfs mount --endpoint-url "$NEAR_URL" --force-path-style --log-file "$W/mnt-near.log" s3://direct "$m" >/dev/null
+    echo "near mount, bucketfs: $(timed_read "$m/big.bin") s"; target/release/bucketfs unmount "$m"
+    # The same with a local cache of its own, as machine 2 has: what filling it costs.
+    rm -rf "$W/cache3"; m="$W/mnt-nearc"; mkdir -p "$m"
+    target/release/bucketfs mount --endpoint-url "$NEAR_URL" --force-path-style --log-file "$W/mnt-nearc.log" \
+        --cache "$W/cache3" s3://direct "$m" >/dev/null
+    echo "near mount, bucketfs --cache: $(timed_read "$m/big.bin") s"; target/release/bucketfs unmount "$m"
+    GEESEFS=${GEESEFS:-$BIN/geesefs}
+    if [ -x "$GEESEFS" ]; then
+        m="$W/mnt-geesefs"; mkdir -p "$m"
+        "$GEESEFS" -f --endpoint "$NEAR_URL" --region us-east-1 direct "$m" > "$W/geesefs.log" 2>&1 & pids+=($!)
+        for _ in $(seq 100); do mountpoint -q "$m" && break; sleep 0.1; done
+        echo "near mount, geesefs:  $(timed_read "$m/big.bin") s"; fusermount3 -u "$m"
+    else
+        echo "near mount, geesefs:  not measured ($GEESEFS not found)"
+    fi
+done

@@ -282,7 +282,7 @@ impl ReadHandle {
                 // would mean many tiny GETs, so the trailing gap is fetched in whole pieces.
                 let gap = if gap.end == ahead.end {
                     let next_segment = state.segments.range(gap.end..).next().map_or(self.size, |(&s, _)| s);
-                    let whole = gap.start.saturating_add((gap.end - gap.start).div_ceil(piece) * piece);
+                    let whole = gap.end.div_ceil(piece).saturating_mul(piece);
                     gap.start..whole.min(next_segment).min(self.size)
                 } else {
                     gap
@@ -478,11 +478,21 @@ fn gaps(segments: &BTreeMap<u64, Segment>, wanted: Range<u64>) -> Vec<Range<u64>
     gaps
 }
 
+/// `range` cut at the multiples of `piece`: GETs of a sequential read start at the same
+/// offsets whatever its first reads were, so with a shared cache each is one chunk of it
+/// (`datacache::shared`), not the end of one and the start of the next.
 fn split(range: Range<u64>, piece: u64) -> impl Iterator<Item = Range<u64>> {
     let end = range.end;
-    (range.start..end)
-        .step_by(piece.min(usize::MAX as u64) as usize)
-        .map(move |s| s..(s.saturating_add(piece)).min(end))
+    let mut start = range.start;
+    std::iter::from_fn(move || {
+        if start >= end {
+            return None;
+        }
+        let next = (start / piece.max(1)).saturating_add(1).saturating_mul(piece.max(1)).min(end);
+        let cut = start..next;
+        start = next;
+        Some(cut)
+    })
 }
 
 fn concat(pieces: Vec<Bytes>) -> Bytes {
