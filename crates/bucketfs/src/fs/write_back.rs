@@ -23,8 +23,9 @@ const STREAM_CHUNK: u64 = 1 << 20;
 /// attributes, an open to read it), a file's upload starts under `--write-back` (see
 /// [`Fs::hand_off`]). rsync renames its temporary file about a millisecond after
 /// closing it; a close-to-upload delay costs nothing in throughput (uploads overlap), only
-/// this much more before the last file is stored.
-pub const UPLOAD_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
+/// this much more before the last file is stored. 200 ms, not less: on a busy 2-core
+/// machine a program's next step after its `close` came more than 50 ms later.
+pub const UPLOAD_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// The longest a file used again and again after `close()` waits for its upload.
 const LONGEST_GRACE: std::time::Duration = std::time::Duration::from_secs(1);

@@ -447,7 +447,7 @@ fn parts_sent_while_written_stay_within_the_memory_limit() {
 
 /// As `dd of=F` and shells do: open, `dup2`, close the first descriptor (that close hands
 /// an empty file to the background), then write a large file through the duplicate. The
-/// close's upload starts (50 ms later) while the file is written and moves to a staging
+/// close's upload starts (200 ms later, `UPLOAD_GRACE`) while the file is written and moves to a staging
 /// file, before or after the move: the file is stored once, whole, with no refused record.
 #[test]
 fn a_close_before_the_writes_of_a_large_file_stores_it_whole() {
@@ -456,7 +456,7 @@ fn a_close_before_the_writes_of_a_large_file_stores_it_whole() {
     let args = ["--write-back", "--part-size", "5MiB", "--cache-dir", &cache_dir];
     let m = MountBuilder::new().bucket(&b).args(args).mount();
     let mut expected = Vec::new();
-    for (i, pause_ms) in [0u64, 10, 20, 30, 40, 45, 50, 55, 60, 120].into_iter().enumerate() {
+    for (i, pause_ms) in [0u64, 60, 120, 160, 190, 195, 200, 205, 210, 300].into_iter().enumerate() {
         let name = format!("dd-{i}");
         let data = gen_data(i as u64, 17 * MIB + i);
         let first = File::create(m.join(&name)).expect("create");
