@@ -26,6 +26,15 @@ struct Driver {
 
 impl Driver {
     fn start(dir: &Path) -> Self {
+        Self::start_with(dir, &[])
+    }
+
+    /// `bucketfs csi --supervise`: the driver runs as its child (see [`Driver::child`]).
+    fn start_supervised(dir: &Path) -> Self {
+        Self::start_with(dir, &["--supervise"])
+    }
+
+    fn start_with(dir: &Path, options: &[&str]) -> Self {
         let socket = dir.join("csi.sock");
         let _ = std::fs::remove_file(&socket);
         let mut command = bucketfs_command("", "");
@@ -35,6 +44,7 @@ impl Driver {
             .args(["csi", "--endpoint", &format!("unix://{}", socket.display()), "--node-id", "test-node"])
             .arg("--state-dir")
             .arg(dir.join("state"))
+            .args(options)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("driver.log")).expect("driver log"));
         let process = command.spawn().expect("start bucketfs csi");
@@ -43,6 +53,11 @@ impl Driver {
     }
 
     fn channel(&self) -> Channel {
+        self.try_channel().expect("connect to the driver")
+    }
+
+    /// A channel to the driver, if its socket takes connections.
+    fn try_channel(&self) -> Option<Channel> {
         let socket = self.dir.join("csi.sock");
         block_on(async move {
             tonic::transport::Endpoint::from_static("http://driver")
@@ -55,7 +70,7 @@ impl Driver {
                     }
                 }))
                 .await
-                .expect("connect to the driver")
+                .ok()
         })
     }
 
@@ -63,8 +78,24 @@ impl Driver {
         NodeClient::new(self.channel())
     }
 
+    fn try_node(&self) -> Option<NodeClient<Channel>> {
+        self.try_channel().map(NodeClient::new)
+    }
+
+    /// What the driver (and a supervisor) wrote to stderr.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("driver.log")).unwrap_or_default()
+    }
+
     fn controller(&self) -> ControllerClient<Channel> {
         ControllerClient::new(self.channel())
+    }
+
+    /// The driver a supervising process runs (the other process on its socket), if one runs.
+    fn child(&self) -> Option<i32> {
+        let socket = self.dir.join("csi.sock");
+        let me = self.process.id() as i32;
+        pids_with_arg_containing(socket.to_str().expect("UTF-8")).into_iter().find(|&pid| pid != me)
     }
 
     /// SIGKILL: what a crash, an OOM kill or `kill -9` does.
@@ -76,8 +107,16 @@ impl Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
+        if self.process.try_wait().is_ok_and(|status| status.is_some()) {
+            return; // ended (and reaped): its pid may be another process's now
+        }
+        // SIGTERM first: a supervisor stops its driver too (SIGKILL would leave it running).
+        let pid = nix::unistd::Pid::from_raw(self.process.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        if !wait_until(Duration::from_secs(5), || self.process.try_wait().is_ok_and(|status| status.is_some())) {
+            let _ = self.process.kill();
+            let _ = self.process.wait();
+        }
     }
 }
 
@@ -227,6 +266,43 @@ fn a_reader_access_mode_mounts_read_only_and_a_wrong_key_mounts_nothing() {
     request.secrets.insert("AWS_SECRET_KEY".into(), "x".into());
     let error = block_on(node.node_publish_volume(request)).expect_err("a secret with an unknown key");
     assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error:?}");
+}
+
+/// The chart's node plugin: a driver that dies is started again in the same container,
+/// whose daemons serve on; SIGTERM stops the driver and the supervisor, not the mounts.
+#[test]
+fn a_supervised_driver_that_dies_is_started_again_and_its_mounts_serve_on() {
+    let bucket = create_bucket("csi-supervised");
+    put(&bucket, "a.txt", b"before".to_vec());
+    let work = Workspace::new();
+    let target = pod_dir(work.path()).join("mount");
+    let request = publish_request("pv-supervised", &target, static_context(&bucket, ""), &[]);
+    let mut supervisor = Driver::start_supervised(work.path());
+    block_on(supervisor.node().node_publish_volume(request.clone())).expect("NodePublishVolume");
+    let daemons = pids_with_arg_containing(target.to_str().expect("UTF-8"));
+    let first = supervisor.child().expect("the driver runs as the supervisor's child");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first), nix::sys::signal::Signal::SIGKILL).expect("kill -9");
+
+    assert_eq!(std::fs::read(target.join("a.txt")).expect("read while the driver is down"), b"before");
+    let restarted = wait_until(Duration::from_secs(10), || supervisor.child().is_some_and(|pid| pid != first));
+    assert!(restarted, "a new driver within 10 s: {}", supervisor.log());
+    // The new driver answers once its socket is up; it finds the mount its predecessor made.
+    let published = wait_until(Duration::from_secs(10), || {
+        supervisor.try_node().is_some_and(|mut node| block_on(node.node_publish_volume(request.clone())).is_ok())
+    });
+    assert!(published, "NodePublishVolume to the new driver: {}", supervisor.log());
+    assert_eq!(pids_with_arg_containing(target.to_str().expect("UTF-8")), daemons, "the same daemon serves");
+    unpublish(&mut supervisor.node(), "pv-supervised", &target);
+
+    let second = supervisor.child().expect("the new driver");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(supervisor.process.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let status = supervisor.process.wait().expect("the supervisor exits");
+    assert!(status.success(), "the supervisor stops cleanly on SIGTERM: {status:?}");
+    assert!(!std::path::Path::new(&format!("/proc/{second}")).exists(), "its driver stopped too");
 }
 
 #[test]
