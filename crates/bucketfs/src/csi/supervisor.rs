@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use nix::errno::Errno;
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
-use nix::sys::wait::waitpid;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use super::CsiArgs;
@@ -26,6 +26,8 @@ use super::CsiArgs;
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const STEADY: Duration = Duration::from_secs(60);
+/// How often the driver's end, the daemons' ends and a stop signal are looked for.
+const POLL: Duration = Duration::from_millis(50);
 
 /// The signal that asked this process to stop (SIGTERM from the kubelet, SIGINT), 0 if none.
 static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
@@ -38,7 +40,6 @@ extern "C" fn on_stop(signal: libc::c_int) {
 /// SIGTERM or SIGINT, which it passes on to the driver; the mounts are left serving.
 pub fn supervise(args: &CsiArgs) -> Result<()> {
     nix::sys::prctl::set_child_subreaper(true).context("becoming the daemons' reaper")?;
-    // No SA_RESTART: a signal wakes the wait below, which passes it on.
     let stop = SigAction::new(SigHandler::Handler(on_stop), SaFlags::empty(), SigSet::empty());
     for stop_signal in [Signal::SIGTERM, Signal::SIGINT] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
@@ -86,9 +87,12 @@ fn wait_for(driver: Pid) -> Result<String> {
             let _ = signal::kill(driver, Signal::try_from(stop_signal).unwrap_or(Signal::SIGTERM));
             passed_on = true;
         }
-        match waitpid(None, None) {
+        // Polled, not blocking: a signal that lands between the check above and a
+        // blocking wait would not be passed on until some child ended.
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
             Ok(status) if status.pid() == Some(driver) => return Ok(format!("{status:?}")),
-            Ok(_) | Err(Errno::EINTR) => continue,
+            Ok(WaitStatus::StillAlive) => std::thread::sleep(POLL),
+            Ok(_) | Err(Errno::EINTR) => {} // a daemon reaped
             Err(error) => return Err(error).context("waiting for the driver"),
         }
     }
@@ -101,7 +105,7 @@ fn sleep_unless_stopped(wait: Duration) -> bool {
         if STOP_SIGNAL.load(Ordering::SeqCst) != 0 {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())));
+        std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
     }
     STOP_SIGNAL.load(Ordering::SeqCst) == 0
 }

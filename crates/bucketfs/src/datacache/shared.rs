@@ -256,13 +256,14 @@ impl SharedCache {
     /// otherwise the blocks it has are written one object each. A block no longer in
     /// `local` when its turn comes is not written.
     pub fn put_blocks(self: &Arc<Self>, id: &ObjectId, indices: &[u64], local: Arc<dyn LocalBlocks>) {
-        let mut chunks: Vec<u64> = indices.iter().map(|index| index / CHUNK_BLOCKS).collect();
-        chunks.dedup();
-        for chunk in chunks {
+        let names = Names::of(self, id);
+        for blocks in indices.chunk_by(|a, b| a / CHUNK_BLOCKS == b / CHUNK_BLOCKS) {
             if self.paused() {
                 return;
             }
-            let name = Names::of(self, id).chunk(chunk);
+            let Some(first) = blocks.first() else { continue };
+            let chunk = first / CHUNK_BLOCKS;
+            let name = names.chunk(chunk);
             let (arrived, pending) = {
                 let mut filling = self.filling.lock();
                 if let Some(waiting) = filling.get(&name) {
@@ -271,7 +272,7 @@ impl SharedCache {
                     continue;
                 }
                 let Some(pending) = self.one_more_pending() else {
-                    crate::metrics::shared_cache("put_dropped");
+                    blocks.iter().for_each(|_| crate::metrics::shared_cache("put_dropped"));
                     continue;
                 };
                 let arrived = Arc::new(Notify::new());
