@@ -84,7 +84,10 @@ struct Segment {
     abort: tokio::task::AbortHandle,
     /// Whether a read took bytes from it (not only read-ahead): see `Drop for ReadHandle`.
     read_from: bool,
-    _memory: Reservation,
+    /// Shared with the GET's task: the body's bytes count against the budget for as long
+    /// as either holds them (a fetch that goes on after its file was closed, to fill the
+    /// data cache, is still memory the mount spends).
+    _memory: Arc<Reservation>,
 }
 
 struct State {
@@ -370,8 +373,11 @@ impl ReadHandle {
         let fetching = Finishing(body.clone());
         let offset = range.start;
         let cache = self.cache.clone();
+        let memory = Arc::new(memory);
+        let task_memory = memory.clone();
         let task = tokio::spawn(async move {
             fetch::fill(store, &key, offset, &fetching.0, cache.as_ref()).await;
+            drop(task_memory);
         });
         let abort = task.abort_handle();
         let generation = state.generation;
@@ -515,6 +521,7 @@ mod tests {
 
     use super::*;
     use crate::store::memory::MemoryStore;
+    use std::time::Duration;
 
     const KIB: u64 = 1024;
     const MIB: u64 = 1024 * KIB;
@@ -692,6 +699,36 @@ mod tests {
             rt.block_on(strided.read(at, 64 * KIB)).expect("read");
         }
         assert!(planned(&strided).contains(&(19 * MIB..20 * MIB)), "{:?}", planned(&strided));
+    }
+
+    /// A fetch that goes on after its file was closed (to fill the data cache) keeps its
+    /// bytes counted against the memory budget until it ends.
+    #[test]
+    fn a_fetch_going_on_after_close_still_counts_against_the_budget() {
+        let rt = runtime();
+        let size = 4 * MIB;
+        let store = store_of(size);
+        *store.body_pause.lock() = Duration::from_millis(300);
+        let dir = tempfile::tempdir().expect("cache dir");
+        let cache = crate::datacache::DataCache::open(dir.path(), Some(256 * MIB)).expect("cache");
+        let memory = MemoryLimiter::new(64 * MIB);
+        let etag = futures::executor::block_on(store.head("k")).ok().and_then(|i| i.etag);
+        let id = crate::datacache::ObjectId {
+            location: "memory".into(),
+            key: "k".into(),
+            etag: etag.clone().unwrap_or_default(),
+            size,
+        };
+        let reader = ReadHandle::new(store.clone(), "k", etag.as_deref(), size, config(), memory.clone())
+            .with_cache(CacheLink::new(cache, id));
+        rt.block_on(reader.read(0, 4096)).expect("read");
+        drop(reader);
+        assert!(memory.used() >= MIB, "a block still being fetched counts {} bytes", memory.used());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while memory.used() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(memory.used(), 0, "the budget is given back when the fetch ends");
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub struct MemoryStore {
     pub lists: AtomicUsize,
     /// How long each delimited LIST takes (a slow store, for tests of timing).
     pub list_latency: Mutex<Duration>,
+    /// How long a GET's body pauses after its first piece (a slow transfer, for tests of
+    /// what goes on after a read returned).
+    pub body_pause: Mutex<Duration>,
     /// Requests for metadata served: HEADs, and GETs of small objects with their metadata.
     pub heads: AtomicUsize,
     versions: AtomicUsize,
@@ -225,9 +228,13 @@ impl ObjectStore for MemoryStore {
         let range = origin + body.received()..origin + until;
         self.gets.lock().push(range.clone());
         // In pieces, as a network delivers a body, so readers of a part see it first.
-        for at in (range.start..range.end).step_by(BODY_CHUNK) {
+        let pause = *self.body_pause.lock();
+        for (piece, at) in (range.start..range.end).step_by(BODY_CHUNK).enumerate() {
             body.append(&stored.data[at as usize..(at + BODY_CHUNK as u64).min(range.end) as usize]);
-            tokio::task::yield_now().await;
+            match piece == 0 && !pause.is_zero() {
+                true => tokio::time::sleep(pause).await,
+                false => tokio::task::yield_now().await,
+            }
         }
         Ok(())
     }
