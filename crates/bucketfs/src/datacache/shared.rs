@@ -140,40 +140,35 @@ impl SharedCache {
         format!("{}/{}", self.store.location(), self.prefix)
     }
 
-    /// Blocks `blocks` of `id` from the tier, each handed to `take` (in order) once it
-    /// checks out; stops at the first block the tier does not have, or that fails its
-    /// check, or is slow. Returns the number of the block it stopped at (`blocks.end` if
-    /// all were taken).
-    pub async fn read_blocks(&self, id: &ObjectId, blocks: Range<u64>, mut take: impl FnMut(u64, &[u8])) -> u64 {
+    /// Fills `body` (bytes of `id` from object offset `origin`) from the tier, from what
+    /// it has received up to `until` (an offset in the body). Each block's bytes go
+    /// straight into the body and reach its readers once the block checks out. Stops at
+    /// the first block the tier does not have, or that fails its check, or is slow.
+    /// Returns how far the body was filled (`until` if the tier had it all).
+    pub async fn read_into(&self, id: &ObjectId, origin: u64, body: &RangeBody, until: u64) -> u64 {
         let names = Names::of(self, id);
-        let mut next = blocks.start;
-        while next < blocks.end {
+        let end = origin + until;
+        while body.received() < until {
+            let next = (origin + body.received()) / BLOCK_SIZE;
             let chunk = next / CHUNK_BLOCKS;
-            let wanted = next..blocks.end.min((chunk + 1) * CHUNK_BLOCKS);
+            let wanted = next..end.div_ceil(BLOCK_SIZE).min((chunk + 1) * CHUNK_BLOCKS);
             let chunk_key = names.chunk(chunk);
-            let read =
-                match self.read_frames(id, &names, &chunk_key, chunk * CHUNK_BLOCKS, wanted.clone(), &mut take).await {
-                    Frames::TakenUpTo(read) => read,
-                    // Not a whole chunk there: the blocks may be, one object each.
-                    Frames::Absent => self.read_single_blocks(id, &names, wanted.clone(), &mut take).await,
-                };
+            let target = Target { id, body, origin, end };
+            let read = match self.read_frames(&names, &chunk_key, chunk * CHUNK_BLOCKS, wanted.clone(), &target).await {
+                Frames::TakenUpTo(read) => read,
+                // Not a whole chunk there: the blocks may be, one object each.
+                Frames::Absent => self.read_single_blocks(&names, wanted.clone(), &target).await,
+            };
             if read < wanted.end {
-                return read;
+                break;
             }
-            next = read;
         }
-        next
+        body.received()
     }
 
-    async fn read_single_blocks(
-        &self,
-        id: &ObjectId,
-        names: &Names,
-        blocks: Range<u64>,
-        take: &mut impl FnMut(u64, &[u8]),
-    ) -> u64 {
+    async fn read_single_blocks(&self, names: &Names, blocks: Range<u64>, target: &Target<'_>) -> u64 {
         for index in blocks.clone() {
-            match self.read_frames(id, names, &names.block(index), index, index..index + 1, take).await {
+            match self.read_frames(names, &names.block(index), index, index..index + 1, target).await {
                 Frames::TakenUpTo(read) if read > index => continue,
                 Frames::TakenUpTo(_) => return index,
                 Frames::Absent => {
@@ -186,68 +181,53 @@ impl SharedCache {
     }
 
     /// Blocks `blocks` from the tier's object `key`, whose first frame holds block
-    /// `first`: one ranged GET of exactly their frames, each checked and taken as soon as
-    /// it has arrived.
+    /// `first`, into `target`: one ranged GET of exactly their frames, each block handed
+    /// to the body's readers as soon as it has arrived and checked out.
     async fn read_frames(
         &self,
-        id: &ObjectId,
         names: &Names,
         key: &str,
         first: u64,
         blocks: Range<u64>,
-        take: &mut impl FnMut(u64, &[u8]),
+        target: &Target<'_>,
     ) -> Frames {
         if self.paused() {
             return Frames::TakenUpTo(blocks.start);
         }
         let frame_at = |index: u64| (index - first) * FRAME;
         let last = blocks.end - 1;
-        let len = frame_at(last) + id.block_len(last) + CHECKSUM_LEN - frame_at(blocks.start);
-        let body = RangeBody::new(len, None);
-        let get = self.store.get_range_into(key, frame_at(blocks.start), &body, len);
+        let len = frame_at(last) + target.block_len(last) + CHECKSUM_LEN - frame_at(blocks.start);
+        let sink = FrameSink::new(target, &names.hash, blocks.clone());
+        let get = self.store.get_range_into(key, frame_at(blocks.start), &sink, len);
         tokio::pin!(get);
-        let mut got = None;
-        for index in blocks.clone() {
-            let start = frame_at(index) - frame_at(blocks.start);
-            let frame = start..start + id.block_len(index) + CHECKSUM_LEN;
-            // Drives the GET until this frame is in (or the GET ended).
-            let arrived = tokio::time::timeout(GET_TIMEOUT, async {
-                loop {
-                    if got.is_some() {
-                        return body.slice(frame.clone()).await;
+        // Each block must arrive within GET_TIMEOUT of the one before.
+        let mut checked = blocks.start;
+        let outcome = loop {
+            tokio::select! {
+                result = &mut get => break Some(result),
+                () = tokio::time::sleep(GET_TIMEOUT) => {
+                    let now = sink.next_block();
+                    if now == checked {
+                        break None;
                     }
-                    tokio::select! {
-                        result = &mut get => {
-                            body.finish(result.clone());
-                            got = Some(result);
-                        }
-                        bytes = body.slice(frame.clone()) => return bytes,
-                    }
+                    checked = now;
                 }
-            })
-            .await;
-            let bytes = match arrived {
-                Ok(Ok(bytes)) => bytes,
-                Ok(Err(StoreError::NotFound)) if index == blocks.start => return Frames::Absent,
-                Ok(Err(error)) => {
-                    self.pause(&format!("reading {key}: {error}"));
-                    return Frames::TakenUpTo(index);
-                }
-                Err(_) => {
-                    self.pause(&format!("reading {key}: no answer within {GET_TIMEOUT:?}"));
-                    return Frames::TakenUpTo(index);
-                }
-            };
-            let Some(block) = unframe(&names.hash, index, &bytes) else {
+            }
+        };
+        let reached = sink.next_block();
+        match outcome {
+            _ if sink.found_corrupt() => {
                 // Fetched from the source, then written again over it.
                 crate::metrics::shared_cache("corrupt");
-                tracing::debug!(key, index, "shared cache: a block failed its check; read from the source");
-                return Frames::TakenUpTo(index);
-            };
-            crate::metrics::shared_cache("hit");
-            take(index, block);
+                tracing::debug!(key, index = reached, "shared cache: a block failed its check; read from the source");
+            }
+            Some(Err(StoreError::NotFound)) if reached == blocks.start => return Frames::Absent,
+            Some(Ok(())) => {}
+            Some(Err(_)) if sink.body_ended() => {}
+            Some(Err(error)) => self.pause(&format!("reading {key}: {error}")),
+            None => self.pause(&format!("reading {key}: no block within {GET_TIMEOUT:?}")),
         }
-        Frames::TakenUpTo(blocks.end)
+        Frames::TakenUpTo(reached)
     }
 
     /// Writes the chunks of blocks `indices` of `id` (fetched from the source, stored in
@@ -505,23 +485,179 @@ impl Names {
     }
 }
 
+/// Where the blocks of a tier read go: the bytes of `id` from object offset `origin` to
+/// `end` are `body`'s (from what it has received on).
+struct Target<'b> {
+    id: &'b ObjectId,
+    body: &'b RangeBody,
+    origin: u64,
+    end: u64,
+}
+
+impl Target<'_> {
+    fn block_len(&self, index: u64) -> u64 {
+        self.id.block_len(index)
+    }
+}
+
+/// Takes a GET of consecutive frames, as they stream in: each block is hashed, the part
+/// of it the target covers is staged in the body, and published to the body's readers
+/// once the frame's checksum matches. At the first frame that does not, it takes no
+/// more (the GET ends) and the block's staged bytes are never seen.
+struct FrameSink<'t> {
+    target: &'t Target<'t>,
+    hash: &'t str,
+    framing: parking_lot::Mutex<Framing>,
+}
+
+struct Framing {
+    /// Bytes of the answer taken (where a GET cut short goes on from).
+    taken: u64,
+    /// The block whose frame comes next, and the one after the last asked for.
+    index: u64,
+    end: u64,
+    /// Bytes of its frame taken so far.
+    at: u64,
+    /// Of the object's name hash, the block's number and its bytes so far.
+    sum: xxhash_rust::xxh3::Xxh3,
+    trailer: [u8; CHECKSUM_LEN as usize],
+    /// Bytes of this block staged in the body.
+    staged: u64,
+    corrupt: bool,
+    /// The body took no more (it was ended: its reads are over).
+    body_ended: bool,
+    etag: Option<String>,
+}
+
+impl<'t> FrameSink<'t> {
+    fn new(target: &'t Target<'t>, hash: &'t str, blocks: Range<u64>) -> Self {
+        let framing = Framing {
+            taken: 0,
+            index: blocks.start,
+            end: blocks.end,
+            at: 0,
+            sum: block_sum(hash, blocks.start),
+            trailer: [0; CHECKSUM_LEN as usize],
+            staged: 0,
+            corrupt: false,
+            body_ended: false,
+            etag: None,
+        };
+        Self { target, hash, framing: parking_lot::Mutex::new(framing) }
+    }
+
+    /// The first block not yet in the body.
+    fn next_block(&self) -> u64 {
+        self.framing.lock().index
+    }
+
+    fn found_corrupt(&self) -> bool {
+        self.framing.lock().corrupt
+    }
+
+    fn body_ended(&self) -> bool {
+        self.framing.lock().body_ended
+    }
+
+    /// Takes `bytes` of the current frame's block: all into the checksum, the part the
+    /// target covers into the body (staged).
+    fn take_block_bytes(&self, f: &mut Framing, bytes: &[u8]) -> bool {
+        f.sum.update(bytes);
+        let Target { body, origin, end, .. } = *self.target;
+        let from = f.index * BLOCK_SIZE + f.at; // object offset of `bytes`
+        let want = origin + body.received() + f.staged; // the body's next byte
+        f.at += bytes.len() as u64;
+        let (start, stop) = (from.max(want), (from + bytes.len() as u64).min(end));
+        if start >= stop {
+            return true; // before what the body misses (its first block), or past its end
+        }
+        let piece = &bytes[(start - from) as usize..(stop - from) as usize];
+        if !body.stage(f.staged, piece) {
+            f.body_ended = true; // nobody waits for more
+            return false;
+        }
+        f.staged += piece.len() as u64;
+        true
+    }
+
+    /// The frame is in: its block goes to the body's readers if the checksum matches.
+    fn end_frame(&self, f: &mut Framing) -> bool {
+        if f.sum.digest128().to_le_bytes() != f.trailer {
+            f.corrupt = true;
+            return false;
+        }
+        crate::metrics::shared_cache("hit");
+        self.target.body.publish(f.staged);
+        f.index += 1;
+        f.at = 0;
+        f.staged = 0;
+        f.sum = block_sum(self.hash, f.index);
+        true
+    }
+}
+
+impl crate::store::BodySink for FrameSink<'_> {
+    fn received(&self) -> u64 {
+        self.framing.lock().taken
+    }
+    fn etag(&self) -> Option<String> {
+        self.framing.lock().etag.clone()
+    }
+    fn pin_etag(&self, etag: Option<&str>) {
+        let mut framing = self.framing.lock();
+        if framing.etag.is_none() {
+            framing.etag = etag.map(str::to_owned);
+        }
+    }
+    fn version_id(&self) -> Option<&str> {
+        None
+    }
+    fn append(&self, mut chunk: &[u8]) -> bool {
+        let mut framing = self.framing.lock();
+        let f = &mut *framing;
+        f.taken += chunk.len() as u64;
+        while !chunk.is_empty() {
+            if f.corrupt || f.body_ended || f.index >= f.end {
+                return false;
+            }
+            let block_len = self.target.block_len(f.index);
+            if f.at < block_len {
+                let (bytes, rest) = chunk.split_at(chunk.len().min((block_len - f.at) as usize));
+                chunk = rest;
+                if !self.take_block_bytes(f, bytes) {
+                    return false;
+                }
+                continue;
+            }
+            let into = (f.at - block_len) as usize;
+            let (bytes, rest) = chunk.split_at(chunk.len().min(CHECKSUM_LEN as usize - into));
+            chunk = rest;
+            f.trailer[into..into + bytes.len()].copy_from_slice(bytes);
+            f.at += bytes.len() as u64;
+            if f.at == block_len + CHECKSUM_LEN && !self.end_frame(f) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// The checksum of block `index` of the object `hash`, before its bytes.
+fn block_sum(hash: &str, index: u64) -> xxhash_rust::xxh3::Xxh3 {
+    let mut sum = xxhash_rust::xxh3::Xxh3::new();
+    sum.update(hash.as_bytes());
+    sum.update(&index.to_le_bytes());
+    sum
+}
+
 /// Appends block `index` of the object `hash` as a frame: its bytes, then its checksum.
 fn frame_into(frames: &mut BytesMut, hash: &str, index: u64, block: &[u8]) {
     frames.extend_from_slice(block);
     frames.extend_from_slice(&checksum(hash, index, block).to_le_bytes());
 }
 
-/// The block inside `frame`, if its checksum is right for block `index` of `hash`.
-fn unframe<'f>(hash: &str, index: u64, frame: &'f [u8]) -> Option<&'f [u8]> {
-    let split = frame.len().checked_sub(CHECKSUM_LEN as usize)?;
-    let (block, sum) = frame.split_at(split);
-    (checksum(hash, index, block).to_le_bytes()[..] == *sum).then_some(block)
-}
-
 fn checksum(hash: &str, index: u64, block: &[u8]) -> u128 {
-    let mut sum = xxhash_rust::xxh3::Xxh3::new();
-    sum.update(hash.as_bytes());
-    sum.update(&index.to_le_bytes());
+    let mut sum = block_sum(hash, index);
     sum.update(block);
     sum.digest128()
 }
@@ -570,16 +706,38 @@ mod tests {
         Bytes::from(vec![index as u8 + 1; id.block_len(index) as usize])
     }
 
-    /// The blocks `read_blocks` hands over for `blocks`, and where it stopped.
-    async fn read(tier: &SharedCache, id: &ObjectId, blocks: Range<u64>) -> (Vec<u64>, u64) {
-        let mut taken = Vec::new();
-        let stopped = tier
-            .read_blocks(id, blocks, |index, block| {
-                assert_eq!(block, &block_bytes(id, index)[..], "block {index}");
-                taken.push(index);
+    /// The bytes of `id` at object offsets `range`, as [`block_bytes`] makes them.
+    fn object_bytes(id: &ObjectId, range: Range<u64>) -> Vec<u8> {
+        (range.start / BLOCK_SIZE..range.end.div_ceil(BLOCK_SIZE))
+            .flat_map(|index| {
+                block_bytes(id, index)
+                    .to_vec()
+                    .into_iter()
+                    .enumerate()
+                    .map(move |(at, b)| (index * BLOCK_SIZE + at as u64, b))
             })
-            .await;
-        (taken, stopped)
+            .filter(|(at, _)| range.contains(at))
+            .map(|(_, b)| b)
+            .collect()
+    }
+
+    /// What `read_into` fills for object offsets `range` (checked against the object's
+    /// bytes): how far it got.
+    async fn read_range(tier: &SharedCache, id: &ObjectId, range: Range<u64>) -> u64 {
+        let body = RangeBody::new(range.end - range.start, None);
+        let filled = tier.read_into(id, range.start, &body, body.len()).await;
+        assert_eq!(filled, body.received(), "what it says it filled is what readers see");
+        let got = body.slice(0..filled).await.expect("filled");
+        assert!(got[..] == object_bytes(id, range.start..range.start + filled)[..], "the bytes of {range:?}");
+        filled
+    }
+
+    /// The blocks `read_into` fills for `blocks` (checked), and where it stopped.
+    async fn read(tier: &SharedCache, id: &ObjectId, blocks: Range<u64>) -> (Vec<u64>, u64) {
+        let range = blocks.start * BLOCK_SIZE..(blocks.end * BLOCK_SIZE).min(id.size);
+        let reached = range.start + read_range(tier, id, range.clone()).await;
+        let stopped = if reached == range.end { blocks.end } else { reached / BLOCK_SIZE };
+        ((blocks.start..stopped).collect(), stopped)
     }
 
     async fn written(tier: &SharedCache) {
@@ -593,19 +751,49 @@ mod tests {
         keys
     }
 
+    /// `frames` fed to a [`FrameSink`] in pieces of `step` bytes: the
+    /// block it stopped at, whether it found a bad frame, and the bytes the body got.
+    fn feed(id: &ObjectId, frames: &[u8], step: usize) -> (u64, bool, Bytes) {
+        let body = RangeBody::new(id.size, None);
+        let target = Target { id, body: &body, origin: 0, end: id.size };
+        let sink = FrameSink::new(&target, "abc", 0..id.blocks());
+        for piece in frames.chunks(step) {
+            if !crate::store::BodySink::append(&sink, piece) {
+                break;
+            }
+        }
+        let got = futures::executor::block_on(body.slice(0..body.received())).expect("received");
+        (sink.next_block(), sink.found_corrupt(), got)
+    }
+
     #[test]
-    fn a_block_is_only_read_back_whole_and_unchanged_as_itself() {
-        let mut frame = BytesMut::new();
-        frame_into(&mut frame, "abc", 3, b"block bytes");
-        assert_eq!(unframe("abc", 3, &frame), Some(&b"block bytes"[..]));
-        // Another block's number, another object, a flipped byte, a cut frame: misses.
-        assert_eq!(unframe("abc", 4, &frame), None);
-        assert_eq!(unframe("abd", 3, &frame), None);
-        let mut flipped = frame.to_vec();
-        flipped[3] ^= 1;
-        assert_eq!(unframe("abc", 3, &flipped), None);
-        assert_eq!(unframe("abc", 3, &frame[..frame.len() - 1]), None);
-        assert_eq!(unframe("abc", 3, b"short"), None);
+    fn a_block_reaches_the_body_only_whole_and_unchanged_as_itself() {
+        let id = object("\"e\"", 2 * MIB + 10); // blocks of 1 MiB, 1 MiB and 10 bytes
+        let frames = |hash: &str, number: &dyn Fn(u64) -> u64| {
+            let mut frames = BytesMut::new();
+            (0..3).for_each(|index| frame_into(&mut frames, hash, number(index), &block_bytes(&id, index)));
+            frames.to_vec()
+        };
+        let whole = object_bytes(&id, 0..id.size);
+        let good = frames("abc", &|index| index);
+        for step in [3, 16, 4093, (FRAME + 1) as usize, good.len()] {
+            let (next, corrupt, got) = feed(&id, &good, step);
+            assert!(next == 3 && !corrupt && got[..] == whole[..], "pieces of {step}: stopped at {next}");
+        }
+        // A flipped byte of block 1 or of its checksum: block 0 only.
+        for at in [FRAME + 5, 2 * FRAME - 1] {
+            let mut flipped = good.clone();
+            flipped[at as usize] ^= 1;
+            let (next, corrupt, got) = feed(&id, &flipped, 4093);
+            assert!(next == 1 && corrupt && got[..] == whole[..MIB as usize], "flipped at {at}");
+        }
+        // Blocks of another object, or under other numbers: nothing.
+        for other in [frames("abd", &|index| index), frames("abc", &|index| index + 1)] {
+            assert_eq!(feed(&id, &other, 4093), (0, true, Bytes::new()));
+        }
+        // A cut frame: the blocks before it.
+        let (next, corrupt, got) = feed(&id, &good[..good.len() - 1], 4093);
+        assert!(next == 2 && !corrupt && got.len() as u64 == 2 * MIB);
     }
 
     #[test]
@@ -640,6 +828,25 @@ mod tests {
         damaged[(3 * FRAME + 100) as usize] ^= 1;
         store.put(&names.chunk(0), damaged);
         assert_eq!(read(&tier, &id, 1..11).await, (vec![1, 2], 3));
+    }
+
+    /// A read that starts or ends inside a block gets exactly its bytes; the whole blocks
+    /// are still checked.
+    #[tokio::test]
+    async fn a_read_from_and_to_the_middle_of_blocks_gets_exactly_its_bytes() {
+        let store = Arc::new(MemoryStore::default());
+        let tier = SharedCache::new(store.clone(), "c");
+        let id = object("\"e\"", 10 * MIB + 5);
+        tier.put_blocks(&id, &(0..11).collect::<Vec<_>>(), Local::with(&id, 0..11));
+        written(&tier).await;
+        for range in [2 * MIB + 100..5 * MIB + 1000, 7 * MIB + 3..9 * MIB, 100..101, 9 * MIB..10 * MIB + 5] {
+            assert_eq!(read_range(&tier, &id, range.clone()).await, range.end - range.start, "{range:?}");
+        }
+        // A body whose first bytes arrived already is filled on from there.
+        let body = RangeBody::new(3 * MIB, None);
+        body.append(&object_bytes(&id, MIB..MIB + 700));
+        assert_eq!(tier.read_into(&id, MIB, &body, 2 * MIB + 10).await, 2 * MIB + 10);
+        assert!(body.slice(0..2 * MIB + 10).await.unwrap()[..] == object_bytes(&id, MIB..3 * MIB + 10)[..]);
     }
 
     #[tokio::test]

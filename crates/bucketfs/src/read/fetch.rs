@@ -132,19 +132,13 @@ async fn fill_from_caches_and_store(
         }
         let until = missing_until.unwrap_or(end).min(end);
         if let Some(tier) = shared.clone() {
-            // The run's blocks are appended as they come and check out; the first one
+            // The run's blocks reach the body as they come and check out; the first one
             // the tier does not have sends the rest of the run to the store.
-            let blocks = index..until.div_ceil(BLOCK_SIZE);
-            let read = tier
-                .read_blocks(&link.id, blocks.clone(), |index, block| {
-                    let block_start = index * BLOCK_SIZE;
-                    let from = origin + body.received();
-                    let to = (end - block_start).min(block.len() as u64);
-                    body.append(&block[(from - block_start) as usize..to as usize]);
-                    fetched.from_shared.push(from..block_start + to);
-                })
-                .await;
-            if read < blocks.end {
+            let reached = origin + tier.read_into(&link.id, origin, body, until - origin).await;
+            if reached > at {
+                fetched.from_shared.push(at..reached);
+            }
+            if reached < until {
                 shared = None;
             }
             continue;

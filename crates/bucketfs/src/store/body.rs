@@ -24,6 +24,41 @@ use tokio::sync::watch;
 use super::buffer_pool::POOL;
 use super::StoreError;
 
+/// Where a GET puts the bytes of its answer as they arrive: a [`RangeBody`], or a sink
+/// that sorts them on their way (the shared cache's frames: each block's bytes into a
+/// read's body once its checksum holds, the checksums aside).
+pub trait BodySink: Send + Sync {
+    /// Bytes taken so far: a GET cut short asks for the rest from there.
+    fn received(&self) -> u64;
+    /// The version the bytes must come from (`If-Match`), once known.
+    fn etag(&self) -> Option<String>;
+    /// Pins the version of the first answer, if none was asked for.
+    fn pin_etag(&self, etag: Option<&str>);
+    /// A version of a versioned bucket to read instead of the current one (`versionId`).
+    fn version_id(&self) -> Option<&str>;
+    /// Takes the next bytes. `false` means it takes no more (more came than the range
+    /// holds, or the sink stopped): the GET ends there.
+    fn append(&self, chunk: &[u8]) -> bool;
+}
+
+impl BodySink for RangeBody {
+    fn received(&self) -> u64 {
+        RangeBody::received(self)
+    }
+    fn etag(&self) -> Option<String> {
+        RangeBody::etag(self)
+    }
+    fn pin_etag(&self, etag: Option<&str>) {
+        RangeBody::pin_etag(self, etag)
+    }
+    fn version_id(&self) -> Option<&str> {
+        RangeBody::version_id(self)
+    }
+    fn append(&self, chunk: &[u8]) -> bool {
+        RangeBody::append(self, chunk)
+    }
+}
+
 pub struct RangeBody {
     buffer: Arc<Buffer>,
     state: watch::Sender<Arrived>,
@@ -110,6 +145,38 @@ impl RangeBody {
             true
         });
         fits
+    }
+
+    /// Writes `bytes` after the `staged` bytes already written past what arrived, without
+    /// handing them to readers: they are theirs once [`RangeBody::publish`]ed (a reader
+    /// of the shared cache checks a block before its readers see it). Returns `false`,
+    /// writing nothing, if they do not fit or the body has ended.
+    pub fn stage(&self, staged: u64, bytes: &[u8]) -> bool {
+        let mut written = false;
+        self.state.send_if_modified(|state| {
+            let at = (state.received + staged) as usize;
+            if state.outcome.is_some() || at + bytes.len() > self.buffer.len {
+                return false;
+            }
+            // Under the state's write lock, above `received`: no reader slices these bytes
+            // until `publish` moves `received` past them, and nobody else writes.
+            self.buffer.write(at, bytes);
+            written = true;
+            false // nothing new for readers yet
+        });
+        written
+    }
+
+    /// Hands the first `len` staged bytes to readers, as if appended.
+    pub fn publish(&self, len: u64) {
+        self.state.send_if_modified(|state| {
+            if state.outcome.is_some() || len == 0 {
+                return false;
+            }
+            assert!(state.received + len <= self.len(), "publishing past the body");
+            state.received += len;
+            true
+        });
     }
 
     /// Ends the body with the GET's outcome; a success that left bytes missing is an
@@ -266,6 +333,27 @@ mod tests {
         assert!(body.append(b"ab"));
         assert!(!body.append(b"cdef"), "more than the range is refused");
         assert_eq!(body.slice(0..4).await.expect("arrived"), Bytes::from_static(b"abcd"));
+    }
+
+    #[tokio::test]
+    async fn staged_bytes_reach_readers_only_once_published() {
+        let body = Arc::new(RangeBody::new(8, None));
+        body.append(b"ab");
+        assert!(body.stage(0, b"cd") && body.stage(2, b"ef"));
+        assert_eq!(body.received(), 2, "staged bytes have not arrived");
+        let waiter = tokio::spawn({
+            let body = body.clone();
+            async move { body.slice(0..4).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished(), "bytes 2..4 are only staged");
+        body.publish(3);
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("woken").expect("task");
+        assert_eq!(got.expect("bytes"), Bytes::from_static(b"abcd"));
+        // What was staged and not published is written over by the next append.
+        assert!(body.append(b"XYZ"));
+        assert_eq!(body.slice(0..8).await.expect("arrived"), Bytes::from_static(b"abcdeXYZ"));
+        assert!(!body.stage(0, b"!"), "a full body takes no more");
     }
 
     /// Readers slicing while the body is written get the written bytes, every time.

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use super::{ListPage, Metadata, ObjectInfo, ObjectStore, OpenUpload, RangeBody, StoreError};
+use super::{BodySink, ListPage, Metadata, ObjectInfo, ObjectStore, OpenUpload, StoreError};
 
 /// Size of the pieces a GET's body is handed over in.
 const BODY_CHUNK: usize = 64 * 1024;
@@ -222,7 +222,7 @@ impl ObjectStore for MemoryStore {
         Ok((Self::info(key, &stored), body))
     }
 
-    async fn get_range_into(&self, key: &str, origin: u64, body: &RangeBody, until: u64) -> Result<(), StoreError> {
+    async fn get_range_into(&self, key: &str, origin: u64, body: &dyn BodySink, until: u64) -> Result<(), StoreError> {
         let stored = self.current(key, body.etag().as_deref())?;
         body.pin_etag(Self::info(key, &stored).etag.as_deref());
         let range = origin + body.received()..origin + until;
@@ -230,7 +230,12 @@ impl ObjectStore for MemoryStore {
         // In pieces, as a network delivers a body, so readers of a part see it first.
         let pause = *self.body_pause.lock();
         for (piece, at) in (range.start..range.end).step_by(BODY_CHUNK).enumerate() {
-            body.append(&stored.data[at as usize..(at + BODY_CHUNK as u64).min(range.end) as usize]);
+            if !body.append(&stored.data[at as usize..(at + BODY_CHUNK as u64).min(range.end) as usize]) {
+                return Err(StoreError::Other {
+                    message: format!("reading {key}: the body took no more"),
+                    request_id: None,
+                });
+            }
             match piece == 0 && !pause.is_zero() {
                 true => tokio::time::sleep(pause).await,
                 false => tokio::task::yield_now().await,

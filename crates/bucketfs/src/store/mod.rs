@@ -27,7 +27,7 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-pub use body::RangeBody;
+pub use body::{BodySink, RangeBody};
 
 /// A multipart upload open in the store, and when it was started (by the store's clock,
 /// where it says).
@@ -298,8 +298,9 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// received up to `until` (an offset in the body), appending them as they arrive,
     /// from the version `body.etag()` (`Changed` if the object is no longer that version;
     /// with no ETag, the first answer's version is pinned). The caller calls
-    /// [`RangeBody::finish`] once the body is whole.
-    async fn get_range_into(&self, key: &str, origin: u64, body: &RangeBody, until: u64) -> Result<(), StoreError>;
+    /// [`RangeBody::finish`] once the body is whole. A sink that stops taking bytes
+    /// ([`BodySink::append`] returns `false`) ends the GET with an error.
+    async fn get_range_into(&self, key: &str, origin: u64, body: &dyn BodySink, until: u64) -> Result<(), StoreError>;
 
     /// `PutObject`; with `create_only`, fails with `AlreadyExists` if the key exists.
     /// Returns the new ETag.

@@ -31,7 +31,7 @@ use super::request_options::{RequestOptions, RequestOptionsInterceptor, UploadCh
 use super::request_window::{RequestWindow, WindowReport};
 use super::server_kind::{ServerKind, Support};
 use super::{
-    version_to_restore, ListPage, Metadata, ObjectInfo, ObjectStore, OpenUpload, RangeBody, StoreError, VersionInfo,
+    version_to_restore, BodySink, ListPage, Metadata, ObjectInfo, ObjectStore, OpenUpload, StoreError, VersionInfo,
     MAX_VERSIONS_LISTED,
 };
 
@@ -520,7 +520,7 @@ impl S3Store {
     /// that a link which drops connections after some megabytes still brings the range
     /// closer with every attempt. Later attempts ask for the version the first answer
     /// came from (`If-Match`), so a range is never spliced from two versions.
-    async fn get_range_once(&self, key: &str, origin: u64, body: &RangeBody, until: u64) -> Result<(), StoreError> {
+    async fn get_range_once(&self, key: &str, origin: u64, body: &dyn BodySink, until: u64) -> Result<(), StoreError> {
         let received = body.received();
         if received >= until {
             return Ok(());
@@ -562,8 +562,13 @@ impl S3Store {
                     request_id: None,
                 });
             }
-            body.append(&chunk);
             crate::metrics::s3_bytes_received(chunk.len() as u64);
+            if !body.append(&chunk) {
+                return Err(StoreError::Other {
+                    message: format!("reading {key} bytes {start}..{end}: the reader took no more"),
+                    request_id: None,
+                });
+            }
         }
         let got = body.received();
         if got != until {
@@ -1021,7 +1026,7 @@ impl ObjectStore for S3Store {
         self.retrying("GET", key, || self.head_with_body_once(key, limit)).await
     }
 
-    async fn get_range_into(&self, key: &str, origin: u64, body: &RangeBody, until: u64) -> Result<(), StoreError> {
+    async fn get_range_into(&self, key: &str, origin: u64, body: &dyn BodySink, until: u64) -> Result<(), StoreError> {
         self.retrying("GET", key, || self.get_range_once(key, origin, body, until)).await
     }
 
