@@ -251,8 +251,8 @@ impl Fs {
 
     /// The kernel forgot `count` references to `ino`; once it holds none, so do we.
     pub fn forget(&self, ino: Ino, count: u64) {
-        self.namespace.forget(ino, count);
-        if self.namespace.node(ino).is_err() {
+        // (Not `namespace.node`, which copies the node: a cold `find` forgets every entry.)
+        if self.namespace.forget(ino, count) {
             self.opened_etags.lock().remove(&ino);
         }
     }

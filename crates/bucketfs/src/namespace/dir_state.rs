@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::inode::{shrink_if_mostly_empty, Attributes, Ino, InodeTable, Location, Node};
+use super::inode::{shrink_if_mostly_empty, Attributes, ChildName, Ino, InodeTable, Location, Node};
 use super::subtree::SubtreeJobs;
 use crate::store::Metadata;
 
@@ -127,7 +127,7 @@ pub(super) enum Counted {
 pub(super) struct DirState {
     pub inodes: InodeTable,
     /// (parent, name) known to be missing, until the instant given.
-    missing: HashMap<(Ino, String), Missing>,
+    missing: hashbrown::HashMap<(Ino, Box<str>), Missing>,
     /// Files created here whose upload has not finished: not in any LIST yet, but shown
     /// in their directory (read-your-writes). Directory inode → names.
     pending: HashMap<Ino, BTreeSet<String>>,
@@ -149,7 +149,7 @@ impl DirState {
     pub fn new(inodes: InodeTable) -> Self {
         Self {
             inodes,
-            missing: HashMap::new(),
+            missing: hashbrown::HashMap::new(),
             pending: HashMap::new(),
             listings: KeptListings::default(),
             recent_pages: HashMap::new(),
@@ -165,12 +165,12 @@ impl DirState {
     }
 
     pub fn known_missing(&self, parent: Ino, name: &str, now: Instant) -> bool {
-        self.missing.get(&(parent, name.to_owned())).is_some_and(|missing| missing.until > now)
+        self.missing.get(&ChildName(parent, name)).is_some_and(|missing| missing.until > now)
     }
 
     /// Whether this mount removed (parent, name) recently (see [`Missing::removed_here`]).
     pub fn removed_here(&self, parent: Ino, name: &str, now: Instant) -> bool {
-        self.missing.get(&(parent, name.to_owned())).is_some_and(|missing| missing.removed_here && missing.until > now)
+        self.missing.get(&ChildName(parent, name)).is_some_and(|missing| missing.removed_here && missing.until > now)
     }
 
     /// (parent, name) is missing until `until`; `removed_here` if this mount removed it.
@@ -183,14 +183,14 @@ impl DirState {
             self.missing.retain(|_, missing| missing.until > threshold);
         }
         let removed_here = removed_here || self.removed_here(parent, name, Instant::now());
-        self.missing.insert((parent, name.to_owned()), Missing { until, removed_here });
+        self.missing.insert((parent, Box::from(name)), Missing { until, removed_here });
     }
 
     /// `dir`'s stored metadata is `metadata`, unless something more precise (a HEAD) is
     /// known already.
     /// (parent, name), if missing longer, is missing until `until` only.
     pub fn shorten_missing(&mut self, parent: Ino, name: &str, until: Instant) {
-        if let Some(missing) = self.missing.get_mut(&(parent, name.to_owned())) {
+        if let Some(missing) = self.missing.get_mut(&ChildName(parent, name)) {
             missing.until = missing.until.min(until);
         }
     }
@@ -298,7 +298,7 @@ impl DirState {
         attributes: Attributes,
         pending: bool,
     ) -> Node {
-        self.missing.remove(&(parent, name.to_owned()));
+        self.missing.remove(&ChildName(parent, name));
         self.update_listing(parent, name, true);
         if pending {
             self.pending.entry(parent).or_default().insert(name.to_owned());
@@ -316,7 +316,7 @@ impl DirState {
 
     /// Enters what the store says (parent, name) is.
     pub fn enter_found(&mut self, parent: Ino, name: &str, location: Location, attributes: Attributes) -> Node {
-        self.missing.remove(&(parent, name.to_owned()));
+        self.missing.remove(&ChildName(parent, name));
         if let Some(being_written) = self.pending_child(parent, name) {
             return being_written; // what the store has is about to be replaced
         }
@@ -347,11 +347,12 @@ impl DirState {
     }
 
     /// The kernel dropped `count` references to `ino`: once it holds none, the inode and
-    /// what is kept about it as a directory go.
-    pub fn forget(&mut self, ino: Ino, count: u64) {
+    /// what is kept about it as a directory go. Returns whether `ino` is gone.
+    pub fn forget(&mut self, ino: Ino, count: u64) -> bool {
         if self.inodes.forget(ino, count) {
             self.forget_dir(ino);
         }
+        self.inodes.get(ino).is_none()
     }
 
     /// Drops everything that expired before `now` (see [`InodeTable::sweep`]): what the
@@ -408,7 +409,7 @@ impl DirState {
         if self.remove_pending(from.0, from.1) {
             self.pending.entry(to.0).or_default().insert(to.1.to_owned());
         }
-        self.missing.remove(&(to.0, to.1.to_owned()));
+        self.missing.remove(&ChildName(to.0, to.1));
         self.mark_missing(from.0, from.1, missing_until, true);
     }
 }

@@ -127,10 +127,10 @@ impl<K: Hash + Eq, V, S: BuildHasher> SpareRoom for hashbrown::HashMap<K, V, S> 
     }
 }
 
-/// A (parent, name) to look up in [`InodeTable::children`] without boxing the name; it
-/// hashes as the tuple it stands for.
+/// A (parent, name) to look up in a map keyed by `(Ino, Box<str>)` ([`InodeTable::children`],
+/// the missing names) without boxing the name; it hashes as the tuple it stands for.
 #[derive(Hash)]
-struct ChildName<'a>(Ino, &'a str);
+pub(super) struct ChildName<'a>(pub Ino, pub &'a str);
 
 impl hashbrown::Equivalent<(Ino, Box<str>)> for ChildName<'_> {
     fn equivalent(&self, key: &(Ino, Box<str>)) -> bool {

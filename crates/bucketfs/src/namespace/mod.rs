@@ -207,8 +207,9 @@ impl Namespace {
         valid_until: Option<Instant>,
     ) -> (Location, Attributes) {
         match indexed {
-            Indexed::File(info) => {
-                (Location::File { source, key: info.key.clone() }, Attributes::file(info, valid_until))
+            Indexed::File(mut info) => {
+                let key = std::mem::take(&mut info.key); // the attributes keep no key
+                (Location::File { source, key }, Attributes::file(info, valid_until))
             }
             Indexed::Dir { metadata } => (
                 Location::Dir { source, prefix: format!("{prefix}{name}/") },
@@ -742,9 +743,10 @@ impl Namespace {
         self.state.lock().inodes.add_lookup_of(node);
     }
 
-    /// The kernel dropped `count` references to `ino` (FUSE `forget`).
-    pub fn forget(&self, ino: Ino, count: u64) {
-        self.state.lock().forget(ino, count);
+    /// The kernel dropped `count` references to `ino` (FUSE `forget`). Returns whether
+    /// the inode is gone.
+    pub fn forget(&self, ino: Ino, count: u64) -> bool {
+        self.state.lock().forget(ino, count)
     }
 
     /// Drops what expired and nobody references (run every [`SWEEP_INTERVAL`]).
