@@ -849,6 +849,25 @@ mod tests {
         assert!(body.slice(0..2 * MIB + 10).await.unwrap()[..] == object_bytes(&id, MIB..3 * MIB + 10)[..]);
     }
 
+    /// A tier that sends no whole block within GET_TIMEOUT is left for the source, and
+    /// left alone for a while (no second wait).
+    #[tokio::test]
+    async fn a_slow_tier_is_given_up_after_the_timeout_and_then_skipped() {
+        let store = Arc::new(MemoryStore::default());
+        let tier = SharedCache::new(store.clone(), "c");
+        let id = object("\"e\"", 8 * MIB);
+        tier.put_blocks(&id, &(0..8).collect::<Vec<_>>(), Local::with(&id, 0..8));
+        written(&tier).await;
+        *store.body_pause.lock() = Duration::from_secs(30); // after each GET's first 64 KiB
+        let started = Instant::now();
+        assert_eq!(read(&tier, &id, 0..8).await, (vec![], 0), "nothing from a stalled tier");
+        let waited = started.elapsed();
+        assert!(waited >= GET_TIMEOUT && waited < GET_TIMEOUT * 3, "gave up after {waited:?}");
+        let started = Instant::now();
+        assert_eq!(read(&tier, &id, 0..8).await, (vec![], 0));
+        assert!(started.elapsed() < Duration::from_millis(500), "paused: not asked again");
+    }
+
     #[tokio::test]
     async fn a_chunk_waits_for_its_last_block_and_is_then_written_whole() {
         let store = Arc::new(MemoryStore::default());
