@@ -200,7 +200,7 @@ impl SharedCache {
         let sink = FrameSink::new(target, &names.hash, blocks.clone());
         let get = self.store.get_range_into(key, frame_at(blocks.start), &sink, len);
         tokio::pin!(get);
-        // Each block must arrive within GET_TIMEOUT of the one before.
+        // At least one more block must check out in every GET_TIMEOUT.
         let mut checked = blocks.start;
         let outcome = loop {
             tokio::select! {
