@@ -385,18 +385,31 @@ pub fn refresh(mountpoint: &Path) -> Result<()> {
 pub fn unmount(mountpoint: &Path) -> Result<()> {
     wait_for_uploads_after_close(mountpoint);
     let daemons = daemons_serving(mountpoint);
-    let output = Command::new("fusermount3")
-        .arg("-u")
-        .arg(mountpoint)
-        .output()
-        .context("running fusermount3 (is fuse3 installed?)")?;
-    if !output.status.success() {
+    let started = std::time::Instant::now();
+    loop {
+        let output = Command::new("fusermount3")
+            .arg("-u")
+            .arg(mountpoint)
+            .output()
+            .context("running fusermount3 (is fuse3 installed?)")?;
+        if output.status.success() {
+            break;
+        }
         let reason = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+        // Busy for a moment (a file closed as the command started, a `df` passing by, a
+        // process forked with a file of the mount open and not yet exec'd): try again.
+        if reason.contains("busy") && started.elapsed() < UNMOUNT_BUSY_RETRIES {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            continue;
+        }
         bail!("cannot unmount {}: {reason}", mountpoint.display());
     }
     wait_for_exit(&daemons);
     Ok(())
 }
+
+/// How long `bucketfs unmount` tries again while the mount is busy.
+const UNMOUNT_BUSY_RETRIES: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Shows the uploads `close()` left running (`--write-back`) while they end, before the
 /// unmount (which would wait for them without a word): a bar on a terminal, a line per

@@ -42,6 +42,37 @@ fn unmount_command_on_a_foreground_mount() {
     assert_eq!(st.code(), Some(0), "foreground process: {}\n{}", describe_status(&st), m.diagnostics());
 }
 
+/// A mount busy for a moment (a file of it open in another process, closed 300 ms later)
+/// is unmounted once it is free; one that stays busy fails with the reason.
+#[test]
+fn unmount_command_waits_out_a_moment_of_busy() {
+    let b = create_bucket("busy-unmount");
+    put(&b, "f", b"x".to_vec());
+    let mut m = MountBuilder::new().bucket(&b).mount();
+    let mut holder = std::process::Command::new("sh")
+        .args(["-c", "exec 3<\"$1\"; sleep 0.3", "sh", m.join("f").to_str().unwrap()])
+        .spawn()
+        .expect("sh");
+    std::thread::sleep(Duration::from_millis(100));
+    let (st, out, err) = run_bucketfs(&["unmount", m.path().to_str().unwrap()], Duration::from_secs(20));
+    assert!(st.success(), "`bucketfs unmount` failed: {}\nstdout:\n{out}\nstderr:\n{err}", describe_status(&st));
+    assert!(!m.is_mounted());
+    holder.wait().expect("sh");
+    m.wait_exit(Duration::from_secs(10)).expect("foreground process still running after unmount");
+
+    let m = MountBuilder::new().bucket(&b).mount();
+    let mut holder = std::process::Command::new("sh")
+        .args(["-c", "exec 3<\"$1\"; sleep 5", "sh", m.join("f").to_str().unwrap()])
+        .spawn()
+        .expect("sh");
+    std::thread::sleep(Duration::from_millis(100));
+    let (st, _, err) = run_bucketfs(&["unmount", m.path().to_str().unwrap()], Duration::from_secs(20));
+    assert!(!st.success() && err.contains("busy"), "unmounting a busy mount: {}\n{err}", describe_status(&st));
+    assert!(m.is_mounted());
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
 #[test]
 fn unmount_command_on_a_directory_that_is_not_mounted() {
     let dir = tempfile::tempdir().unwrap();
