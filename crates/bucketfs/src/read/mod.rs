@@ -536,8 +536,24 @@ mod tests {
     }
 
     fn handle(store: &Arc<MemoryStore>, size: u64, config: ReadConfig, memory: u64) -> ReadHandle {
+        handle_with(store, size, config, MemoryLimiter::new(memory))
+    }
+
+    fn handle_with(store: &Arc<MemoryStore>, size: u64, config: ReadConfig, memory: Arc<MemoryLimiter>) -> ReadHandle {
         let etag = futures::executor::block_on(store.head("k")).ok().and_then(|i| i.etag);
-        ReadHandle::new(store.clone(), "k", etag.as_deref(), size, config, MemoryLimiter::new(memory))
+        ReadHandle::new(store.clone(), "k", etag.as_deref(), size, config, memory)
+    }
+
+    /// `reader` reading through the data cache `cache` (object `k` of `size` bytes).
+    fn through_cache(reader: ReadHandle, cache: &Arc<crate::datacache::DataCache>, size: u64) -> ReadHandle {
+        let (_, etag) = reader.object();
+        let id = crate::datacache::ObjectId {
+            location: "memory".into(),
+            key: "k".into(),
+            etag: etag.as_deref().unwrap_or_default().to_owned(),
+            size,
+        };
+        reader.with_cache(CacheLink::new(cache.clone(), id))
     }
 
     /// The ranges the handle holds or is fetching. Read-ahead GETs run in spawned tasks
@@ -678,17 +694,7 @@ mod tests {
         let store = store_of(size);
         let dir = tempfile::tempdir().expect("cache dir");
         let cache = crate::datacache::DataCache::open(dir.path(), Some(256 * MIB)).expect("cache");
-        let cached = || {
-            let reader = handle(&store, size, config(), 64 * MIB);
-            let (_, etag) = reader.object();
-            let id = crate::datacache::ObjectId {
-                location: "memory".into(),
-                key: "k".into(),
-                etag: etag.as_deref().unwrap_or_default().to_owned(),
-                size,
-            };
-            reader.with_cache(CacheLink::new(cache.clone(), id))
-        };
+        let cached = || through_cache(handle(&store, size, config(), 64 * MIB), &cache, size);
         let random = cached();
         let got = rt.block_on(random.read(40 * MIB + 7, 4096)).expect("read");
         assert_eq!(&got[..], &data(size as usize)[(40 * MIB + 7) as usize..][..4096]);
@@ -712,15 +718,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("cache dir");
         let cache = crate::datacache::DataCache::open(dir.path(), Some(256 * MIB)).expect("cache");
         let memory = MemoryLimiter::new(64 * MIB);
-        let etag = futures::executor::block_on(store.head("k")).ok().and_then(|i| i.etag);
-        let id = crate::datacache::ObjectId {
-            location: "memory".into(),
-            key: "k".into(),
-            etag: etag.clone().unwrap_or_default(),
-            size,
-        };
-        let reader = ReadHandle::new(store.clone(), "k", etag.as_deref(), size, config(), memory.clone())
-            .with_cache(CacheLink::new(cache, id));
+        let reader = through_cache(handle_with(&store, size, config(), memory.clone()), &cache, size);
         rt.block_on(reader.read(0, 4096)).expect("read");
         drop(reader);
         assert!(memory.used() >= MIB, "a block still being fetched counts {} bytes", memory.used());

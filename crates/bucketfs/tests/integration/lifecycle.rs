@@ -49,11 +49,7 @@ fn unmount_command_waits_out_a_moment_of_busy() {
     let b = create_bucket("busy-unmount");
     put(&b, "f", b"x".to_vec());
     let mut m = MountBuilder::new().bucket(&b).mount();
-    let mut holder = std::process::Command::new("sh")
-        .args(["-c", "exec 3<\"$1\"; sleep 0.3", "sh", m.join("f").to_str().unwrap()])
-        .spawn()
-        .expect("sh");
-    std::thread::sleep(Duration::from_millis(100));
+    let mut holder = hold_open(&m.join("f"), "0.3");
     let (st, out, err) = run_bucketfs(&["unmount", m.path().to_str().unwrap()], Duration::from_secs(20));
     assert!(st.success(), "`bucketfs unmount` failed: {}\nstdout:\n{out}\nstderr:\n{err}", describe_status(&st));
     assert!(!m.is_mounted());
@@ -61,16 +57,20 @@ fn unmount_command_waits_out_a_moment_of_busy() {
     m.wait_exit(Duration::from_secs(10)).expect("foreground process still running after unmount");
 
     let m = MountBuilder::new().bucket(&b).mount();
-    let mut holder = std::process::Command::new("sh")
-        .args(["-c", "exec 3<\"$1\"; sleep 5", "sh", m.join("f").to_str().unwrap()])
-        .spawn()
-        .expect("sh");
-    std::thread::sleep(Duration::from_millis(100));
+    let mut holder = hold_open(&m.join("f"), "5");
     let (st, _, err) = run_bucketfs(&["unmount", m.path().to_str().unwrap()], Duration::from_secs(20));
     assert!(!st.success() && err.contains("busy"), "unmounting a busy mount: {}\n{err}", describe_status(&st));
     assert!(m.is_mounted());
     let _ = holder.kill();
     let _ = holder.wait();
+}
+
+/// Another process holding `path` open for `seconds` (once it has opened it).
+fn hold_open(path: &std::path::Path, seconds: &str) -> std::process::Child {
+    let script = format!("exec 3<\"$1\"; sleep {seconds}");
+    let holder = std::process::Command::new("sh").args(["-c", &script, "sh"]).arg(path).spawn().expect("sh");
+    std::thread::sleep(Duration::from_millis(100));
+    holder
 }
 
 #[test]
