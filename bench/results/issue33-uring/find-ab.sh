@@ -9,7 +9,8 @@
 # uploaded by s3direct; an --index mount saves its index once. Each round: one fresh mount per
 # transport (alternating which goes first), then local. Prints one line per measurement and
 # the FUSE requests of the first round per transport. Root (drop_caches, the kernel's switch,
-# which it sets back as found).
+# which it sets back as found). WALK="du -s" (any command taking the tree as its last
+# argument) times that walk instead of the find; its output is thrown away.
 set -euo pipefail
 # BIN may be several binaries, comma-separated (an A/B of two builds): each round then mounts
 # each of them per transport, labelled by file name.
@@ -36,17 +37,20 @@ mountit() {
 }
 unmount() { fusermount3 -u "$mnt"; wait $pid; }
 mountit dev-fuse; $BIN refresh "$mnt" >/dev/null; unmount
+walk() {
+  if [ -n "${WALK:-}" ]; then $WALK "$1" >/dev/null; echo "(${WALK})"; else find "$1" -name '*.h' | wc -l; fi
+}
 one() {
   for BIN in "${BINS[@]}"; do one_of "$@"; done
 }
 one_of() {
   mountit "$1"; sleep 1
   sync; echo 3 > /proc/sys/vm/drop_caches
-  start=$(date +%s.%N); n=$(find "$mnt" -name '*.h' | wc -l); end=$(date +%s.%N)
+  start=$(date +%s.%N); n=$(walk "$mnt"); end=$(date +%s.%N)
   label=$1; [ ${#BINS[@]} = 1 ] || label="$(basename "$BIN") $1"
   echo "round $2 $label: find $n in $(echo "$end - $start" | bc) s"
   if [ "$2" = 1 ]; then
-    curl -s 127.0.0.1:19464/metrics | grep -E '^bucketfs_fuse_(ring_)?requests_total' \
+    curl -s 127.0.0.1:19464/metrics | grep -E '^bucketfs_fuse_((ring_)?requests|names_only_entries)_total' \
       | sed 's/bucketfs_fuse_//' | tr '\n' ' '; echo
   fi
   unmount
@@ -60,7 +64,7 @@ fi
 floor() {
   squashfuse_ll "$image" "$mnt"; sleep 1
   sync; echo 3 > /proc/sys/vm/drop_caches
-  start=$(date +%s.%N); n=$(find "$mnt" -name '*.h' | wc -l); end=$(date +%s.%N)
+  start=$(date +%s.%N); n=$(walk "$mnt"); end=$(date +%s.%N)
   echo "round $1 squashfuse: find $n in $(echo "$end - $start" | bc) s"
   fusermount3 -u "$mnt"
 }
@@ -68,7 +72,7 @@ for round in $(seq "$ROUNDS"); do
   [ "$FLOOR" = --floor ] && floor $round
   if [ $((round % 2)) = 1 ]; then one dev-fuse $round; one uring $round; else one uring $round; one dev-fuse $round; fi
   sync; echo 3 > /proc/sys/vm/drop_caches
-  start=$(date +%s.%N); n=$(find /var/tmp/rs-tree -name '*.h' | wc -l); end=$(date +%s.%N)
+  start=$(date +%s.%N); n=$(walk /var/tmp/rs-tree); end=$(date +%s.%N)
   echo "round $round local: find $n in $(echo "$end - $start" | bc) s"
 done
 rmdir "$mnt"; rm -rf "$cache" "$image"

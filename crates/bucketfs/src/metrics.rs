@@ -79,6 +79,12 @@ pub fn fuse_ring_request() {
     counter!("bucketfs_fuse_ring_requests_total").increment(1);
 }
 
+/// Entries of READDIRPLUS answers sent as names only, without an inode for the kernel
+/// (see `fuse::names_only`).
+pub fn names_only_entries(count: u64) {
+    counter!("bucketfs_fuse_names_only_entries_total").increment(count);
+}
+
 /// A FUSE request `op` was answered with error `errno`.
 pub fn fuse_error(op: &'static str, errno: i32) {
     // `ENOENT` rather than 2: what operators grep for.

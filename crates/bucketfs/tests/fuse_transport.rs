@@ -309,3 +309,87 @@ fn turning_the_switch_off_leaves_a_mounted_ring_serving() {
     }
     assert!(value(&scrape(&metrics), RING_REQUESTS) - before >= 200.0, "still over the ring");
 }
+
+/// Over io_uring, a walk that only wants names (`find -name`) gets its files as names
+/// only from its second directory on, with every name found; a walk that stats what it
+/// lists (`find -printf %s`) is told by its first LOOKUP of such a name and gets whole
+/// entries after it, with the right sizes; a name given alone keeps its inode number.
+#[test]
+fn a_walk_that_does_not_stat_gets_names_only_and_one_that_does_gets_whole_entries() {
+    const NAMES_ONLY: &str = "bucketfs_fuse_names_only_entries_total";
+    const FILE_LOOKUPS: &str = "bucketfs_fuse_requests_total{op=\"lookup\"}";
+    let _switch = kernel_switch("Y");
+    let bucket = create_bucket("ring-names-only");
+    let (dirs, files) = (20, 10);
+    let mut objects = Vec::new();
+    for tree in ["names", "sizes", "inodes"] {
+        for d in 0..dirs {
+            for f in 0..files {
+                objects.push((format!("{tree}/d{d:02}/f{f}.txt"), vec![b'x'; d * files + f]));
+            }
+        }
+    }
+    put_many(&bucket, objects, 16);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let m = mount_with(&bucket, "uring", &metrics, &[]);
+    let on_the_ring = || m.log_text().contains("FUSE requests go over io_uring");
+    assert!(wait_until(Duration::from_secs(10), on_the_ring), "{}", m.log_text());
+    let find = |args: &[&str]| {
+        let out = std::process::Command::new("find").args(args).output().expect("run find");
+        assert!(out.status.success(), "find {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let mut lines: Vec<String> = String::from_utf8(out.stdout).expect("utf-8").lines().map(str::to_owned).collect();
+        lines.sort();
+        lines
+    };
+    let expected = |tree: &str, line: &dyn Fn(usize, usize, String) -> String| {
+        let mut lines: Vec<String> = (0..dirs)
+            .flat_map(|d| (0..files).map(move |f| (d, f)))
+            .map(|(d, f)| line(d, f, m.join(format!("{tree}/d{d:02}/f{f}.txt")).display().to_string()))
+            .collect();
+        lines.sort();
+        lines
+    };
+
+    let before = scrape(&metrics);
+    let found = find(&[m.join("names").to_str().expect("utf-8"), "-name", "*.txt"]);
+    assert_eq!(found, expected("names", &|_, _, path| path), "every name found");
+    let after = scrape(&metrics);
+    let moved = |sample: &str| value(&after, sample) - value(&before, sample);
+    // Its first listing is names/ (directories only): every file of d00..d19 goes alone.
+    assert_eq!(moved(NAMES_ONLY), (dirs * files) as f64, "find -name: all {} files as names only", dirs * files);
+    // (LOOKUPs of directories may come: those whose markers' attributes are not known.)
+    assert!(moved(FILE_LOOKUPS) <= (dirs + 5) as f64, "and no LOOKUP of them: {}", moved(FILE_LOOKUPS));
+
+    let before = scrape(&metrics);
+    let sizes = find(&[m.join("sizes").to_str().expect("utf-8"), "-type", "f", "-printf", "%s %p\n"]);
+    assert_eq!(sizes, expected("sizes", &|d, f, path| format!("{} {path}", d * files + f)), "stat of every file");
+    let after = scrape(&metrics);
+    let moved = |sample: &str| value(&after, sample) - value(&before, sample);
+    // d00 goes as names only; the lookups of its files say this walk stats. (Files listed
+    // from the store are looked up anyway: a listing does not give their metadata.)
+    assert_eq!(moved(NAMES_ONLY), files as f64, "find -printf %s: one directory as names only");
+
+    // This thread: the first listing whole, the second as names only; a name given alone
+    // has the inode number its stat shows.
+    let listed = |dir: &str| -> Vec<(String, u64)> {
+        let mut entries: Vec<(String, u64)> = std::fs::read_dir(m.join(dir))
+            .expect("read_dir")
+            .map(|entry| entry.expect("entry"))
+            .map(|entry| (entry.file_name().into_string().expect("utf-8"), std::os::unix::fs::DirEntryExt::ino(&entry)))
+            .collect();
+        entries.sort();
+        entries
+    };
+    let before = value(&scrape(&metrics), NAMES_ONLY);
+    listed("inodes/d00");
+    assert_eq!(value(&scrape(&metrics), NAMES_ONLY) - before, 0.0, "a caller's first listing is whole");
+    for (name, ino) in listed("inodes/d01") {
+        let path = m.join(format!("inodes/d01/{name}"));
+        assert_eq!(std::fs::metadata(&path).expect("stat").ino(), ino, "{name}: d_ino is st_ino");
+        assert_eq!(
+            std::fs::read(&path).expect("read").len(),
+            10 + name[1..name.len() - 4].parse::<usize>().expect("n")
+        );
+    }
+    assert_eq!(value(&scrape(&metrics), NAMES_ONLY) - before, files as f64, "the second as names only");
+}

@@ -91,6 +91,13 @@ pub trait DirAnswer: Answer {
 
 pub trait DirPlusAnswer: Answer {
     fn add(&mut self, offset: u64, name: &OsStr, ttl: &Duration, attr: &FileAttr) -> bool;
+    /// Adds the entry as its name, type and inode number only (node id 0: the kernel
+    /// keeps no inode for it; see `fuse::names_only`): `Some(true)` if it did not fit,
+    /// `None` where the transport cannot say that (fuser's answer sets the node id from
+    /// `attr`), and nothing was added.
+    fn add_name_only(&mut self, _offset: u64, _name: &OsStr, _attr: &FileAttr) -> Option<bool> {
+        None
+    }
     fn ok(self);
 }
 

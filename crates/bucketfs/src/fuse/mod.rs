@@ -3,12 +3,14 @@
 //! `operations.rs` runs each request (decoded arguments in, an `answer` out);
 //! `dev_fuse.rs` feeds it what fuser's session reads from `/dev/fuse`, and `ring/`
 //! what the kernel carries over io_uring, one queue per CPU. `io_modes.rs` and
-//! `kept_listings.rs` hold the only state kept here, the kernel's.
+//! `kept_listings.rs` hold the only state kept here, the kernel's; `names_only.rs` which
+//! callers' listings go without inodes for their files.
 
 mod answer;
 mod dev_fuse;
 mod io_modes;
 mod kept_listings;
+mod names_only;
 mod operations;
 pub mod ring;
 

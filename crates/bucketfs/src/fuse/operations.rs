@@ -26,6 +26,7 @@ use super::answer::{
 };
 use super::io_modes::{IoModes, KernelBacking, Mode};
 use super::kept_listings::KeptListings;
+use super::names_only::NamesOnly;
 use super::{SetLogLevel, Status, LOG_LEVEL, MAX_REQUEST, STATUS, UNDELETE};
 use crate::fs::error::FsError;
 use crate::fs::{AttrChange, Caller, Fs, INDEX_REFRESH, WRITE_BACK};
@@ -59,6 +60,8 @@ pub struct FuseAdapter {
     set_id_bits_are_ours: AtomicBool,
     /// With `--index`: the kernel's kept listings, dropped after each refresh.
     kept_listings: Option<Arc<KeptListings>>,
+    /// Which callers' READDIRPLUS answers carry their files as names only.
+    names_only: Arc<NamesOnly>,
 }
 
 /// A SETATTR's arguments.
@@ -92,6 +95,7 @@ impl FuseAdapter {
             without_opendir: OnceLock::new(),
             set_id_bits_are_ours: AtomicBool::new(false),
             kept_listings: None,
+            names_only: Arc::default(),
         }
     }
 
@@ -310,11 +314,17 @@ impl FuseAdapter {
     pub fn lookup(&self, req: &Requester, parent: u64, name: &OsStr, reply: impl EntryAnswer) {
         let span = request_span("lookup", parent, req);
         let name = name.to_owned();
+        let names_only = self.names_only.clone();
         self.spawn(span, move |fs| async move {
             let result = async { fs.lookup(parent, existing_name(&name)?).await }.await;
             match result {
                 // Fs::lookup counted the reference the reply hands over.
-                Ok(attr) => reply.entry(&fs.ttl(), &attr),
+                Ok(attr) => {
+                    if attr.kind != fuser::FileType::Directory {
+                        names_only.looked_up_file_in(parent);
+                    }
+                    reply.entry(&fs.ttl(), &attr)
+                }
                 // Inode 0 is a negative entry the kernel caches for the TTL, so programs
                 // probing for files that are not there (shells, importers) cost one request.
                 Err(FsError::NotFound) => reply.entry(&fs.ttl(), &fs.missing_attr()),
@@ -454,21 +464,39 @@ impl FuseAdapter {
 
     pub fn readdirplus(&self, req: &Requester, ino: u64, fh: u64, offset: u64, mut reply: impl DirPlusAnswer) {
         let span = request_span("readdirplus", ino, req);
+        let (caller, names_only) = (req.pid, self.names_only.clone());
         self.spawn(span, move |fs| async move {
             match fs.readdir(ino, fh, offset).await {
                 Ok(entries) => {
+                    let mut allowance = names_only.allowance(caller, offset == 0);
+                    let mut given = 0;
                     for entry in entries {
+                        let name = OsStr::new(&entry.name);
+                        let dot = entry.name == "." || entry.name == "..";
+                        if allowance > 0 && !dot && entry.attr.kind != fuser::FileType::Directory {
+                            match reply.add_name_only(entry.offset, name, &entry.attr) {
+                                Some(true) => break,
+                                // No reference handed over: nothing to count.
+                                Some(false) => {
+                                    (allowance, given) = (allowance - 1, given + 1);
+                                    continue;
+                                }
+                                None => allowance = 0, // this transport cannot
+                            }
+                        }
                         // An entry whose stored attributes are not known yet is not cached:
                         // the kernel looks it up (and we fetch them) when it is used.
                         let ttl = if entry.attr_complete { fs.ttl() } else { Duration::ZERO };
-                        if reply.add(entry.offset, OsStr::new(&entry.name), &ttl, &entry.attr) {
+                        if reply.add(entry.offset, name, &ttl, &entry.attr) {
                             break;
                         }
                         // Each entry but `.` and `..` is a reference the kernel keeps.
-                        if entry.name != "." && entry.name != ".." {
+                        if !dot {
                             fs.add_lookup_of(&entry);
                         }
                     }
+                    names_only.gave(caller, ino, given);
+                    crate::metrics::names_only_entries(given);
                     reply.ok()
                 }
                 Err(e) => reply.error(log_error("readdirplus", &e)),

@@ -153,6 +153,10 @@ impl DirPlusAnswer for RingListing {
         self.entries.add_plus(offset, name, *ttl, attr)
     }
 
+    fn add_name_only(&mut self, offset: u64, name: &OsStr, attr: &FileAttr) -> Option<bool> {
+        Some(self.entries.add_plus_name_only(offset, name, attr))
+    }
+
     fn ok(self) {
         self.answer.send(0, &[self.entries.bytes()])
     }

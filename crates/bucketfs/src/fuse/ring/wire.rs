@@ -643,6 +643,19 @@ impl DirBuffer {
         false
     }
 
+    /// Adds a `struct fuse_direntplus` whose entry is all zeros (node id 0: the kernel
+    /// makes no inode of it and hands `getdents` the dirent alone); the same answer as
+    /// [`DirBuffer::add`].
+    pub fn add_plus_name_only(&mut self, offset: u64, name: &OsStr, attr: &FileAttr) -> bool {
+        let record = dirent_size(name);
+        if self.bytes.len() + ENTRY_OUT_SIZE + record > self.max {
+            return true;
+        }
+        self.bytes.resize(self.bytes.len() + ENTRY_OUT_SIZE, 0);
+        self.push_dirent(attr.ino.0, offset, attr.kind, name, record);
+        false
+    }
+
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
     }
@@ -893,5 +906,15 @@ mod tests {
         assert!(!plus.add_plus(1, os("f"), Duration::from_secs(1), &attr()));
         assert_eq!(plus.bytes().len(), 128 + 32);
         assert_eq!(u64_at(plus.bytes(), 128), 42, "the dirent's inode follows the entry");
+        assert!(!plus.add_plus_name_only(2, os("g"), &attr()));
+        let name_only = &plus.bytes()[160..];
+        assert_eq!(name_only.len(), 128 + 32);
+        assert!(name_only[..128].iter().all(|&b| b == 0), "node id 0, no attributes");
+        assert_eq!((u64_at(name_only, 128), u64_at(name_only, 136)), (42, 2), "the dirent as a whole one's");
+        assert_eq!(u32_at(name_only, 148), libc::DT_REG as u32);
+        let mut full = DirBuffer::new(160 + 100);
+        assert!(!full.add_plus(1, os("f"), Duration::from_secs(1), &attr()));
+        assert!(full.add_plus_name_only(2, os("g"), &attr()), "does not fit");
+        assert_eq!(full.bytes().len(), 160, "nothing added");
     }
 }
