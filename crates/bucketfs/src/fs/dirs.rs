@@ -37,15 +37,16 @@ const POSITION_MASK: u64 = (1 << POSITION_BITS) - 1;
 /// Tags stay below 2^31 so that offsets stay positive (`loff_t`, `telldir`).
 const TAG_MASK: u32 = (1 << 31) - 1;
 
-/// An entry returned by `readdir`, with the offset that resumes after it.
-pub struct DirEntry {
+/// An entry handed out by `readdir`, with the offset that resumes after it; lent, not
+/// copied: a READDIRPLUS answer holds a few hundred of a batch of up to a thousand.
+pub struct DirEntry<'a> {
     pub offset: u64,
-    pub name: String,
+    pub name: &'a str,
     pub attr: FileAttr,
     /// `attr` is final; if not (stored attributes not fetched yet), it must not be cached.
     pub attr_complete: bool,
     /// What `attr` was made from (see [`Fs::add_lookup_of`]).
-    pub(super) node: Node,
+    pub(super) node: &'a Node,
 }
 
 /// Where one read of a directory is: a window of entries from the listing stream.
@@ -106,13 +107,20 @@ impl Fs {
         self.dirs.by_handle.lock().remove(&handle);
     }
 
-    /// Entries of directory `dir` from `offset` on (read through `handle`, or
-    /// [`NO_HANDLE`]); an empty result means the end of the directory.
-    pub async fn readdir(&self, dir: Ino, handle: u64, offset: u64) -> Result<Vec<DirEntry>, FsError> {
+    /// Hands the entries of directory `dir` from `offset` on (read through `handle`, or
+    /// [`NO_HANDLE`]) to `add`, in order, until it says the answer is full (true) or the
+    /// batch ends; none handed out means the end of the directory.
+    pub async fn readdir(
+        &self,
+        dir: Ino,
+        handle: u64,
+        offset: u64,
+        add: impl FnMut(DirEntry<'_>) -> bool,
+    ) -> Result<(), FsError> {
         if handle != NO_HANDLE {
             let cursor = self.dirs.by_handle.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?;
             let mut cursor = cursor.lock().await;
-            return self.entries_from(&mut cursor, offset, 0).await;
+            return self.entries_from(&mut cursor, offset, 0, add).await.map(drop);
         }
         let tag = (offset >> POSITION_BITS) as u32;
         let position = offset & POSITION_MASK;
@@ -127,11 +135,12 @@ impl Fs {
                 (tag, cursor)
             }
         };
-        let entries = self.entries_from(&mut *cursor.lock().await, position, u64::from(tag) << POSITION_BITS).await?;
-        if entries.is_empty() {
+        let handed =
+            self.entries_from(&mut *cursor.lock().await, position, u64::from(tag) << POSITION_BITS, add).await?;
+        if handed == 0 {
             self.dirs.unopened.lock().pop(&tag);
         }
-        Ok(entries)
+        Ok(())
     }
 
     /// A cursor for a read of `dir` at `position`: there in an indexed directory, else at
@@ -146,13 +155,23 @@ impl Fs {
         Ok(DirCursor { stream, window_start, window: Vec::new() })
     }
 
-    /// Entries from position `offset` on, their offsets marked with `tag_bits`.
-    async fn entries_from(&self, cursor: &mut DirCursor, offset: u64, tag_bits: u64) -> Result<Vec<DirEntry>, FsError> {
-        let mut out = Vec::new();
+    /// Hands `add` the entries from position `offset` on, their offsets marked with
+    /// `tag_bits`, until it says the answer is full; returns how many it was handed.
+    async fn entries_from(
+        &self,
+        cursor: &mut DirCursor,
+        offset: u64,
+        tag_bits: u64,
+        mut add: impl FnMut(DirEntry<'_>) -> bool,
+    ) -> Result<usize, FsError> {
+        let mut handed = 0;
         for (index, name, ino) in [(0, ".", cursor.stream.dir), (1, "..", cursor.stream.parent)] {
             if offset <= index {
                 let node = self.namespace.node(ino)?;
-                out.push(self.dir_entry(tag_bits | (index + 1), name.to_owned(), &node));
+                handed += 1;
+                if add(self.dir_entry(tag_bits | (index + 1), name, &node)) {
+                    return Ok(handed);
+                }
             }
         }
         let wanted = offset.max(2);
@@ -165,7 +184,7 @@ impl Fs {
             let DirCursor { stream, .. } = &mut *cursor;
             let batch = stream.next_batch(&self.namespace).await?;
             if batch.is_empty() {
-                return Ok(out);
+                return Ok(handed);
             }
             cursor.window_start += cursor.window.len() as u64;
             cursor.window = batch;
@@ -173,13 +192,16 @@ impl Fs {
         let skip = (wanted - cursor.window_start) as usize;
         for (i, listed) in cursor.window.iter().enumerate().skip(skip) {
             let position = cursor.window_start + i as u64 + 1;
-            out.push(self.dir_entry(tag_bits | position, listed.name.clone(), &listed.node));
+            handed += 1;
+            if add(self.dir_entry(tag_bits | position, &listed.name, &listed.node)) {
+                break;
+            }
         }
-        Ok(out)
+        Ok(handed)
     }
 
-    fn dir_entry(&self, offset: u64, name: String, node: &Node) -> DirEntry {
+    fn dir_entry<'a>(&self, offset: u64, name: &'a str, node: &'a Node) -> DirEntry<'a> {
         let attr_complete = node.metadata.is_some() || self.presentation.attributes_from_listing;
-        DirEntry { offset, name, attr: self.attr(node), attr_complete, node: node.clone() }
+        DirEntry { offset, name, attr: self.attr(node), attr_complete, node }
     }
 }

@@ -277,8 +277,8 @@ impl Fs {
     }
 
     /// A READDIRPLUS entry was handed to the kernel: one more reference to its node.
-    pub fn add_lookup_of(&self, entry: &DirEntry) {
-        self.namespace.add_lookup_of(&entry.node);
+    pub fn add_lookup_of(&self, entry: &DirEntry<'_>) {
+        self.namespace.add_lookup_of(entry.node);
     }
 
     pub async fn getattr(&self, ino: Ino) -> Result<FileAttr, FsError> {

@@ -29,7 +29,7 @@ use super::kept_listings::KeptListings;
 use super::names_only::NamesOnly;
 use super::{SetLogLevel, Status, LOG_LEVEL, MAX_REQUEST, STATUS, UNDELETE};
 use crate::fs::error::FsError;
-use crate::fs::{AttrChange, Caller, Fs, INDEX_REFRESH, WRITE_BACK};
+use crate::fs::{AttrChange, Caller, DirEntry, Fs, INDEX_REFRESH, WRITE_BACK};
 use crate::store::StoreError;
 
 /// The root directory's inode.
@@ -448,15 +448,11 @@ impl FuseAdapter {
     pub fn readdir(&self, req: &Requester, ino: u64, fh: u64, offset: u64, mut reply: impl DirAnswer) {
         let span = request_span("readdir", ino, req);
         self.spawn(span, move |fs| async move {
-            match fs.readdir(ino, fh, offset).await {
-                Ok(entries) => {
-                    for entry in entries {
-                        if reply.add(entry.attr.ino.0, entry.offset, entry.attr.kind, OsStr::new(&entry.name)) {
-                            break;
-                        }
-                    }
-                    reply.ok()
-                }
+            let add = |entry: DirEntry<'_>| {
+                reply.add(entry.attr.ino.0, entry.offset, entry.attr.kind, OsStr::new(entry.name))
+            };
+            match fs.readdir(ino, fh, offset, add).await {
+                Ok(()) => reply.ok(),
                 Err(e) => reply.error(log_error("readdir", &e)),
             }
         });
@@ -466,35 +462,38 @@ impl FuseAdapter {
         let span = request_span("readdirplus", ino, req);
         let (caller, names_only) = (req.pid, self.names_only.clone());
         self.spawn(span, move |fs| async move {
-            match fs.readdir(ino, fh, offset).await {
-                Ok(entries) => {
-                    let mut allowance = names_only.allowance(caller, offset == 0);
-                    let mut given = 0;
-                    for entry in entries {
-                        let name = OsStr::new(&entry.name);
-                        let dot = entry.name == "." || entry.name == "..";
-                        if allowance > 0 && !dot && entry.attr.kind != fuser::FileType::Directory {
-                            match reply.add_name_only(entry.offset, name, &entry.attr) {
-                                Some(true) => break,
-                                // No reference handed over: nothing to count.
-                                Some(false) => {
-                                    (allowance, given) = (allowance - 1, given + 1);
-                                    continue;
-                                }
-                                None => allowance = 0, // this transport cannot
+            let mut allowance = names_only.allowance(caller, offset == 0);
+            let mut given = 0;
+            let ttl = fs.ttl();
+            let add = |entry: DirEntry<'_>| {
+                let name = OsStr::new(entry.name);
+                let dot = entry.name == "." || entry.name == "..";
+                if allowance > 0 && !dot && entry.attr.kind != fuser::FileType::Directory {
+                    match reply.add_name_only(entry.offset, name, &entry.attr) {
+                        // No reference handed over: nothing to count.
+                        Some(full) => {
+                            if !full {
+                                (allowance, given) = (allowance - 1, given + 1);
                             }
+                            return full;
                         }
-                        // An entry whose stored attributes are not known yet is not cached:
-                        // the kernel looks it up (and we fetch them) when it is used.
-                        let ttl = if entry.attr_complete { fs.ttl() } else { Duration::ZERO };
-                        if reply.add(entry.offset, name, &ttl, &entry.attr) {
-                            break;
-                        }
-                        // Each entry but `.` and `..` is a reference the kernel keeps.
-                        if !dot {
-                            fs.add_lookup_of(&entry);
-                        }
+                        None => allowance = 0, // this transport cannot
                     }
+                }
+                // An entry whose stored attributes are not known yet is not cached: the
+                // kernel looks it up (and we fetch them) when it is used.
+                let ttl = if entry.attr_complete { ttl } else { Duration::ZERO };
+                if reply.add(entry.offset, name, &ttl, &entry.attr) {
+                    return true;
+                }
+                // Each entry but `.` and `..` is a reference the kernel keeps.
+                if !dot {
+                    fs.add_lookup_of(&entry);
+                }
+                false
+            };
+            match fs.readdir(ino, fh, offset, add).await {
+                Ok(()) => {
                     names_only.gave(caller, ino, given);
                     crate::metrics::names_only_entries(given);
                     reply.ok()
