@@ -5,7 +5,8 @@
 # image of the tree kept in /dev/shm (which drop_caches does not empty): a FUSE file system that
 # answers from memory, the nearest measurable to the FUSE floor (installs squashfuse and
 # squashfs-tools from Debian if missing; ../issue33-fuse-floor).
-# Fresh MinIO; the 1/10 linux-shaped tree (/var/tmp/rs-tree, made as in ../issue33-rm/rm-requests.sh)
+# Fresh MinIO; the 1/10 linux-shaped tree (/var/tmp/rs-tree, made as in ../issue33-rm/rm-requests.sh;
+# TREE=DIR for another)
 # uploaded by s3direct; an --index mount saves its index once. Each round: one fresh mount per
 # transport (alternating which goes first), then local. Prints one line per measurement and
 # the FUSE requests of the first round per transport. Root (drop_caches, the kernel's switch,
@@ -16,7 +17,7 @@ set -euo pipefail
 # each of them per transport, labelled by file name.
 IFS=, read -r -a BINS <<<"$1"; ROUNDS=${2:-5}; FLOOR=${3:-}
 for i in "${!BINS[@]}"; do BINS[$i]=$(readlink -f "${BINS[$i]}"); done
-BIN=${BINS[0]}
+BIN=${BINS[0]}; TREE=${TREE:-/var/tmp/rs-tree}
 cd "$(dirname "$0")/../../.."
 switch=/sys/module/fuse/parameters/enable_uring; found=$(cat $switch)
 set -a; eval "$(scripts/start-store minio)"; set +a
@@ -25,7 +26,7 @@ b=f$RANDOM
 python3 -c "
 import boto3,os
 boto3.client('s3',endpoint_url=os.environ['STORE_ENDPOINT'],region_name='us-east-1').create_bucket(Bucket='$b')"
-target/release/examples/s3direct --endpoint-url "$STORE_ENDPOINT" put-dir --concurrency 16 /var/tmp/rs-tree $b >/dev/null
+target/release/examples/s3direct --endpoint-url "$STORE_ENDPOINT" put-dir --concurrency 16 $TREE $b >/dev/null
 cache=$(mktemp -d /var/tmp/fi-cache.XXXX)
 mnt=$(mktemp -d)
 mountit() {
@@ -59,7 +60,7 @@ image=/dev/shm/find-ab-tree.sqfs
 if [ "$FLOOR" = --floor ]; then
   command -v squashfuse_ll >/dev/null && command -v mksquashfs >/dev/null \
     || DEBIAN_FRONTEND=noninteractive apt-get install -y -q squashfuse squashfs-tools >/dev/null
-  mksquashfs /var/tmp/rs-tree "$image" -noappend -quiet -no-progress >/dev/null
+  mksquashfs $TREE "$image" -noappend -quiet -no-progress >/dev/null
 fi
 floor() {
   squashfuse_ll "$image" "$mnt"; sleep 1
@@ -72,7 +73,7 @@ for round in $(seq "$ROUNDS"); do
   [ "$FLOOR" = --floor ] && floor $round
   if [ $((round % 2)) = 1 ]; then one dev-fuse $round; one uring $round; else one uring $round; one dev-fuse $round; fi
   sync; echo 3 > /proc/sys/vm/drop_caches
-  start=$(date +%s.%N); n=$(walk /var/tmp/rs-tree); end=$(date +%s.%N)
+  start=$(date +%s.%N); n=$(walk $TREE); end=$(date +%s.%N)
   echo "round $round local: find $n in $(echo "$end - $start" | bc) s"
 done
 rmdir "$mnt"; rm -rf "$cache" "$image"
