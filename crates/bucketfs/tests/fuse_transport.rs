@@ -16,6 +16,8 @@ use common::*;
 
 const SWITCH: &str = "/sys/module/fuse/parameters/enable_uring";
 const RING_REQUESTS: &str = "bucketfs_fuse_ring_requests_total";
+const NAMES_ONLY: &str = "bucketfs_fuse_names_only_entries_total";
+const LOOKUPS: &str = "bucketfs_fuse_requests_total{op=\"lookup\"}";
 
 /// The kernel's switch, held by one test at a time and set back as found.
 struct KernelSwitch {
@@ -316,8 +318,6 @@ fn turning_the_switch_off_leaves_a_mounted_ring_serving() {
 /// entries after it, with the right sizes; a name given alone keeps its inode number.
 #[test]
 fn a_walk_that_does_not_stat_gets_names_only_and_one_that_does_gets_whole_entries() {
-    const NAMES_ONLY: &str = "bucketfs_fuse_names_only_entries_total";
-    const FILE_LOOKUPS: &str = "bucketfs_fuse_requests_total{op=\"lookup\"}";
     let _switch = kernel_switch("Y");
     let bucket = create_bucket("ring-names-only");
     let (dirs, files) = (20, 10);
@@ -358,7 +358,7 @@ fn a_walk_that_does_not_stat_gets_names_only_and_one_that_does_gets_whole_entrie
     // Its first listing is names/ (directories only): every file of d00..d19 goes alone.
     assert_eq!(moved(NAMES_ONLY), (dirs * files) as f64, "find -name: all {} files as names only", dirs * files);
     // (LOOKUPs of directories may come: those whose markers' attributes are not known.)
-    assert!(moved(FILE_LOOKUPS) <= (dirs + 5) as f64, "and no LOOKUP of them: {}", moved(FILE_LOOKUPS));
+    assert!(moved(LOOKUPS) <= (dirs + 5) as f64, "and no LOOKUP of them: {}", moved(LOOKUPS));
 
     let before = scrape(&metrics);
     let sizes = find(&[m.join("sizes").to_str().expect("utf-8"), "-type", "f", "-printf", "%s %p\n"]);
@@ -392,4 +392,56 @@ fn a_walk_that_does_not_stat_gets_names_only_and_one_that_does_gets_whole_entrie
         );
     }
     assert_eq!(value(&scrape(&metrics), NAMES_ONLY) - before, files as f64, "the second as names only");
+    drop(m);
+
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let m = mount_with(&bucket, "uring", &metrics, &["--whole-listings"]);
+    let out = std::process::Command::new("find").arg(m.join("names")).args(["-name", "*.txt"]).output().expect("find");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), dirs * files);
+    assert_eq!(value(&scrape(&metrics), NAMES_ONLY), 0.0, "--whole-listings: every entry whole");
+}
+
+/// With `--index` the kernel keeps every listing: a `find -name` leaves names-only
+/// listings there, and a `find -printf %s` of the same tree afterwards is not left to
+/// look up every file. Its first LOOKUP of such a name drops them, so it costs about two
+/// directories' LOOKUPs, not one per file.
+#[test]
+fn a_stat_walk_after_a_names_walk_of_an_indexed_tree_is_not_left_names_only() {
+    let _switch = kernel_switch("Y");
+    let bucket = create_bucket("ring-names-kept");
+    let (dirs, files) = (20, 10);
+    let objects = (0..dirs)
+        .flat_map(|d| (0..files).map(move |f| (format!("tree/d{d:02}/f{f}.txt"), vec![b'x'; d * files + f])))
+        .collect();
+    put_many(&bucket, objects, 16);
+    let cache = tempfile::tempdir().expect("cache dir");
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let cache_arg = cache.path().to_str().expect("utf-8").to_owned();
+    let m =
+        mount_with(&bucket, "uring", &metrics, &["--index", "--index-attributes-rate", "0", "--cache-dir", &cache_arg]);
+    let refreshed = std::process::Command::new(bucketfs_bin()).arg("refresh").arg(m.path()).output().expect("refresh");
+    assert!(refreshed.status.success(), "{}", String::from_utf8_lossy(&refreshed.stderr));
+    let tree = m.join("tree").display().to_string();
+    let find = |args: &[&str]| {
+        let out = std::process::Command::new("find").arg(&tree).args(args).output().expect("run find");
+        assert!(out.status.success(), "find {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let mut lines: Vec<String> = String::from_utf8(out.stdout).expect("utf-8").lines().map(str::to_owned).collect();
+        lines.sort();
+        lines
+    };
+
+    let before = scrape(&metrics);
+    assert_eq!(find(&["-name", "*.txt"]).len(), dirs * files);
+    let given = value(&scrape(&metrics), NAMES_ONLY) - value(&before, NAMES_ONLY);
+    assert_eq!(given, (dirs * files) as f64, "find -name: every file as a name only");
+
+    let before = scrape(&metrics);
+    let mut expected: Vec<String> = (0..dirs)
+        .flat_map(|d| (0..files).map(move |f| (d, f)))
+        .map(|(d, f)| format!("{} {tree}/d{d:02}/f{f}.txt", d * files + f))
+        .collect();
+    expected.sort();
+    assert_eq!(find(&["-type", "f", "-printf", "%s %p\n"]), expected, "stat of every file");
+    let lookups = value(&scrape(&metrics), LOOKUPS) - value(&before, LOOKUPS);
+    assert!(lookups <= (2 * files + dirs + 5) as f64, "{lookups} LOOKUPs for {} files", dirs * files);
 }

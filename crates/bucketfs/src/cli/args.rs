@@ -257,6 +257,11 @@ pub struct MountArgs {
     /// each directory then costs its own LIST (see docs/SEMANTICS.md, "Listings").
     #[arg(long)]
     pub no_flat_listing: bool,
+    /// Send every listed entry with its attributes, also to walks that only want names
+    /// (by default, over io_uring, a `find -name` gets its files as names only, and the
+    /// kernel builds no inode for them; see docs/SEMANTICS.md, "FUSE transport").
+    #[arg(long)]
+    pub whole_listings: bool,
     /// Do not ask MinIO for objects' metadata in listings (its `metadata=true` extension,
     /// used when the server says it is MinIO); stored attributes then cost a HEAD per
     /// file, as on other servers.

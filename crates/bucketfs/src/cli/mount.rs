@@ -155,6 +155,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     let ring_wanted = ring_wanted(args.fuse_transport)?;
     let passthrough_wanted = args.cache.is_some() && !args.no_passthrough;
     let mut adapter = FuseAdapter::new(fs.clone(), runtime.handle().clone(), passthrough_wanted, ring_wanted)
+        .with_names_only(!args.whole_listings)
         .with_log_level(Box::new(move |level| log_level.set(level)))
         .with_status(Box::new(move || state.report()));
     if let Some(indexes) = &indexes {

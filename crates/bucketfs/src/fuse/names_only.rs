@@ -17,11 +17,15 @@
 //!   a walk goes into them), at most [`PROBE_ENTRIES`] in all until it has listed more
 //!   than [`CONFIRMING_LISTINGS`] directories, without limit after that;
 //! - a LOOKUP of a file in a directory last given names only marks the thread that was
-//!   given them as one that uses its entries: whole entries for it from then on.
+//!   given them as one that uses its entries: whole entries for it from then on;
+//! - that LOOKUP also drops the listings the kernel keeps of every directory given names
+//!   only (with `--index` it keeps them: FOPEN_CACHE_DIR), so the next program to list
+//!   them asks again and gets what its own rule says, not names left by another.
 //!
 //! So `du`, `ls -lR` or `rsync` pay at most [`PROBE_ENTRIES`] LOOKUPs more than with
-//! whole entries, and a walker that does not stat pays none. State is bounded: the
-//! [`CALLERS`] most recent threads and the [`DIRS`] directories last given names only.
+//! whole entries (a few more after a `find` of the same tree), and a walker that does not
+//! stat pays none. State is bounded: the [`CALLERS`] most recent threads and the [`DIRS`]
+//! directories last given names only.
 
 use std::num::NonZeroUsize;
 
@@ -36,8 +40,9 @@ pub const PROBE_ENTRIES: u64 = 256;
 pub const CONFIRMING_LISTINGS: u32 = 8;
 /// Callers remembered (threads that listed a directory recently).
 const CALLERS: usize = 1024;
-/// Directories remembered as last given names only, and to whom.
-const DIRS: usize = 4096;
+/// Directories remembered as last given names only, and to whom (one whose memory is
+/// lost keeps its names-only listing in the kernel until the kernel drops it).
+const DIRS: usize = 8192;
 
 /// What one caller (a thread) has shown.
 #[derive(Default)]
@@ -58,19 +63,30 @@ struct State {
 
 pub struct NamesOnly {
     state: Mutex<State>,
+    /// Off (`--whole-listings`): every entry goes whole.
+    off: bool,
 }
 
 impl Default for NamesOnly {
     fn default() -> Self {
         let size = |n| NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN);
-        Self { state: Mutex::new(State { callers: LruCache::new(size(CALLERS)), given_in: LruCache::new(size(DIRS)) }) }
+        let state = State { callers: LruCache::new(size(CALLERS)), given_in: LruCache::new(size(DIRS)) };
+        Self { state: Mutex::new(state), off: false }
     }
 }
 
 impl NamesOnly {
+    /// Never names only: every entry whole.
+    pub fn never() -> Self {
+        Self { off: true, ..Self::default() }
+    }
+
     /// How many of the files in this READDIRPLUS answer of `dir` to `caller` may go as
     /// names only; `starts_listing`: the answer is the listing's first (offset 0).
     pub fn allowance(&self, caller: u32, starts_listing: bool) -> u64 {
+        if self.off {
+            return 0;
+        }
         let mut state = self.state.lock();
         let record = state.callers.get_or_insert_mut(caller, Caller::default);
         if starts_listing {
@@ -98,13 +114,19 @@ impl NamesOnly {
     }
 
     /// The kernel looked up a file (not a directory) in `dir`: if `dir` was last given as
-    /// names only, its caller uses what it lists.
-    pub fn looked_up_file_in(&self, dir: u64) {
+    /// names only, its caller uses what it lists, and the directories given names only
+    /// so far are returned (forgotten here) for the kernel to drop its listings of them.
+    pub fn looked_up_file_in(&self, dir: u64) -> Vec<u64> {
         let mut state = self.state.lock();
-        let Some(&caller) = state.given_in.peek(&dir) else { return };
+        let Some(&caller) = state.given_in.peek(&dir) else { return Vec::new() };
         if let Some(record) = state.callers.get_mut(&caller) {
             record.uses_entries = true;
         }
+        let mut dirs = Vec::with_capacity(state.given_in.len());
+        while let Some((dir, _)) = state.given_in.pop_lru() {
+            dirs.push(dir);
+        }
+        dirs
     }
 }
 
@@ -144,9 +166,12 @@ mod tests {
         let shapes = NamesOnly::default();
         list(&shapes, 7, 10, 5, 100);
         assert_eq!(list(&shapes, 7, 11, 5, 100), 5);
-        shapes.looked_up_file_in(10);
-        assert_eq!(list(&shapes, 7, 12, 5, 100), 5, "10 was given whole: the lookup says nothing");
-        shapes.looked_up_file_in(12);
+        assert!(shapes.looked_up_file_in(10).is_empty(), "10 was given whole: the lookup says nothing");
+        assert_eq!(list(&shapes, 7, 12, 5, 100), 5);
+        let mut dropped = shapes.looked_up_file_in(12);
+        dropped.sort();
+        assert_eq!(dropped, [11, 12], "every directory given names only, for the kernel to drop");
+        assert!(shapes.looked_up_file_in(11).is_empty(), "and forgotten here");
         for dir in 13..30 {
             assert_eq!(list(&shapes, 7, dir, 5, 100), 0, "du, from its first lookup on");
         }
@@ -161,6 +186,14 @@ mod tests {
             assert_eq!(list(&shapes, 7, dir, 10_000, 200), 0, "the probe is spent");
         }
         assert_eq!(list(&shapes, 7, 100, 10_000, 200), 10_000, "a walk that looked nothing up");
+    }
+
+    #[test]
+    fn never_gives_names_only() {
+        let shapes = NamesOnly::never();
+        for dir in 0..20 {
+            assert_eq!(list(&shapes, 7, dir, 10, 100), 0);
+        }
     }
 
     #[test]
@@ -197,13 +230,16 @@ mod tests {
         #[test]
         fn names_only_entries_follow_the_rule(steps in proptest::collection::vec(step(), 1..60)) {
             let shapes = NamesOnly::default();
-            // Model: per caller (listings, given, uses_entries); per listing (dir, caller, given).
+            // Model: per caller (listings, given, uses_entries); the directories given
+            // names only since the last drop, and to whom.
             let mut callers = std::collections::HashMap::<u32, (u32, u64, bool)>::new();
-            let mut listings: Vec<(u64, u32, u64)> = Vec::new();
+            let mut given_in = std::collections::BTreeMap::<u64, u32>::new();
+            let mut listings = 0;
             for step in steps {
                 match step {
                     Step::List { caller, files, per_answer } => {
-                        let dir = listings.len() as u64 + 1;
+                        listings += 1;
+                        let dir = listings;
                         let before = callers.get(&caller).copied().unwrap_or_default();
                         let given = list(&shapes, caller, dir, files, per_answer);
                         let listed = before.0 + 1;
@@ -215,19 +251,25 @@ mod tests {
                             prop_assert_eq!(given, files.min(PROBE_ENTRIES.saturating_sub(before.1)));
                         }
                         callers.insert(caller, (listed, before.1 + given, before.2));
-                        listings.push((dir, caller, given));
+                        if given > 0 {
+                            given_in.insert(dir, caller);
+                        }
                     }
                     Step::LookUp { listing } => {
-                        let Some(&(dir, _, _)) = listings.get(listing) else { continue };
-                        shapes.looked_up_file_in(dir);
-                        // The caller last given names only of that directory (each
-                        // directory is listed once here) is marked.
-                        if let Some(&(_, caller, given)) = listings.iter().find(|(d, ..)| *d == dir) {
-                            if given > 0 {
-                                if let Some(model) = callers.get_mut(&caller) {
+                        let dir = listing as u64 + 1;
+                        let mut dropped = shapes.looked_up_file_in(dir);
+                        dropped.sort();
+                        // A directory given names only since the last drop: its caller is
+                        // marked, and every such directory is handed back to be dropped.
+                        match given_in.get(&dir) {
+                            Some(caller) => {
+                                if let Some(model) = callers.get_mut(caller) {
                                     model.2 = true;
                                 }
+                                prop_assert_eq!(dropped, given_in.keys().copied().collect::<Vec<_>>());
+                                given_in.clear();
                             }
+                            None => prop_assert!(dropped.is_empty()),
                         }
                     }
                 }

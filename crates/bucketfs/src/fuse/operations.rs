@@ -107,6 +107,13 @@ impl FuseAdapter {
         self
     }
 
+    /// Whether walks that only want names may get their files as names only (see
+    /// [`names_only`](super::names_only)); on unless `--whole-listings`.
+    pub fn with_names_only(mut self, on: bool) -> Self {
+        self.names_only = Arc::new(if on { NamesOnly::default() } else { NamesOnly::never() });
+        self
+    }
+
     /// Lets root or the daemon's own user change the log level through [`LOG_LEVEL`].
     pub fn with_log_level(mut self, set: SetLogLevel) -> Self {
         self.set_log_level = Some(set);
@@ -314,14 +321,23 @@ impl FuseAdapter {
     pub fn lookup(&self, req: &Requester, parent: u64, name: &OsStr, reply: impl EntryAnswer) {
         let span = request_span("lookup", parent, req);
         let name = name.to_owned();
-        let names_only = self.names_only.clone();
+        let (names_only, notifier) = (self.names_only.clone(), self.notifier.clone());
         self.spawn(span, move |fs| async move {
             let result = async { fs.lookup(parent, existing_name(&name)?).await }.await;
             match result {
                 // Fs::lookup counted the reference the reply hands over.
                 Ok(attr) => {
                     if attr.kind != fuser::FileType::Directory {
-                        names_only.looked_up_file_in(parent);
+                        // Before the answer, so that the program looking up goes on to
+                        // directories the kernel no longer keeps as names only. This
+                        // takes no directory lock (the kernel holds the parent's while
+                        // it waits for the answer), only the listings' pages.
+                        for dir in names_only.looked_up_file_in(parent) {
+                            if let Some(notifier) = notifier.get() {
+                                // ENOENT: the kernel forgot it meanwhile; nothing to drop.
+                                let _ = notifier.inval_inode(INodeNo(dir), 0, 0);
+                            }
+                        }
                     }
                     reply.entry(&fs.ttl(), &attr)
                 }
