@@ -7,7 +7,7 @@
 //! that building is about a fifth of its time. An entry with node id 0 hands `getdents`
 //! the name, type and inode number and nothing else (the kernel's
 //! `fuse_direntplus_link` skips it); using such a name later costs a LOOKUP, answered
-//! from memory, five or six times what its inode would have cost.
+//! from memory, about six times what its inode would have cost (25 µs against 4 here).
 //!
 //! The caller cannot say which it is, so we watch what it does, per thread (FUSE names
 //! callers by thread; a thread id reused later only inherits a guess):
@@ -81,8 +81,8 @@ impl NamesOnly {
         Self { off: true, ..Self::default() }
     }
 
-    /// How many of the files in this READDIRPLUS answer of `dir` to `caller` may go as
-    /// names only; `starts_listing`: the answer is the listing's first (offset 0).
+    /// How many of the files in this READDIRPLUS answer to `caller` may go as names
+    /// only; `starts_listing`: the answer is its listing's first (offset 0).
     pub fn allowance(&self, caller: u32, starts_listing: bool) -> u64 {
         if self.off {
             return 0;
