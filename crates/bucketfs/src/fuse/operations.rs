@@ -95,7 +95,7 @@ impl FuseAdapter {
             without_opendir: OnceLock::new(),
             set_id_bits_are_ours: AtomicBool::new(false),
             kept_listings: None,
-            names_only: Arc::default(),
+            names_only: Arc::new(NamesOnly::never()),
         }
     }
 
@@ -108,8 +108,11 @@ impl FuseAdapter {
     }
 
     /// Whether walks that only want names may get their files as names only (see
-    /// [`names_only`](super::names_only)); on unless `--whole-listings`.
+    /// [`names_only`](super::names_only); off until this says so): on unless
+    /// `--whole-listings`, and only where
+    /// requests may come over io_uring (fuser's answers cannot send names only).
     pub fn with_names_only(mut self, on: bool) -> Self {
+        let on = on && self.ring_wanted;
         self.names_only = Arc::new(if on { NamesOnly::default() } else { NamesOnly::never() });
         self
     }
@@ -322,6 +325,8 @@ impl FuseAdapter {
         let span = request_span("lookup", parent, req);
         let name = name.to_owned();
         let (names_only, notifier) = (self.names_only.clone(), self.notifier.clone());
+        // Only an indexed mount's listings are kept by the kernel (FOPEN_CACHE_DIR).
+        let kernel_keeps_listings = self.kept_listings.is_some();
         self.spawn(span, move |fs| async move {
             let result = async { fs.lookup(parent, existing_name(&name)?).await }.await;
             match result {
@@ -331,9 +336,11 @@ impl FuseAdapter {
                         // Before the answer, so that the program looking up goes on to
                         // directories the kernel no longer keeps as names only. This
                         // takes no directory lock (the kernel holds the parent's while
-                        // it waits for the answer), only the listings' pages.
-                        for dir in names_only.looked_up_file_in(parent) {
-                            if let Some(notifier) = notifier.get() {
+                        // it waits for the answer), only the listings' pages: one write
+                        // to /dev/fuse per directory, for each directory once.
+                        let given = names_only.looked_up_file_in(parent);
+                        if let (true, Some(notifier)) = (kernel_keeps_listings, notifier.get()) {
+                            for dir in given {
                                 // ENOENT: the kernel forgot it meanwhile; nothing to drop.
                                 let _ = notifier.inval_inode(INodeNo(dir), 0, 0);
                             }

@@ -634,24 +634,22 @@ impl DirBuffer {
     /// Adds a `struct fuse_direntplus` (the entry, then the dirent); the same answer as
     /// [`DirBuffer::add`].
     pub fn add_plus(&mut self, offset: u64, name: &OsStr, ttl: Duration, attr: &FileAttr) -> bool {
-        let record = dirent_size(name);
-        if self.bytes.len() + ENTRY_OUT_SIZE + record > self.max {
-            return true;
-        }
-        self.bytes.extend_from_slice(&entry_out(attr, ttl, ttl));
-        self.push_dirent(attr.ino.0, offset, attr.kind, name, record);
-        false
+        self.push_plus(&entry_out(attr, ttl, ttl), offset, name, attr)
     }
 
     /// Adds a `struct fuse_direntplus` whose entry is all zeros (node id 0: the kernel
     /// makes no inode of it and hands `getdents` the dirent alone); the same answer as
     /// [`DirBuffer::add`].
     pub fn add_plus_name_only(&mut self, offset: u64, name: &OsStr, attr: &FileAttr) -> bool {
+        self.push_plus(&[0; ENTRY_OUT_SIZE], offset, name, attr)
+    }
+
+    fn push_plus(&mut self, entry: &[u8; ENTRY_OUT_SIZE], offset: u64, name: &OsStr, attr: &FileAttr) -> bool {
         let record = dirent_size(name);
         if self.bytes.len() + ENTRY_OUT_SIZE + record > self.max {
             return true;
         }
-        self.bytes.resize(self.bytes.len() + ENTRY_OUT_SIZE, 0);
+        self.bytes.extend_from_slice(entry);
         self.push_dirent(attr.ino.0, offset, attr.kind, name, record);
         false
     }
