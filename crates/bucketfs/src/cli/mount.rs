@@ -147,7 +147,13 @@ pub fn run(args: MountArgs) -> Result<()> {
     let fsname = sources.iter().map(SourceSpec::describe).collect::<Vec<_>>().join(",");
     let state = MountState::new(fs.clone(), memory, fsname.clone(), stores);
     runtime.spawn(state.clone().tick_every_second());
-    runtime.spawn(refresh_on_sighup(indexes.clone()));
+    // Listened for before the mount shows: a SIGHUP sent as soon as it does must not meet
+    // the default action (ending the daemon) while a spawned task has yet to start.
+    let hangups = {
+        let _in_runtime = runtime.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+    };
+    runtime.spawn(refresh_on_sighup(hangups, indexes.clone()));
     if let Some(indexes) = &indexes {
         runtime.spawn(indexes.clone().refresh_periodically());
         runtime.spawn(indexes.clone().fetch_attributes_in_background());
@@ -282,9 +288,8 @@ fn namespace(args: &MountArgs, sources: Vec<Source>) -> Namespace {
 /// Without `--index` there is nothing to reload, and the signal is only logged: its
 /// default action would kill the daemon and leave a dead mount behind (a terminal that
 /// closes on a foreground mount, a `kill -HUP` meant as "reload").
-async fn refresh_on_sighup(indexes: Option<Arc<Indexes>>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+async fn refresh_on_sighup(hangups: std::io::Result<tokio::signal::unix::Signal>, indexes: Option<Arc<Indexes>>) {
+    let Ok(mut hangups) = hangups else {
         tracing::warn!("cannot listen for SIGHUP");
         return;
     };
