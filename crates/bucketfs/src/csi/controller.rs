@@ -103,6 +103,7 @@ impl Controller for ControllerService {
         let mark = Metadata {
             user: [(CAPACITY_METADATA.to_owned(), capacity.to_string())].into(),
             content_type: Some("application/x-directory".to_owned()),
+            ..Metadata::default()
         };
         match store.put(&claim.prefix, Bytes::new(), &mark, true).await {
             Ok(_) => tracing::info!(volume_id = claim.id(), capacity, "created"),

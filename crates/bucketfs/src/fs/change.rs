@@ -244,9 +244,10 @@ impl Fs {
         }
     }
 
-    /// The metadata stored for `node` (fetched if only a listing is known).
+    /// The metadata stored for `node`, whole (fetched if only a listing is known), for a
+    /// rewrite that must keep all of it.
     pub(super) async fn stored_metadata(&self, node: Node) -> Result<Metadata, FsError> {
-        let node = self.namespace.with_metadata(node).await?;
+        let node = self.namespace.with_whole_metadata(node).await?;
         Ok(node.metadata.as_deref().cloned().unwrap_or_default())
     }
 

@@ -18,6 +18,8 @@ mod dir_markers;
 mod dirs;
 pub mod error;
 mod handles;
+#[cfg(test)]
+mod model_test;
 mod rename;
 mod small_ahead;
 mod write_back;

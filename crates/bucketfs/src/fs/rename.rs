@@ -50,7 +50,7 @@ impl Fs {
                 Err(FsError::CrossDevice("a different bucket or prefix"))
             }
             (Location::File { .. }, Some(true)) => Err(FsError::IsDir),
-            (Location::File { key, .. }, _) => self.rename_file(&node, key, from, to, to_key).await,
+            (Location::File { key, .. }, _) => self.rename_file(&node, key, from, to, to_key, target.as_ref()).await,
             (Location::Dir { .. }, Some(false)) => Err(FsError::NotDir),
             (Location::Dir { prefix, .. }, _) => {
                 if let Some(target) = &target {
@@ -70,6 +70,7 @@ impl Fs {
         from: (Ino, &str),
         to: (Ino, &str),
         to_key: String,
+        replaced: Option<&Node>,
     ) -> Result<(), FsError> {
         let writers = self.writers_of(node.ino);
         // Some(old key holds an object to delete) if the file is not stored yet.
@@ -121,8 +122,25 @@ impl Fs {
             self.same_content(node.ino, node.etag.as_deref(), etag.as_deref());
             self.namespace.set_metadata(node.ino, Arc::new(metadata), Some(etag));
         }
+        if let Some(replaced) = replaced {
+            self.discard_replaced(replaced).await;
+        }
         self.namespace.rename_entry(from, to, key, &to_key);
         Ok(())
+    }
+
+    /// `replaced` was renamed over, as good as unlinked: what is still being written to
+    /// it goes nowhere (its close must neither store it over the file renamed there nor
+    /// fail), and `fstat` of a descriptor still open shows it with no link, as `unlink`
+    /// leaves it.
+    async fn discard_replaced(&self, replaced: &Node) {
+        for writer in &self.writers_of(replaced.ino) {
+            writer.output.discard().await;
+        }
+        if self.is_open(replaced.ino) {
+            let attr = fuser::FileAttr { nlink: 0, ..self.attr(replaced) };
+            self.unlinked.lock().insert(replaced.ino, attr);
+        }
     }
 
     async fn rename_dir(
@@ -194,7 +212,9 @@ impl Fs {
         let mut listed = Vec::new();
         let mut token = None;
         loop {
-            let page = store.list_recursive(prefix, token, true).await?;
+            // Bare: each object's HEAD below gives its whole metadata, which a listing
+            // with metadata does not (MinIO's has no Expires: see `Metadata::listed`).
+            let page = store.list_recursive(prefix, token, false).await?;
             listed.extend(page.objects);
             token = page.next_token;
             if token.is_none() {
@@ -202,7 +222,7 @@ impl Fs {
             }
         }
         let keys: Vec<String> = listed.iter().map(|object| object.key.clone()).collect();
-        // Each object's metadata is read as it is copied, unless the listing carried it.
+        // Each object's metadata is read as it is copied, unless the listing carried all of it.
         let journal = self.journal();
         let copies: Vec<_> = listed
             .into_iter()
@@ -211,9 +231,9 @@ impl Fs {
                 let to_key = format!("{to_prefix}{}", &object.key[prefix.len()..]);
                 async move {
                     let key = object.key.clone();
-                    let info = match object.metadata {
-                        Some(_) => object,
-                        None => store.head(&key).await?,
+                    let info = match &object.metadata {
+                        Some(metadata) if !metadata.listed => object,
+                        _ => store.head(&key).await?,
                     };
                     let metadata = info.metadata.as_deref().cloned().unwrap_or_default();
                     let etag = if key.ends_with('/') && info.size == 0 {
@@ -269,7 +289,7 @@ impl Fs {
     /// `Ok` if the directory `node` holds nothing (its own marker aside).
     pub(super) async fn check_empty_dir(&self, node: &Node) -> Result<(), FsError> {
         let Location::Dir { source, prefix } = &node.location else { return Err(FsError::NotDir) };
-        if self.namespace.has_pending_children(node.ino) {
+        if self.namespace.has_children_made_here(node.ino) {
             return Err(FsError::NotEmpty);
         }
         if self.namespace.listed_empty(node.ino) {

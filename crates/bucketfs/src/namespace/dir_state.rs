@@ -1,7 +1,15 @@
 //! Everything the namespace knows about its directories, as one structure behind one
 //! lock: the inode table, names known to be missing, files being written (pending),
-//! complete listings and recent pages, and the per-directory counters that decide when
-//! to list or batch.
+//! names created here lately, complete listings and recent pages, and the per-directory
+//! counters that decide when to list or batch.
+//!
+//! **What this mount did wins over what a LIST said.** A LIST is an answer from the
+//! moment it was sent: a file created or removed through this mount while it was on its
+//! way (or that a store whose listings lag has not caught up with) is not in it. So a
+//! listing is never kept as it came: [`DirState::remember_listing`] adds the names being
+//! written and those created here within the TTL, and leaves out those removed here.
+//! (Kept as they came, `find` right after `tar x` missed a fifth of the files until the
+//! listing expired, and a LOOKUP answered ENOENT for a directory `tar` had just made.)
 //!
 //! One lock, not one per map: operations such as "this entry is gone" touch several of
 //! them at once (table, listing, pending names, missing names), and separate locks taken
@@ -27,11 +35,16 @@ pub(super) const MAX_CACHED_LISTING: usize = 100_000;
 const MAX_KEPT_LISTING_NAMES: usize = 2_000_000;
 #[cfg(not(test))]
 const MAX_MISSING_NAMES: usize = 100_000;
+/// Most names created here kept at once (see [`CreatedHere`]).
+#[cfg(not(test))]
+const MAX_CREATED_NAMES: usize = 100_000;
 // Small in unit tests, so that they reach them.
 #[cfg(test)]
 const MAX_KEPT_LISTING_NAMES: usize = 1_000;
 #[cfg(test)]
 const MAX_MISSING_NAMES: usize = 100;
+#[cfg(test)]
+const MAX_CREATED_NAMES: usize = 100;
 
 /// Names of a directory listed at one time, sorted, trusted until `until`.
 struct CachedListing {
@@ -115,6 +128,77 @@ struct Missing {
     removed_here: bool,
 }
 
+/// Names this mount created in each directory (or renamed into it) within the TTL, and
+/// until when. Every listing of the directory shows them, whatever the store's LIST said
+/// (see the module's doc). At most [`MAX_CREATED_NAMES`]: when names must go before
+/// their time, a listing sent before that moment is not kept (it could lack them).
+#[derive(Default)]
+struct CreatedHere {
+    by_dir: HashMap<Ino, HashMap<String, Instant>>,
+    /// Names in all of `by_dir`.
+    names: usize,
+    /// When names were last dropped before their time.
+    dropped_early_at: Option<Instant>,
+}
+
+impl CreatedHere {
+    fn insert(&mut self, dir: Ino, name: &str, until: Instant, now: Instant) {
+        if self.names >= MAX_CREATED_NAMES {
+            self.retain_fresh(now);
+        }
+        if self.names >= MAX_CREATED_NAMES {
+            // Rare (that many files made within one TTL): start again, and distrust the
+            // listings that were on their way.
+            self.by_dir.clear();
+            self.names = 0;
+            self.dropped_early_at = Some(now);
+        }
+        if self.by_dir.entry(dir).or_default().insert(name.to_owned(), until).is_none() {
+            self.names += 1;
+        }
+    }
+
+    fn remove(&mut self, dir: Ino, name: &str) {
+        let Some(names) = self.by_dir.get_mut(&dir) else { return };
+        if names.remove(name).is_some() {
+            self.names -= 1;
+        }
+        if names.is_empty() {
+            self.by_dir.remove(&dir);
+        }
+    }
+
+    fn contains(&self, dir: Ino, name: &str, now: Instant) -> bool {
+        self.by_dir.get(&dir).and_then(|names| names.get(name)).is_some_and(|until| *until > now)
+    }
+
+    /// The names created in `dir` that are still to be shown.
+    fn names_in(&self, dir: Ino, now: Instant) -> impl Iterator<Item = &String> {
+        self.by_dir.get(&dir).into_iter().flatten().filter(move |(_, until)| **until > now).map(|(name, _)| name)
+    }
+
+    /// Whether a listing whose LIST was sent at `sent` shows, with these names added,
+    /// everything this mount created: not if names went early since.
+    fn complete_since(&self, sent: Instant) -> bool {
+        self.dropped_early_at.is_none_or(|dropped| sent > dropped)
+    }
+
+    fn forget_dir(&mut self, dir: Ino) {
+        if let Some(names) = self.by_dir.remove(&dir) {
+            self.names -= names.len();
+        }
+    }
+
+    fn retain_fresh(&mut self, now: Instant) {
+        self.by_dir.retain(|_, names| {
+            names.retain(|_, until| *until > now);
+            !names.is_empty()
+        });
+        self.names = self.by_dir.values().map(HashMap::len).sum();
+        shrink_if_mostly_empty(&mut self.by_dir);
+    }
+}
+
 /// What a per-directory counter counts.
 #[derive(Clone, Copy)]
 pub(super) enum Counted {
@@ -131,6 +215,11 @@ pub(super) struct DirState {
     /// Files created here whose upload has not finished: not in any LIST yet, but shown
     /// in their directory (read-your-writes). Directory inode → names.
     pending: HashMap<Ino, BTreeSet<String>>,
+    /// Names created here within the TTL, shown by every listing (see the module's doc).
+    created: CreatedHere,
+    /// How long what the store says is trusted (`--metadata-ttl`), and so how long names
+    /// created here are shown whatever a listing says.
+    ttl: Duration,
     /// Complete listings of directories, by directory inode.
     listings: KeptListings,
     /// The page most recently listed of each directory still being listed: programs
@@ -146,11 +235,13 @@ pub(super) struct DirState {
 }
 
 impl DirState {
-    pub fn new(inodes: InodeTable) -> Self {
+    pub fn new(inodes: InodeTable, ttl: Duration) -> Self {
         Self {
             inodes,
             missing: hashbrown::HashMap::new(),
             pending: HashMap::new(),
+            created: CreatedHere::default(),
+            ttl,
             listings: KeptListings::default(),
             recent_pages: HashMap::new(),
             counters: HashMap::new(),
@@ -174,7 +265,12 @@ impl DirState {
     }
 
     /// (parent, name) is missing until `until`; `removed_here` if this mount removed it.
+    /// A store's answer that it is missing does not count for a name this mount created
+    /// within the TTL: the question was sent before the name was stored.
     pub fn mark_missing(&mut self, parent: Ino, name: &str, until: Instant, removed_here: bool) {
+        if !removed_here && self.created.contains(parent, name, Instant::now()) {
+            return;
+        }
         if self.missing.len() >= MAX_MISSING_NAMES {
             // The quarter that expires soonest goes (amortized: once per quarter filled).
             let mut expiries: Vec<Instant> = self.missing.values().map(|missing| missing.until).collect();
@@ -222,8 +318,19 @@ impl DirState {
             .or_else(|| self.recent_pages.get(&dir).filter(|p| p.until > now).map(|p| p.names.clone()))
     }
 
+    /// Keeps `names`, what a listing of `dir` from the store found, as `dir`'s complete
+    /// listing until `until` (its LIST was sent a TTL before): with what this mount did
+    /// that the LIST may not show (see the module's doc), so that it is complete.
     pub fn remember_listing(&mut self, dir: Ino, until: Instant, mut names: Vec<String>) {
+        let now = Instant::now();
+        let sent = until.checked_sub(self.ttl).unwrap_or(until);
+        if !self.created.complete_since(sent) {
+            return;
+        }
+        names.retain(|name| !self.removed_here(dir, name, now));
+        names.extend(self.shown_whatever_listed(dir));
         names.sort_unstable();
+        names.dedup();
         self.listings.insert(dir, CachedListing { until, names: Arc::new(names) });
         self.recent_pages.remove(&dir);
     }
@@ -253,22 +360,32 @@ impl DirState {
         self.reads.get(&dir).is_some_and(|at| now.duration_since(*at) <= ttl)
     }
 
-    pub fn pending_names(&self, dir: Ino) -> BTreeSet<String> {
-        self.pending.get(&dir).cloned().unwrap_or_default()
+    /// The names of `dir` shown whatever a listing of the store says: files being
+    /// written, directories whose marker is not stored yet, and what this mount created
+    /// within the TTL.
+    pub fn shown_whatever_listed(&self, dir: Ino) -> BTreeSet<String> {
+        let mut names = self.pending.get(&dir).cloned().unwrap_or_default();
+        names.extend(self.created.names_in(dir, Instant::now()).cloned());
+        names
     }
 
-    pub fn has_pending(&self, dir: Ino) -> bool {
+    /// Whether `dir` holds a name of [`DirState::shown_whatever_listed`].
+    pub fn has_children_made_here(&self, dir: Ino) -> bool {
         self.pending.get(&dir).is_some_and(|names| !names.is_empty())
+            || self.created.names_in(dir, Instant::now()).next().is_some()
     }
 
     fn remove_pending(&mut self, dir: Ino, name: &str) -> bool {
         self.pending.get_mut(&dir).is_some_and(|names| names.remove(name))
     }
 
-    /// `ino` is no longer being written: its name comes from listings again.
+    /// `ino` is no longer being written: its name comes from listings again, once a TTL
+    /// has passed (a LIST sent before its upload ended, answered after, lacks it).
     pub fn settled(&mut self, ino: Ino) {
         if let Some((parent, name)) = self.inodes.get(ino).map(Node::parent_and_name) {
-            self.remove_pending(parent, &name);
+            if self.remove_pending(parent, &name) {
+                self.note_created(parent, &name);
+            }
         }
     }
 
@@ -300,10 +417,19 @@ impl DirState {
     ) -> Node {
         self.missing.remove(&ChildName(parent, name));
         self.update_listing(parent, name, true);
+        self.note_created(parent, name);
         if pending {
             self.pending.entry(parent).or_default().insert(name.to_owned());
         }
         self.inodes.upsert(parent, name, location, attributes)
+    }
+
+    /// `name` was created in `dir` (or renamed into it) through this mount.
+    fn note_created(&mut self, dir: Ino, name: &str) {
+        let now = Instant::now();
+        if let Some(until) = now.checked_add(self.ttl).filter(|until| *until > now) {
+            self.created.insert(dir, name, until, now);
+        }
     }
 
     /// An entry of directory `dir` was created, removed or renamed: its mtime and ctime
@@ -343,6 +469,7 @@ impl DirState {
             self.listings.remove(ino);
         }
         self.remove_pending(parent, name);
+        self.created.remove(parent, name);
         self.mark_missing(parent, name, missing_until, true);
     }
 
@@ -363,6 +490,7 @@ impl DirState {
             self.forget_dir(ino);
         }
         self.missing.retain(|_, missing| missing.until > now);
+        self.created.retain_fresh(now);
         self.listings.retain_fresh(now);
         self.recent_pages.retain(|_, page| page.until > now);
         self.counters.retain(|_, (_, since)| now.duration_since(*since) <= ttl);
@@ -378,6 +506,7 @@ impl DirState {
 
     fn forget_dir(&mut self, ino: Ino) {
         self.listings.remove(ino);
+        self.created.forget_dir(ino);
         self.recent_pages.remove(&ino);
         self.reads.remove(&ino);
         self.subtree_jobs.forget_dir(ino);
@@ -409,6 +538,8 @@ impl DirState {
         if self.remove_pending(from.0, from.1) {
             self.pending.entry(to.0).or_default().insert(to.1.to_owned());
         }
+        self.created.remove(from.0, from.1);
+        self.note_created(to.0, to.1);
         self.missing.remove(&ChildName(to.0, to.1));
         self.mark_missing(from.0, from.1, missing_until, true);
     }
@@ -421,7 +552,10 @@ mod tests {
     use super::*;
 
     fn state() -> DirState {
-        DirState::new(InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()))
+        DirState::new(
+            InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()),
+            Duration::from_secs(5),
+        )
     }
 
     /// With a long TTL nothing expires, yet missing names stay under their bound, and the

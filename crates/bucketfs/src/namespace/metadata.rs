@@ -72,6 +72,16 @@ impl Namespace {
         }
     }
 
+    /// `node` with its whole stored metadata, for a rewrite of it: what a listing
+    /// carried may leave headers out (see `Metadata::listed`), so then it is asked again.
+    pub async fn with_whole_metadata(&self, mut node: Node) -> Result<Node, NamespaceError> {
+        if node.metadata.as_ref().is_some_and(|metadata| !metadata.listed) {
+            return Ok(node);
+        }
+        self.fetch_metadata(node.ino, &node.location.clone()).await?.apply_to(&mut node);
+        Ok(node)
+    }
+
     /// A batch of files' metadata from one listing, where the store lists metadata
     /// (MinIO): the page of `node`'s directory that starts at `node`, up to 1,000 files,
     /// enters the table for one LIST instead of a HEAD each (`ls -l` of 5,000 files: 5

@@ -148,7 +148,7 @@ impl Namespace {
         }
         Self {
             sources,
-            state: Arc::new(Mutex::new(DirState::new(inodes))),
+            state: Arc::new(Mutex::new(DirState::new(inodes, ttl))),
             small_objects: SmallObjects::new(SMALL_OBJECTS_BUDGET, ttl),
             ttl,
             mounted_at,
@@ -414,7 +414,7 @@ impl Namespace {
                 // A walk got this far: a flat listing running over it may list further.
                 state.subtree_jobs.note_reached(*source, prefix);
             }
-            (state.pending_names(dir), state.fresh_listing(dir, now).map(|names| (names, 0)))
+            (state.shown_whatever_listed(dir), state.fresh_listing(dir, now).map(|names| (names, 0)))
         };
         Ok(DirStream {
             dir,
@@ -693,9 +693,10 @@ impl Namespace {
         HeldDir { state: self.state.clone(), dir, ttl: self.ttl }
     }
 
-    /// Whether files are being written directly in directory `dir`.
-    pub fn has_pending_children(&self, dir: Ino) -> bool {
-        self.state.lock().has_pending(dir)
+    /// Whether directory `dir` holds an entry this mount made, whatever a listing of the
+    /// store says: a file being written, or an entry created within the TTL and still there.
+    pub fn has_children_made_here(&self, dir: Ino) -> bool {
+        self.state.lock().has_children_made_here(dir)
     }
 
     /// Whether `dir` was listed whole within the TTL and every name of that listing has

@@ -244,10 +244,13 @@ impl Job {
                     }
                 }
             }
-            let page = {
+            // Trusted for a TTL from when the LIST was sent: what changed after that
+            // through this mount is added when kept (`DirState::remember_listing`).
+            let (sent, page) = {
                 let Ok(_permit) = lists.acquire().await else { break };
-                let with_metadata = self.state.lock().subtree_jobs.metadata_wanted(Instant::now());
-                self.store.list_recursive(&self.prefix, token.take(), with_metadata).await
+                let sent = Instant::now();
+                let with_metadata = self.state.lock().subtree_jobs.metadata_wanted(sent);
+                (sent, self.store.list_recursive(&self.prefix, token.take(), with_metadata).await)
             };
             let page = match page {
                 Ok(page) => page,
@@ -262,7 +265,7 @@ impl Job {
             {
                 let mut state = self.state.lock();
                 let mut sink = IntoDirState { state: &mut state, source: self.source, mounted_at: self.mounted_at };
-                filler.push(&mut sink, &page.objects, Instant::now() + self.ttl);
+                filler.push(&mut sink, &page.objects, sent + self.ttl);
                 if last_page {
                     filler.finish(&mut sink);
                 }
@@ -479,7 +482,11 @@ impl FilledDirs for IntoDirState<'_> {
             return;
         }
         let mut names = Vec::with_capacity(entries.len());
+        let now = Instant::now();
         for (name, kind) in entries {
+            if self.state.removed_here(dir, &name, now) {
+                continue; // the LIST was sent before this mount removed it, or lags
+            }
             if let EntryKind::File(info) = kind {
                 let location = Location::File { source: self.source, key: info.key.clone() };
                 self.state.enter_found(dir, &name, location, Attributes::file(info, Some(valid_until)));
@@ -547,7 +554,7 @@ mod tests {
             keys in prop::collection::btree_set(key_strategy(), 0..40),
             page_size in 1usize..7,
         ) {
-            let mut state = DirState::new(InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()));
+            let mut state = DirState::new(InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()), Duration::from_secs(60));
             let mut filler = SubtreeFiller::new(ROOT_INO, String::new());
             let mut sink = sink(&mut state);
             let objects: Vec<ObjectInfo> = keys.iter().map(|k| info(k)).collect();
@@ -567,8 +574,10 @@ mod tests {
     /// one without a marker needs no HEAD for its attributes, one with a marker does.
     #[test]
     fn directories_complete_as_the_listing_passes_them() {
-        let mut state =
-            DirState::new(InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()));
+        let mut state = DirState::new(
+            InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()),
+            Duration::from_secs(60),
+        );
         let mut filler = SubtreeFiller::new(ROOT_INO, String::new());
         let until = Instant::now() + Duration::from_secs(60);
         filler.push(&mut sink(&mut state), &[info("a/1"), info("a/2"), info("b/"), info("b/x")], until);
@@ -580,7 +589,8 @@ mod tests {
         // A marker listed with its metadata (MinIO's listing extension) needs no HEAD.
         let stored = Arc::new(crate::store::Metadata {
             user: [("mode".to_owned(), "16832".to_owned())].into(),
-            content_type: None,
+            listed: true,
+            ..crate::store::Metadata::default()
         });
         let listed_marker = ObjectInfo { metadata: Some(stored.clone()), ..info("c/") };
         filler.push(&mut sink(&mut state), &[listed_marker, info("c/x"), info("d")], until);

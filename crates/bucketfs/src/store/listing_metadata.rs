@@ -27,7 +27,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 use super::server_kind::ServerKind;
-use super::{Metadata, SharedMetadata};
+use super::{Metadata, SharedMetadata, KEPT_HEADERS};
 
 /// Interceptor of one ListObjectsV2 call: notes the server's kind, adds `metadata=true`
 /// when asked to, and keeps the body of the answer for [`parse`].
@@ -116,7 +116,7 @@ pub fn parse(body: &[u8]) -> Result<Vec<(String, Arc<Metadata>)>, XmlDecodeError
             if field.start_el().matches("Key") {
                 key = Some(try_data(&mut field)?.into_owned());
             } else if field.start_el().matches("UserMetadata") {
-                let mut stored = Metadata::default();
+                let mut stored = Metadata { listed: true, ..Metadata::default() };
                 while let Some(mut header) = field.next_tag() {
                     let name = header.start_el().local().to_ascii_lowercase();
                     let value = try_data(&mut header)?.into_owned();
@@ -124,6 +124,8 @@ pub fn parse(body: &[u8]) -> Result<Vec<(String, Arc<Metadata>)>, XmlDecodeError
                         stored.user.insert(user.to_owned(), value);
                     } else if name == "content-type" {
                         stored.content_type = Some(value);
+                    } else if KEPT_HEADERS.contains(&name.as_str()) {
+                        stored.headers.insert(name, value);
                     }
                 }
                 metadata = Some(shared.share(Arc::new(stored)));

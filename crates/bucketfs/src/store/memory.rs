@@ -49,6 +49,11 @@ pub struct MemoryStore {
     pub away: std::sync::atomic::AtomicBool,
     /// LISTs (of either kind) that are still to time out, one each, before LISTs answer.
     pub lists_timing_out: AtomicUsize,
+    /// While set, LISTs answer from this copy of the objects, taken by
+    /// [`MemoryStore::freeze_listings`]: a store whose listings lag behind its writes and
+    /// deletes (as SeaweedFS's do), or a LIST sent before the changes made while it was
+    /// on its way.
+    frozen_listing: Mutex<Option<Arc<BTreeMap<String, Stored>>>>,
 }
 
 impl MemoryStore {
@@ -70,6 +75,11 @@ impl MemoryStore {
         let etag = Self::info(key, &stored).etag;
         self.objects.lock().insert(key.to_owned(), stored);
         etag
+    }
+
+    /// Every key stored now, in order.
+    pub fn list_keys(&self) -> Vec<String> {
+        self.objects.lock().keys().cloned().collect()
     }
 
     /// The metadata `key` was last written with.
@@ -116,8 +126,36 @@ impl MemoryStore {
         }
     }
 
+    /// From now on LISTs show the objects as they are now, until [`Self::thaw_listings`].
+    pub fn freeze_listings(&self) {
+        let now = Arc::new(self.objects.lock().clone());
+        *self.frozen_listing.lock() = Some(now);
+    }
+
+    /// LISTs show the objects as they are again.
+    pub fn thaw_listings(&self) {
+        *self.frozen_listing.lock() = None;
+    }
+
+    /// `list` over what LISTs show: the objects, or the copy frozen earlier.
+    fn with_listed<R>(&self, list: impl FnOnce(&BTreeMap<String, Stored>) -> R) -> R {
+        let frozen = self.frozen_listing.lock().clone();
+        match frozen {
+            Some(frozen) => list(&frozen),
+            None => list(&self.objects.lock()),
+        }
+    }
+
     pub fn list_sync(&self, prefix: &str, token: Option<String>, max_keys: usize) -> ListPage {
-        let objects = self.objects.lock();
+        self.with_listed(|objects| Self::list_delimited(objects, prefix, token, max_keys))
+    }
+
+    fn list_delimited(
+        objects: &BTreeMap<String, Stored>,
+        prefix: &str,
+        token: Option<String>,
+        max_keys: usize,
+    ) -> ListPage {
         let mut page = ListPage::default();
         let mut count = 0;
         let mut last_item: Option<String> = None;
@@ -193,20 +231,21 @@ impl ObjectStore for MemoryStore {
         self.lists.fetch_add(1, Ordering::Relaxed);
         self.list_answering()?;
         const PAGE: usize = 1000;
-        let objects = self.objects.lock();
         let after = token.unwrap_or_default();
-        let mut page = ListPage::default();
-        for (key, stored) in objects.range(prefix.to_owned()..).filter(|(k, _)| k.as_str() > after.as_str()) {
-            if !key.starts_with(prefix) {
-                break;
+        Ok(self.with_listed(|objects| {
+            let mut page = ListPage::default();
+            for (key, stored) in objects.range(prefix.to_owned()..).filter(|(k, _)| k.as_str() > after.as_str()) {
+                if !key.starts_with(prefix) {
+                    break;
+                }
+                if page.objects.len() == PAGE {
+                    page.next_token = page.objects.last().map(|o| o.key.clone());
+                    break;
+                }
+                page.objects.push(ObjectInfo { metadata: None, ..Self::info(key, stored) });
             }
-            if page.objects.len() == PAGE {
-                page.next_token = page.objects.last().map(|o| o.key.clone());
-                break;
-            }
-            page.objects.push(ObjectInfo { metadata: None, ..Self::info(key, stored) });
-        }
-        Ok(page)
+            page
+        }))
     }
 
     async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError> {

@@ -50,12 +50,37 @@ pub struct ObjectInfo {
     pub metadata: Option<Arc<Metadata>>,
 }
 
-/// An object's user metadata (`x-amz-meta-NAME`, stored under `NAME` in lower case) and
-/// content type: what is kept when bucketfs rewrites an object's metadata.
+/// An object's user metadata (`x-amz-meta-NAME`, stored under `NAME` in lower case),
+/// content type and the other standard headers of [`KEPT_HEADERS`]: what is kept when
+/// bucketfs rewrites an object's metadata (`chmod`, `touch`, a rename's copy), since a
+/// bucket that also serves a website or a CDN depends on them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Metadata {
     pub user: BTreeMap<String, String>,
     pub content_type: Option<String>,
+    /// Headers of [`KEPT_HEADERS`] the object has, by lower-case name.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Read from a listing, which may leave some of [`KEPT_HEADERS`] out (MinIO lists no
+    /// `Expires`): a rewrite asks the object's HEAD first.
+    #[serde(default)]
+    pub listed: bool,
+    /// The object's tags as a query (`a=b&c=d`), where a write must set them itself: a
+    /// copy in parts (a single CopyObject keeps the source's tags without being told).
+    #[serde(default)]
+    pub tagging: Option<String>,
+}
+
+/// Standard headers stored with an object that a rewrite of its metadata keeps, by
+/// lower-case name (`Content-Type` is [`Metadata::content_type`]).
+pub const KEPT_HEADERS: [&str; 5] =
+    ["cache-control", "content-disposition", "content-encoding", "content-language", "expires"];
+
+impl Metadata {
+    /// The value of header `name` (one of [`KEPT_HEADERS`]), if the object has it.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers.get(name).cloned()
+    }
 }
 
 /// Gives equal [`Metadata`] one shared copy: objects written by other tools mostly carry
@@ -314,6 +339,12 @@ pub trait ObjectStore: Send + Sync + 'static {
 
     /// `CreateMultipartUpload`; returns the upload id.
     async fn start_upload(&self, key: &str, metadata: &Metadata) -> Result<String, StoreError>;
+
+    /// The tags of `key` as a query (`a=b&c=d`, see [`Metadata::tagging`]); `None` where
+    /// it has none, or the store keeps none.
+    async fn tagging(&self, _key: &str) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
 
     /// `CopyObject` (server side, up to 5 GiB) of `source` to `key` with `metadata` in
     /// place of the source's; `source` may be `key` itself. With `if_match`, fails with

@@ -32,7 +32,7 @@ use super::request_window::{RequestWindow, WindowReport};
 use super::server_kind::{ServerKind, Support};
 use super::{
     version_to_restore, BodySink, ListPage, Metadata, ObjectInfo, ObjectStore, OpenUpload, StoreError, VersionInfo,
-    MAX_VERSIONS_LISTED,
+    KEPT_HEADERS, MAX_VERSIONS_LISTED,
 };
 
 /// How to reach one bucket. Each source of a mount has its own.
@@ -384,15 +384,59 @@ fn decode_key(encoded: &str) -> String {
     percent_decode_str(&spaces).decode_utf8().map(|s| s.into_owned()).unwrap_or_else(|_| encoded.to_owned())
 }
 
-/// The metadata headers of a HEAD or GET response (names lower-cased).
+/// The metadata headers of a HEAD or GET response (names lower-cased): its user
+/// metadata, content type, and the values of [`KEPT_HEADERS`] in that order.
 fn stored_metadata(
     user: Option<&std::collections::HashMap<String, String>>,
     content_type: Option<&str>,
+    kept: [Option<&str>; KEPT_HEADERS.len()],
 ) -> Arc<Metadata> {
     Arc::new(Metadata {
         user: user.into_iter().flatten().map(|(name, value)| (name.to_ascii_lowercase(), value.clone())).collect(),
         content_type: content_type.map(str::to_owned),
+        headers: KEPT_HEADERS
+            .iter()
+            .zip(kept)
+            .filter_map(|(name, value)| Some(((*name).to_owned(), value?.to_owned())))
+            .collect(),
+        listed: false,
+        tagging: None,
     })
+}
+
+/// The values of [`KEPT_HEADERS`], in order, in a HEAD or GET response.
+macro_rules! kept_headers_of {
+    ($response:expr) => {
+        [
+            $response.cache_control(),
+            $response.content_disposition(),
+            $response.content_encoding(),
+            $response.content_language(),
+            $response.expires_string(),
+        ]
+    };
+}
+
+/// Sets on a PUT, CreateMultipartUpload or CopyObject request the headers of `metadata`
+/// that bucketfs keeps ([`KEPT_HEADERS`]) besides user metadata and content type.
+macro_rules! with_kept_headers {
+    ($request:expr, $metadata:expr) => {
+        $request
+            .set_cache_control($metadata.header("cache-control"))
+            .set_content_disposition($metadata.header("content-disposition"))
+            .set_content_encoding($metadata.header("content-encoding"))
+            .set_content_language($metadata.header("content-language"))
+            .set_expires($metadata.header("expires").as_deref().and_then(http_date))
+    };
+}
+
+/// An `Expires` value (an HTTP date) as the SDK sends it; `None`, with a warning, for
+/// one that is not a date (S3 keeps such a value, but the SDK can only send dates).
+fn http_date(value: &str) -> Option<aws_sdk_s3::primitives::DateTime> {
+    use aws_sdk_s3::primitives::{DateTime, DateTimeFormat};
+    DateTime::from_str(value, DateTimeFormat::HttpDate)
+        .inspect_err(|_| tracing::warn!(value, "an Expires header that is not a date is not kept"))
+        .ok()
 }
 
 fn to_system_time(t: Option<&aws_sdk_s3::primitives::DateTime>) -> SystemTime {
@@ -479,8 +523,33 @@ impl S3Store {
             size: response.content_length().unwrap_or(0).max(0) as u64,
             mtime: to_system_time(response.last_modified()),
             etag: response.e_tag().map(str::to_owned),
-            metadata: Some(stored_metadata(response.metadata(), response.content_type())),
+            metadata: Some(stored_metadata(response.metadata(), response.content_type(), kept_headers_of!(response))),
         })
+    }
+
+    async fn tagging_once(&self, key: &str) -> Result<Option<String>, StoreError> {
+        tracing::debug!(bucket = %self.bucket, key, "s3 GET-TAGGING");
+        let response = self
+            .client
+            .get_object_tagging()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| self.map_key_error(key, e))?;
+        let tags: Vec<String> = response
+            .tag_set()
+            .iter()
+            .map(|tag| {
+                let (name, value) = (tag.key(), tag.value());
+                format!(
+                    "{}={}",
+                    utf8_percent_encode(name, NON_ALPHANUMERIC),
+                    utf8_percent_encode(value, NON_ALPHANUMERIC)
+                )
+            })
+            .collect();
+        Ok((!tags.is_empty()).then(|| tags.join("&")))
     }
 
     async fn head_with_body_once(&self, key: &str, limit: u64) -> Result<(ObjectInfo, Bytes), StoreError> {
@@ -504,7 +573,7 @@ impl S3Store {
             size,
             mtime: to_system_time(response.last_modified()),
             etag: response.e_tag().map(str::to_owned),
-            metadata: Some(stored_metadata(response.metadata(), response.content_type())),
+            metadata: Some(stored_metadata(response.metadata(), response.content_type(), kept_headers_of!(response))),
         };
         let body = response
             .body
@@ -590,9 +659,7 @@ impl S3Store {
         tracing::debug!(bucket = %self.bucket, key, len = data.len(), create_only, "s3 PUT");
         crate::metrics::s3_bytes_sent(data.len() as u64);
         let small = data.len() <= SIGNED_PUT_LIMIT;
-        let request = self
-            .client
-            .put_object()
+        let request = with_kept_headers!(self.client.put_object(), metadata)
             .bucket(&self.bucket)
             .key(key)
             .set_metadata(user_metadata(metadata))
@@ -613,11 +680,10 @@ impl S3Store {
 
     async fn start_upload_once(&self, key: &str, metadata: &Metadata) -> Result<String, StoreError> {
         tracing::debug!(bucket = %self.bucket, key, "s3 CREATE-MULTIPART");
-        let response = self
-            .client
-            .create_multipart_upload()
+        let response = with_kept_headers!(self.client.create_multipart_upload(), metadata)
             .bucket(&self.bucket)
             .key(key)
+            .set_tagging(metadata.tagging.clone())
             .set_metadata(user_metadata(metadata))
             .set_content_type(metadata.content_type.clone())
             .send()
@@ -669,9 +735,7 @@ impl S3Store {
         metadata: &Metadata,
     ) -> Result<Option<String>, StoreError> {
         tracing::debug!(bucket = %self.bucket, source, key, "s3 {what}");
-        let response = self
-            .client
-            .copy_object()
+        let response = with_kept_headers!(self.client.copy_object(), metadata)
             .bucket(&self.bucket)
             .key(key)
             .copy_source(self.copy_source(source))
@@ -1020,6 +1084,10 @@ impl ObjectStore for S3Store {
 
     async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError> {
         self.retrying("HEAD", key, || self.head_once(key)).await
+    }
+
+    async fn tagging(&self, key: &str) -> Result<Option<String>, StoreError> {
+        self.retrying("GET-TAGGING", key, || self.tagging_once(key)).await
     }
 
     async fn head_with_body(&self, key: &str, limit: u64) -> Result<(ObjectInfo, Bytes), StoreError> {

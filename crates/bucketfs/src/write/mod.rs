@@ -937,7 +937,16 @@ async fn copy_object_in_parts_above(
         return store.copy(source, key, etag, metadata).await;
     }
     let part_size = COPY_PART.min(single_copy_limit).max(size.div_ceil(MAX_PARTS)).max(1);
-    let upload = MultipartUpload::start(store, journal, key, metadata).await?;
+    // A copy in parts is a new upload: the source's tags go with it only if it is told.
+    let mut metadata = metadata.clone();
+    metadata.tagging = match store.tagging(source).await {
+        Ok(tagging) => tagging,
+        Err(error) => {
+            tracing::warn!(source, key, "the tags of the object are not copied: {error}");
+            None
+        }
+    };
+    let upload = MultipartUpload::start(store, journal, key, &metadata).await?;
     let parts = copy_as_parts(&upload, source, etag, 0..size, part_size, 1).await;
     upload.finish_with(async { parts }, false).await
 }

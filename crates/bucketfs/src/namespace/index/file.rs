@@ -24,7 +24,7 @@ use super::tree::SourceIndex;
 
 const MAGIC: &[u8; 8] = b"BFSINDEX";
 /// Raise on any change of the body's layout (`SourceIndex` and what it holds).
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 #[derive(Serialize)]
 struct SavedRef<'a> {
