@@ -439,3 +439,116 @@ fn open_readers_survive_metadata_changes() {
         assert_ne!(head(&b, "f").etag, etag_before, "the rewrite gave the object a new ETag");
     }
 }
+
+/// What a web server or CDN reads from an object that bucketfs does not own: its
+/// standard headers, foreign user metadata and tags, as `(name, value)` pairs.
+fn foreign_headers(bucket: &str, key: &str) -> Vec<(String, String)> {
+    let out = block_on(s3().head_object().bucket(bucket).key(key).send()).expect("head");
+    let mut found = vec![
+        ("cache-control".to_owned(), out.cache_control().unwrap_or_default().to_owned()),
+        ("content-disposition".to_owned(), out.content_disposition().unwrap_or_default().to_owned()),
+        ("content-encoding".to_owned(), out.content_encoding().unwrap_or_default().to_owned()),
+        ("content-language".to_owned(), out.content_language().unwrap_or_default().to_owned()),
+        ("content-type".to_owned(), out.content_type().unwrap_or_default().to_owned()),
+        ("expires".to_owned(), out.expires_string().unwrap_or_default().to_owned()),
+    ];
+    let team = out.metadata().and_then(|m| m.get("owner-team")).cloned().unwrap_or_default();
+    found.push(("x-amz-meta-owner-team".to_owned(), team));
+    let tags = block_on(s3().get_object_tagging().bucket(bucket).key(key).send()).expect("tagging");
+    for tag in tags.tag_set() {
+        found.push((format!("tag {}", tag.key()), tag.value().to_owned()));
+    }
+    found
+}
+
+/// Every rewrite of an object's metadata through the mount (`chmod`, `chown`, `touch`,
+/// `setfattr`, a rename's copy) keeps the headers and metadata bucketfs does not own:
+/// Cache-Control, Content-Disposition, Content-Encoding, Content-Language, Expires,
+/// Content-Type, foreign user metadata and tags. Also where the mount knew the object
+/// from a listing only (MinIO lists no Expires), and after a remount.
+#[test]
+fn rewrites_keep_headers_bucketfs_does_not_own() {
+    let b = create_bucket("attrs-headers");
+    let expires = aws_sdk_s3::primitives::DateTime::from_secs(1_922_371_200); // 2030-12-01
+    let listed_keys: Vec<String> = (0..10).map(|i| format!("listed/g{i}")).collect();
+    for key in ["f", "dir/page"].into_iter().chain(listed_keys.iter().map(String::as_str)) {
+        let request = s3()
+            .put_object()
+            .bucket(&b)
+            .key(key)
+            .body(b"web page".to_vec().into())
+            .cache_control("max-age=60")
+            .content_disposition("attachment; filename=\"page.txt\"")
+            .content_encoding("identity")
+            .content_language("de")
+            .content_type("text/plain")
+            .expires(expires)
+            .metadata("owner-team", "web")
+            .tagging("team=web&tier=public");
+        block_on(request.send()).expect("put with headers");
+    }
+    let want = foreign_headers(&b, "f");
+    assert!(want.iter().all(|(_, value)| !value.is_empty()), "every header stored at first: {want:?}");
+    assert_eq!(want.len(), 9, "two tags: {want:?}");
+
+    let m = MountBuilder::new().bucket(&b).mount();
+    let file = m.join("f");
+    let steps: [(&str, &dyn Fn()); 4] = [
+        ("chmod 600", &|| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod")),
+        ("chown", &|| std::os::unix::fs::chown(&file, Some(1234), Some(1234)).expect("chown")),
+        ("touch", &|| {
+            std::fs::File::options().write(true).open(&file).expect("open").set_modified(at(1_000_000)).expect("touch")
+        }),
+        ("setfattr", &|| xattr_set(&file, "user.note", b"kept", 0).expect("setfattr")),
+    ];
+    for (what, step) in steps {
+        step();
+        assert_eq!(foreign_headers(&b, "f"), want, "after {what}");
+    }
+    std::fs::rename(&file, m.join("moved")).expect("rename");
+    assert_eq!(foreign_headers(&b, "moved"), want, "after a rename");
+    std::fs::rename(m.join("dir"), m.join("dir2")).expect("rename of a directory");
+    assert_eq!(foreign_headers(&b, "dir2/page"), want, "after a rename of its directory");
+
+    // `ls -l` of a directory takes most files' stored attributes from a listing with
+    // metadata (MinIO's), which carries no Expires: a chmod after it must still keep it.
+    run(Command::new("ls").arg("-l").arg(m.join("listed")));
+    for key in &listed_keys {
+        std::fs::set_permissions(m.join(key), std::fs::Permissions::from_mode(0o640)).expect("chmod");
+        assert_eq!(foreign_headers(&b, key), want, "after ls -l and chmod of {key}");
+    }
+    drop(m);
+
+    let m = MountBuilder::new().bucket(&b).mount();
+    std::fs::set_permissions(m.join("moved"), std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    assert_eq!(foreign_headers(&b, "moved"), want, "after a remount and chmod");
+    assert_eq!(std::fs::read(m.join("moved")).expect("read"), b"web page");
+}
+
+/// An object copied in parts (past the single-copy limit, here lowered to 5 MiB) keeps
+/// its headers, user metadata and tags too: a multipart copy is a new upload, which is
+/// told them.
+#[test]
+fn a_copy_in_parts_keeps_headers_and_tags() {
+    let b = create_bucket("attrs-headers-parts");
+    let data = vec![7u8; 6 * MIB];
+    let request = s3()
+        .put_object()
+        .bucket(&b)
+        .key("big")
+        .body(data.clone().into())
+        .cache_control("no-cache")
+        .content_language("fr")
+        .content_type("application/x-big")
+        .expires(aws_sdk_s3::primitives::DateTime::from_secs(1_922_371_200))
+        .metadata("owner-team", "data")
+        .tagging("team=data");
+    block_on(request.send()).expect("put");
+    let want = foreign_headers(&b, "big");
+    let m = MountBuilder::new().bucket(&b).env("BUCKETFS_TEST_SINGLE_COPY_LIMIT", &(5 * MIB).to_string()).mount();
+    std::fs::set_permissions(m.join("big"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    assert_eq!(foreign_headers(&b, "big"), want, "after chmod (a copy in parts)");
+    std::fs::rename(m.join("big"), m.join("moved")).expect("rename");
+    assert_eq!(foreign_headers(&b, "moved"), want, "after a rename (a copy in parts)");
+    assert_eq!(std::fs::read(m.join("moved")).expect("read"), data);
+}

@@ -53,6 +53,7 @@ mod odd_keys;
 mod outage;
 mod permissions;
 mod posix;
+mod programs;
 mod read;
 mod readonly;
 mod rename;
