@@ -10,7 +10,7 @@ use super::dir_markers::store_marker;
 use super::error::FsError;
 use super::{content_type, Fs, Reader, RENAME_CONCURRENCY};
 use crate::namespace::{Copied, Ino, Location, NamespaceError, Node};
-use crate::write::write_back::Amendment;
+use crate::write::write_back::{Amendment, RenamedOver};
 use crate::write::{copy_object, Renamed};
 
 impl Fs {
@@ -73,15 +73,21 @@ impl Fs {
         replaced: Option<&Node>,
     ) -> Result<(), FsError> {
         let writers = self.writers_of(node.ino);
+        // What a replay after a crash finds at the new name if the rename is all that
+        // happened: the object replaced (stored: `rename` settled it), or nothing.
+        let over = match replaced.and_then(|target| self.namespace.node(target.ino).ok()) {
+            Some(target) => target.etag.map(RenamedOver::Object),
+            None => Some(RenamedOver::Nothing),
+        };
         // Some(old key holds an object to delete) if the file is not stored yet.
         let mut pending: Option<bool> = None;
         for writer in &writers {
             if let Renamed::Pending { old_key_holds } = writer.output.rename(to_key.clone()).await {
                 pending = Some(pending.unwrap_or(false) | old_key_holds);
                 // Closed with --write-back, its upload not started: a replay after a
-                // crash must store it under the new name too.
+                // crash must store it under the new name too, in place of what is there.
                 if let Some(record) = writer.write_back_record.lock().clone() {
-                    record.amend(Amendment { key: Some(to_key.clone()), ..Amendment::default() });
+                    record.amend(Amendment { key: Some(to_key.clone()), over: over.clone(), ..Amendment::default() });
                 }
             }
         }
@@ -183,6 +189,13 @@ impl Fs {
                 return Err(error);
             }
         };
+        for (writer, _) in &redirected {
+            // A replay after a crash stores it at its new key too: below a new name, or
+            // an empty directory's, where nothing is.
+            if let Some(record) = writer.write_back_record.lock().clone() {
+                record.amend(Amendment::renamed(writer.output.key(), RenamedOver::Nothing));
+            }
+        }
         for (writer, old_key) in stored_writers {
             if let Some(copy) = copied.iter().find(|c| c.from == old_key) {
                 writer.output.relocated(copy.to.clone(), copy.etag.clone()).await;

@@ -712,14 +712,50 @@ fn a_file_removed_right_after_close_is_never_sent() {
 /// file under its final name with its new mode, as the write-back log noted them.
 #[test]
 fn a_file_renamed_before_its_upload_is_stored_under_its_final_name_after_a_kill() {
-    let b = create_bucket("wb-rsync-kill");
+    let (b, data, keys) = rsync_then_kill("wb-rsync-kill", None, None);
+    assert!(get(&b, "f") == data, "stored under its final name");
+    assert_eq!(stored_metadata(&b, "f").get("mode").map(String::as_str), Some("33184"), "with its new mode");
+    assert!(!keys.iter().any(|k| k.contains("XyZ123")), "never under its temporary name: {keys:?}");
+    assert_eq!(keys.len(), 33, "{keys:?}");
+}
+
+/// The same over an existing file (what rsync and every editor do): the next mount
+/// replaces the object the rename replaced, with no conflict copy; but where another
+/// client wrote the file after the kill, its object stays and ours is the conflict copy.
+#[test]
+fn a_file_renamed_over_another_before_its_upload_replaces_it_after_a_kill() {
+    let old = b"the old bytes".to_vec();
+    let (b, data, keys) = rsync_then_kill("wb-rsync-over", Some(&old), None);
+    assert!(get(&b, "f") == data, "the new bytes replace the old ones");
+    assert_eq!(stored_metadata(&b, "f").get("mode").map(String::as_str), Some("33184"), "with its new mode");
+    assert!(!keys.iter().any(|k| k.contains("conflict") || k.contains("XyZ123")), "{keys:?}");
+    assert_eq!(keys.len(), 33, "{keys:?}");
+
+    let theirs = b"another client's bytes, written after the kill".to_vec();
+    let (b, data, keys) = rsync_then_kill("wb-rsync-over-theirs", Some(&old), Some(&theirs));
+    assert_eq!(get(&b, "f"), theirs, "another client's newer object stays");
+    let conflicts: Vec<&String> = keys.iter().filter(|k| k.starts_with("f.conflict-")).collect();
+    assert_eq!(conflicts.len(), 1, "{keys:?}");
+    assert!(get(&b, conflicts[0]) == data, "ours is kept beside it");
+}
+
+/// A mount with `--write-back` whose 32 upload slots the network holds writes `f` as
+/// rsync does (a temporary file, chmod, rename over `f`; `f` holding `existing` first if
+/// given), and is killed (-9) before any upload ran; another client then writes `f`
+/// (`theirs`, if given), and a new mount replays the log. Returns the bucket, the bytes
+/// written as `f` and the keys after the replay.
+fn rsync_then_kill(bucket: &str, existing: Option<&[u8]>, theirs: Option<&[u8]>) -> (String, Vec<u8>, Vec<String>) {
+    let b = create_bucket(bucket);
+    if let Some(existing) = existing {
+        put(&b, "f", existing.to_vec());
+    }
     let (_cache, cache_dir) = temp_cache_dir();
     let proxy = ToxiProxy::to_minio();
     let args = ["--write-back", "--metadata-ttl", "60", "--cache-dir", &cache_dir];
     let m = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(args).mount();
     let held: Vec<String> = (0..32).map(|i| format!("held-{i:02}")).collect();
     for name in held.iter().chain(["f", ".f.XyZ123"].map(str::to_owned).iter()) {
-        assert!(std::fs::metadata(m.join(name)).is_err()); // looked up now, kept 60 s
+        let _ = std::fs::metadata(m.join(name)); // looked up now, kept 60 s
     }
     proxy.add("hang", Direction::Upstream, Toxic::Timeout { after_ms: 0 });
     for name in &held {
@@ -734,12 +770,16 @@ fn a_file_renamed_before_its_upload_is_stored_under_its_final_name_after_a_kill(
     });
     kill_daemon(m);
     proxy.remove("hang");
-    let _again = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(["--cache-dir", &cache_dir]).mount();
-    assert!(get(&b, "f") == data, "stored under its final name");
-    assert_eq!(stored_metadata(&b, "f").get("mode").map(String::as_str), Some("33184"), "with its new mode");
+    if let Some(existing) = existing {
+        assert_eq!(get(&b, "f"), existing, "nothing was stored before the kill");
+    }
+    if let Some(theirs) = theirs {
+        put(&b, "f", theirs.to_vec());
+    }
+    let again = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(["--cache-dir", &cache_dir]).mount();
+    drop(again);
     let keys = list_keys(&b, "");
-    assert!(!keys.iter().any(|k| k.contains("XyZ123")), "never under its temporary name: {keys:?}");
-    assert_eq!(keys.len(), held.len() + 1, "{keys:?}");
+    (b, data, keys)
 }
 
 /// A daemon that stops while another mount of its cache directory runs: here still

@@ -36,12 +36,16 @@ pub(super) enum Line {
 }
 
 /// What changed of a file closed and not stored yet: its name (a rename: it goes to `key`,
-/// over whatever is there, as the rename replaced it), its attributes (`metadata`), or
+/// in place of what the rename replaced there, `over`), its attributes (`metadata`), or
 /// its existence (`discarded`: unlinked).
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Amendment {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// What the rename to `key` replaced. Written with every `key` since this field
+    /// exists; a record amended by an earlier version has none (see [`Header::amend`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over: Option<RenamedOver>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Metadata>,
     /// Unlinked before it was stored: nothing is to be stored.
@@ -49,11 +53,27 @@ pub struct Amendment {
     pub discarded: bool,
 }
 
+/// What was at the new name of a rename of a file not stored yet: a replay stores the
+/// file there only if that is still so (else as a conflict), as for any other record.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum RenamedOver {
+    /// Nothing: the file is stored where the key is free.
+    Nothing,
+    /// The object of this ETag: the file replaces it, if it is still that version.
+    Object(String),
+}
+
 impl Amendment {
+    /// A rename to `key`, over what was there.
+    pub fn renamed(key: String, over: RenamedOver) -> Self {
+        Self { key: Some(key), over: Some(over), ..Self::default() }
+    }
+
     /// This amendment, then `later` over it.
     pub fn and(&mut self, later: Amendment) {
         if later.key.is_some() {
             self.key = later.key;
+            self.over = later.over;
         }
         if later.metadata.is_some() {
             self.metadata = later.metadata;
@@ -200,13 +220,19 @@ impl Header {
         self.len + self.data_file.as_ref().map_or(0, |data| data.len)
     }
 
-    /// The file changed before it was stored. Renamed, it goes to the new key over
-    /// whatever is there (as the rename replaced it), as the live upload does.
+    /// The file changed before it was stored. Renamed, it goes to the new key in place
+    /// of what the rename replaced there: where the key was free, create-only; over an
+    /// object, if it is still that version. (An amendment of an earlier version, which
+    /// did not say, leaves it to a replay's rule for an unknown version: a conflict copy
+    /// where an object is there.)
     pub(super) fn amend(&mut self, amendment: Amendment) {
         if let Some(key) = amendment.key {
             self.key = key;
-            self.create_only = false;
-            self.replaces = None;
+            (self.create_only, self.replaces) = match amendment.over {
+                Some(RenamedOver::Nothing) => (true, None),
+                Some(RenamedOver::Object(etag)) => (false, Some(etag)),
+                None => (false, None),
+            };
         }
         if let Some(metadata) = amendment.metadata {
             self.metadata = metadata;

@@ -54,7 +54,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::journal::{this_daemon, Journal};
 use crate::store::Metadata;
-pub use format::Amendment;
+pub use format::{Amendment, RenamedOver};
 use format::{DataFile, Header, Line};
 pub use replay::Replayed;
 use sync::Syncer;
@@ -762,6 +762,24 @@ mod tests {
         assert_eq!(log.discard_failed(&[]), ["other"]);
         assert_eq!(files(&log), ["D.0.log"]);
         assert_eq!(log.usage().0, 0);
+    }
+
+    /// A rename of a logged file over another says what it replaced: a replay then stores
+    /// the file over that version only (the rsync and editor pattern: a temporary file
+    /// renamed over the original), or where the key is free if the rename replaced
+    /// nothing. Before, such a record was replayed as a conflict copy beside the old bytes.
+    #[tokio::test]
+    async fn a_rename_over_an_object_is_recorded_as_replacing_that_version() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = WriteBackLog::open(dir.path(), 1 << 30, Duration::ZERO).expect("open");
+        let over_object = log.record("loc".into(), pending(".f.tmp", b"new bytes")).await.expect("f");
+        over_object.handle().amend(Amendment::renamed("f".into(), RenamedOver::Object("\"v1\"".into())));
+        let over_nothing = log.record("loc".into(), pending(".g.tmp", b"g")).await.expect("g");
+        over_nothing.handle().amend(Amendment::renamed("g".into(), RenamedOver::Nothing));
+        let records = format::parse(&std::fs::read(log.segment_path(0)).expect("log")).records;
+        let read: Vec<_> =
+            records.iter().map(|(h, _)| (h.key.as_str(), h.create_only, h.replaces.as_deref())).collect();
+        assert_eq!(read, [("f", false, Some("\"v1\"")), ("g", true, None)]);
     }
 
     /// A record amended before it was stored (renamed, then given new attributes, in
