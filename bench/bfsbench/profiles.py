@@ -43,6 +43,13 @@ class Profile:
     throttle_deadline: str = "100ms"  # MINIO_API_REQUESTS_DEADLINE (ignored by the MinIO installed)
     throttle_max_attempts: int = 50   # the reference's (s3direct --adaptive) attempts per request
     throttle_timeout: float = 900   # limit of one timed run (rclone: 183-245 s at quick size)
+    # W10 (issue 49): real programs, each in a fresh mount of an empty bucket (workloads/programs.py)
+    programs_tree_scale: float = 0.1     # the tree `tar xf` unpacks (0.1 = 7,100 files)
+    programs_git_commits: int = 20       # commits of the repository `git clone` copies...
+    programs_git_files: int = 20         # ... each adding this many files
+    programs_sqlite_transactions: int = 20
+    programs_sqlite_rows: int = 500      # rows inserted by each transaction
+    programs_rsync_files: int = 300      # files of the tree `rsync -a` copies
 
     def runs_for(self, workload: str) -> int:
         return self.runs_per_workload.get(workload, self.runs)
@@ -59,7 +66,9 @@ PROFILES = {
         rand_size=32 * MiB, rand_reads=30, rand_len=100, small_count=40, flat_count=200,
         flat_size=64, overhead_size=32 * MiB, timeout=60, fio_size=8 * MiB, fio_reads=20,
         cached_size=4 * MiB, cached_files=20, throttle_readers=4, throttle_writers=2,
-        throttle_size=MiB, throttle_timeout=300),
+        throttle_size=MiB, throttle_timeout=300, programs_tree_scale=0.001, programs_git_commits=3,
+        programs_git_files=5, programs_sqlite_transactions=2, programs_sqlite_rows=50,
+        programs_rsync_files=30),
     "quick": Profile(
         name="quick", runs=2, runs_per_workload={"randread": 3},
         large_size=GiB, large_count=2, multi_size=256 * MiB, tree_scale=0.01, rand_size=GiB,

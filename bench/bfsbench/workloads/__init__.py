@@ -1,17 +1,18 @@
 """The workload groups, in summary order: the six of issue 3, fio's job shapes (issue 18),
-reads from each tool's data cache on local disk, then readers and writers against a throttled
-store (issue 32)."""
+reads from each tool's data cache on local disk, readers and writers against a throttled store
+(issue 32), then real programs in a fresh mount (issue 49)."""
 
 from .cached_reads import CachedReads
 from .fio_reads import FioReads
 from .fuse_overhead import FuseOverhead
 from .large_files import LargeFiles
 from .metadata import Metadata
+from .programs import Programs
 from .random_reads import RandomReads
 from .small_files import SmallFiles
 from .throttled import Throttled
 from .tree import Tree
 
 ALL = [LargeFiles, Tree, RandomReads, SmallFiles, Metadata, FuseOverhead, FioReads, CachedReads,
-       Throttled]
+       Throttled, Programs]
 BY_NAME = {w.name: w for w in ALL}
