@@ -37,8 +37,8 @@ fn files_move_with_content_and_mode() {
 }
 
 /// A directory tree moves whole (markers, nested entries, attributes); the old names are
-/// gone from the mount and the bucket. MinIO's listing carries each object's metadata,
-/// so the copies need no HEAD (checked on MinIO only).
+/// gone from the mount and the bucket. Each object is HEADed once for its whole metadata
+/// (a listing's, even MinIO's, lacks Expires: see attributes::rewrites_keep_headers…).
 #[test]
 fn directories_move_recursively() {
     let b = create_bucket("mv-dirs");
@@ -59,10 +59,10 @@ fn directories_move_recursively() {
         .filter(|r| r.op == "HEAD" && r.key.starts_with("src/"))
         .map(|r| r.key.clone())
         .collect();
-    // Elsewhere listings carry no metadata: each copy HEADs its source first.
-    if !store_is_not_minio() {
-        assert!(heads.is_empty(), "moved objects were HEADed: {heads:?}");
-    }
+    let mut headed = heads.clone();
+    headed.sort();
+    headed.dedup();
+    assert!(heads.len() == headed.len() && heads.len() <= 5, "each moved object HEADed once at most: {heads:?}");
 
     assert_eq!(list_keys(&b, ""), ["dst/", "dst/a", "dst/sub/", "dst/sub/b", "dst/sub/deeper/c", "srcsibling"]);
     assert_eq!(get(&b, "dst/sub/deeper/c"), b"c");
