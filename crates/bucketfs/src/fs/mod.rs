@@ -1007,10 +1007,7 @@ impl Fs {
             }
         }
         // What `fstat` of a descriptor still open shows: taken before the entry goes.
-        let still_open = self.is_open(node.ino).then(|| FileAttr {
-            nlink: 0,
-            ..self.attr(&self.namespace.node(node.ino).unwrap_or_else(|_| node.clone()))
-        });
+        let still_open = self.attr_once_unlinked(&node);
         if unstored == Some(false) {
             self.namespace.remove_entry(parent, name);
         } else {
@@ -1021,6 +1018,14 @@ impl Fs {
         }
         self.namespace.touch_dir(parent);
         Ok(())
+    }
+
+    /// What `fstat` of a descriptor of `node` still open shows once its name is gone
+    /// (`unlink`, or a rename over it): a link count of 0 and the size written so far, as
+    /// on a local disk; `None` if no descriptor is open.
+    fn attr_once_unlinked(&self, node: &Node) -> Option<FileAttr> {
+        let current = self.namespace.node(node.ino).unwrap_or_else(|_| node.clone());
+        self.is_open(node.ino).then(|| FileAttr { nlink: 0, ..self.attr(&current) })
     }
 
     pub async fn rmdir(&self, parent: Ino, name: &str) -> Result<(), FsError> {

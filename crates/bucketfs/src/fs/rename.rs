@@ -75,9 +75,13 @@ impl Fs {
         let writers = self.writers_of(node.ino);
         // What a replay after a crash finds at the new name if the rename is all that
         // happened: the object replaced (stored: `rename` settled it), or nothing.
-        let over = match replaced.and_then(|target| self.namespace.node(target.ino).ok()) {
-            Some(target) => target.etag.map(RenamedOver::Object),
+        // (An ETag not known leaves it unsaid: a replay then makes a conflict copy.)
+        let over = match replaced {
             None => Some(RenamedOver::Nothing),
+            Some(target) => {
+                let etag = self.namespace.node(target.ino).map_or_else(|_| target.etag.clone(), |now| now.etag);
+                etag.map(RenamedOver::Object)
+            }
         };
         // Some(old key holds an object to delete) if the file is not stored yet.
         let mut pending: Option<bool> = None;
@@ -87,7 +91,7 @@ impl Fs {
                 // Closed with --write-back, its upload not started: a replay after a
                 // crash must store it under the new name too, in place of what is there.
                 if let Some(record) = writer.write_back_record.lock().clone() {
-                    record.amend(Amendment { key: Some(to_key.clone()), over: over.clone(), ..Amendment::default() });
+                    record.amend(Amendment::renamed(to_key.clone(), over.clone()));
                 }
             }
         }
@@ -143,8 +147,7 @@ impl Fs {
         for writer in &self.writers_of(replaced.ino) {
             writer.output.discard().await;
         }
-        if self.is_open(replaced.ino) {
-            let attr = fuser::FileAttr { nlink: 0, ..self.attr(replaced) };
+        if let Some(attr) = self.attr_once_unlinked(replaced) {
             self.unlinked.lock().insert(replaced.ino, attr);
         }
     }
@@ -189,13 +192,6 @@ impl Fs {
                 return Err(error);
             }
         };
-        for (writer, _) in &redirected {
-            // A replay after a crash stores it at its new key too: below a new name, or
-            // an empty directory's, where nothing is.
-            if let Some(record) = writer.write_back_record.lock().clone() {
-                record.amend(Amendment::renamed(writer.output.key(), RenamedOver::Nothing));
-            }
-        }
         for (writer, old_key) in stored_writers {
             if let Some(copy) = copied.iter().find(|c| c.from == old_key) {
                 writer.output.relocated(copy.to.clone(), copy.etag.clone()).await;

@@ -380,10 +380,11 @@ impl DirState {
     }
 
     /// `ino` is no longer being written: its name comes from listings again, once a TTL
-    /// has passed (a LIST sent before its upload ended, answered after, lacks it).
-    pub fn settled(&mut self, ino: Ino) {
+    /// has passed if it was `stored` (a LIST sent before its upload ended, answered
+    /// after, lacks it); at once if not (a replacement that failed leaves the object).
+    pub fn settled(&mut self, ino: Ino, stored: bool) {
         if let Some((parent, name)) = self.inodes.get(ino).map(Node::parent_and_name) {
-            if self.remove_pending(parent, &name) {
+            if self.remove_pending(parent, &name) && stored {
                 self.note_created(parent, &name);
             }
         }
@@ -402,7 +403,7 @@ impl DirState {
     pub fn release(&mut self, ino: Ino, valid_until: Instant) {
         let Some(node) = self.inodes.get_mut(ino) else { return };
         node.valid_until = Some(valid_until);
-        self.settled(ino);
+        self.settled(ino, true);
     }
 
     /// Enters an entry created (or being written) here: shown at once, in the cached
@@ -440,19 +441,24 @@ impl DirState {
         }
     }
 
-    /// Enters what the store says (parent, name) is.
+    /// Enters what the store says (parent, name) is, unless this mount made it.
     pub fn enter_found(&mut self, parent: Ino, name: &str, location: Location, attributes: Attributes) -> Node {
         self.missing.remove(&ChildName(parent, name));
-        if let Some(being_written) = self.pending_child(parent, name) {
-            return being_written; // what the store has is about to be replaced
+        if let Some(made) = self.made_here_child(parent, name) {
+            return made;
         }
         self.inodes.upsert(parent, name, location, attributes)
     }
 
-    /// The entry (parent, name) if it is a file being written here.
-    fn pending_child(&self, parent: Ino, name: &str) -> Option<Node> {
+    /// The entry (parent, name) as this mount made it, where the store's answer must not
+    /// replace it: a file being written (the store has what it will replace), or an entry
+    /// made here within the TTL whose attributes are still trusted (a LIST that lags
+    /// still shows what was there before: a directory removed, then a file of its name).
+    fn made_here_child(&self, parent: Ino, name: &str) -> Option<Node> {
+        let node = self.inodes.child(parent, name)?;
+        let now = Instant::now();
         let pending = self.pending.get(&parent).is_some_and(|names| names.contains(name));
-        pending.then(|| self.inodes.child(parent, name).cloned()).flatten()
+        (pending || (self.created.contains(parent, name, now) && node.fresh_at(now))).then(|| node.clone())
     }
 
     /// Remembers a page of `dir`'s listing (names, sorted) for metadata batches.
@@ -591,5 +597,51 @@ mod tests {
         assert!(state.fresh_listing(119, Instant::now()).is_some(), "the latest listing is kept");
         assert!(state.fresh_listing(100, Instant::now()).is_none(), "the soonest to expire went");
         assert!(state.listings.len() < 20);
+    }
+
+    fn file(state: &mut DirState, dir: Ino, name: &str) {
+        let attributes =
+            Attributes { size: 0, mtime: SystemTime::now(), etag: None, metadata: None, valid_until: None };
+        state.enter_created(dir, name, Location::File { source: 0, key: name.into() }, attributes, false);
+    }
+
+    /// A store's late answer that a name is missing (a HEAD sent before this mount made
+    /// it) does not hide the name; a removal here does.
+    #[test]
+    fn a_late_missing_answer_does_not_hide_a_name_made_here() {
+        let mut state = state();
+        let until = Instant::now() + Duration::from_secs(60);
+        file(&mut state, 1, "made");
+        state.mark_missing(1, "made", until, false);
+        assert!(!state.known_missing(1, "made", Instant::now()), "made here within the TTL");
+        state.remove_entry(1, "made", until);
+        assert!(state.known_missing(1, "made", Instant::now()), "removed here");
+        state.mark_missing(1, "other", until, false);
+        assert!(state.known_missing(1, "other", Instant::now()), "not made here: as the store says");
+    }
+
+    /// A listing gets the names made here and loses those removed here, whatever its LIST
+    /// said; once names made here had to be dropped before their time (more than the
+    /// bound within one TTL), a listing sent before that is not kept at all.
+    #[test]
+    fn a_kept_listing_is_what_the_mount_made_of_it() {
+        let mut state = state();
+        let until = Instant::now() + Duration::from_secs(5); // sent now
+        file(&mut state, 1, "made");
+        file(&mut state, 1, "gone");
+        state.remove_entry(1, "gone", until);
+        state.remember_listing(1, until, vec!["gone".into(), "stored".into()]);
+        let names = state.fresh_listing(1, Instant::now()).expect("kept");
+        assert_eq!(*names, ["made", "stored"]);
+
+        let sent_before = Instant::now() + Duration::from_secs(5);
+        std::thread::sleep(Duration::from_millis(2));
+        for i in 0..=MAX_CREATED_NAMES {
+            file(&mut state, 2, &format!("f{i}"));
+        }
+        state.remember_listing(3, sent_before, vec!["x".into()]);
+        assert!(state.fresh_listing(3, Instant::now()).is_none(), "sent before names went early");
+        state.remember_listing(3, Instant::now() + Duration::from_secs(5), vec!["x".into()]);
+        assert!(state.fresh_listing(3, Instant::now()).is_some(), "sent after");
     }
 }

@@ -622,7 +622,7 @@ impl Namespace {
         node.mtime = SystemTime::now();
         node.valid_until = Some(valid_until);
         let stored = node.clone();
-        state.settled(ino);
+        state.settled(ino, true);
         drop(state);
         if let Location::File { source, key } = stored.location {
             let info = ObjectInfo {
@@ -643,7 +643,7 @@ impl Namespace {
         if let Some(node) = state.inodes.get_mut(ino) {
             node.valid_until = Some(Instant::now());
         }
-        state.settled(ino);
+        state.settled(ino, false);
     }
 
     /// An entry was created or removed in directory `dir` through this mount: its mtime

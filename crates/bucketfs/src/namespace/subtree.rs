@@ -603,6 +603,23 @@ mod tests {
         assert_eq!(shown(&state, ROOT_INO).len(), 4);
     }
 
+    /// A flat listing whose LIST was sent before this mount removed a file leaves it out.
+    #[test]
+    fn a_flat_listing_leaves_out_what_the_mount_removed() {
+        let mut state = DirState::new(
+            InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()),
+            Duration::from_secs(60),
+        );
+        let until = Instant::now() + Duration::from_secs(60);
+        let mut filler = SubtreeFiller::new(ROOT_INO, String::new());
+        filler.push(&mut sink(&mut state), &[info("a/1")], until);
+        let a = state.inodes.child(ROOT_INO, "a").expect("a").ino;
+        state.remove_entry(a, "2", until); // removed here; the LIST below still has it
+        filler.push(&mut sink(&mut state), &[info("a/2"), info("b")], until);
+        assert_eq!(shown(&state, a).into_keys().collect::<Vec<_>>(), ["1"]);
+        assert!(state.inodes.child(a, "2").is_none(), "not entered either");
+    }
+
     #[test]
     fn progress_is_past_a_directory_once_the_listing_left_its_range() {
         let at = |passed: &str| Progress { passed: passed.to_owned(), stopped: false };

@@ -67,7 +67,8 @@ pub struct Metadata {
     pub listed: bool,
     /// The object's tags as a query (`a=b&c=d`), where a write must set them itself: a
     /// copy in parts (a single CopyObject keeps the source's tags without being told).
-    #[serde(default)]
+    /// Set for that request only, never kept.
+    #[serde(skip)]
     pub tagging: Option<String>,
 }
 

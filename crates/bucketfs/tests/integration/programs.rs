@@ -153,6 +153,27 @@ fn git_clone_fsck_commit_gc_and_remount() {
     }
 }
 
+/// Whether a database is whole, and how many rows its table `t` holds.
+const SQLITE_CHECK: &str = "PRAGMA integrity_check; SELECT count(*) FROM t;";
+
+/// Runs `sql` (on standard input: a long script does not fit in one argument) in
+/// `sqlite3 DB`, failing the test if it fails; returns its output.
+fn sqlite(db: &Path, sql: &str) -> String {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new("sqlite3")
+        .arg(db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sqlite3");
+    child.stdin.take().expect("stdin").write_all(sql.as_bytes()).expect("write the script");
+    let out = child.wait_with_output().expect("sqlite3");
+    assert!(out.status.success(), "sqlite3 {}: {}", db.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
 /// sqlite in its default (rollback journal) mode: 20 transactions of 500 rows, then
 /// `PRAGMA integrity_check` and a count, and again after a remount. In each mode.
 #[test]
@@ -169,25 +190,20 @@ fn sqlite_transactions_and_remount() {
             }
             script.push_str("COMMIT;\n");
         }
-        let out = Command::new("sqlite3")
-            .arg(&db)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .and_then(|mut child| {
-                use std::io::Write;
-                child.stdin.take().expect("stdin").write_all(script.as_bytes())?;
-                child.wait_with_output()
-            })
-            .expect("sqlite3");
-        assert!(out.status.success(), "{mode}: sqlite3: {}", String::from_utf8_lossy(&out.stderr));
-        let check = "PRAGMA integrity_check; SELECT count(*) FROM t;";
-        assert_eq!(run(Command::new("sqlite3").arg(&db).arg(check)), "ok\n10000\n", "{mode}");
+        sqlite(&db, &script);
+        assert_eq!(sqlite(&db, SQLITE_CHECK), "ok\n10000\n", "{mode}");
         drop(m);
         let m = MountBuilder::new().bucket(&b).args(args).mount();
-        assert_eq!(run(Command::new("sqlite3").arg(m.join("test.db")).arg(check)), "ok\n10000\n", "{mode}: remount");
+        assert_eq!(sqlite(&m.join("test.db"), SQLITE_CHECK), "ok\n10000\n", "{mode}: remount");
     }
+}
+
+/// What `rsync -a --checksum` would change to make `into` a copy of `source` (a dry run).
+fn rsync_changes(source: &Path, into: &Path) -> String {
+    run(Command::new("rsync")
+        .args(["-a", "--checksum", "--dry-run", "--itemize-changes"])
+        .arg(format!("{}/", source.display()))
+        .arg(format!("{}/", into.display())))
 }
 
 /// `rsync -a` of a tree with modes, a symlink and old mtimes into a mount; then a
@@ -239,13 +255,7 @@ fn rsync_and_tar_of_a_tree_round_trip() {
         let m = MountBuilder::new().bucket(&b).args(args.clone()).mount();
         let into = m.join("copy");
         run(Command::new("rsync").arg("-a").arg(format!("{}/", source.display())).arg(&into));
-        let dry_run = || {
-            run(Command::new("rsync")
-                .args(["-a", "--checksum", "--dry-run", "--itemize-changes"])
-                .arg(format!("{}/", source.display()))
-                .arg(format!("{}/", into.display())))
-        };
-        assert_eq!(dry_run(), "", "{mode}: rsync --checksum finds nothing to do");
+        assert_eq!(rsync_changes(&source, &into), "", "{mode}: rsync --checksum finds nothing to do");
         let mut got: Vec<String> = listing(&into).lines().map(str::to_owned).collect();
         got.sort();
         assert_eq!(got, want, "{mode}: names, sizes, modes, mtimes and links");
@@ -253,11 +263,7 @@ fn rsync_and_tar_of_a_tree_round_trip() {
         drop(m);
         let m = MountBuilder::new().bucket(&b).args(args).mount();
         let into = m.join("copy");
-        let dry_run = run(Command::new("rsync")
-            .args(["-a", "--checksum", "--dry-run", "--itemize-changes"])
-            .arg(format!("{}/", source.display()))
-            .arg(format!("{}/", into.display())));
-        assert_eq!(dry_run, "", "{mode}: nothing to do after a remount");
+        assert_eq!(rsync_changes(&source, &into), "", "{mode}: nothing to do after a remount");
         assert_eq!(tar_listing(&into), tar_listing(&source), "{mode}: tar c after a remount");
     }
 }
@@ -271,12 +277,11 @@ fn sqlite_wal_mode() {
         let m = MountBuilder::new().bucket(&b).args(args.clone()).mount();
         let db = m.join("wal.db");
         let setup = "PRAGMA journal_mode=WAL; CREATE TABLE t (v TEXT); INSERT INTO t VALUES ('a'), ('b');";
-        assert_eq!(run(Command::new("sqlite3").arg(&db).arg(setup)), "wal\n", "{mode}");
-        let check = "PRAGMA integrity_check; SELECT count(*) FROM t;";
-        assert_eq!(run(Command::new("sqlite3").arg(&db).arg(check)), "ok\n2\n", "{mode}");
+        assert_eq!(sqlite(&db, setup), "wal\n", "{mode}");
+        assert_eq!(sqlite(&db, SQLITE_CHECK), "ok\n2\n", "{mode}");
         drop(m);
         let m = MountBuilder::new().bucket(&b).args(args).mount();
-        assert_eq!(run(Command::new("sqlite3").arg(m.join("wal.db")).arg(check)), "ok\n2\n", "{mode}: remount");
+        assert_eq!(sqlite(&m.join("wal.db"), SQLITE_CHECK), "ok\n2\n", "{mode}: remount");
     }
 }
 

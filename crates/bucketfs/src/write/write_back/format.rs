@@ -64,9 +64,9 @@ pub enum RenamedOver {
 }
 
 impl Amendment {
-    /// A rename to `key`, over what was there.
-    pub fn renamed(key: String, over: RenamedOver) -> Self {
-        Self { key: Some(key), over: Some(over), ..Self::default() }
+    /// A rename to `key`, over what was there (`None`: not known).
+    pub fn renamed(key: String, over: Option<RenamedOver>) -> Self {
+        Self { key: Some(key), over, ..Self::default() }
     }
 
     /// This amendment, then `later` over it.

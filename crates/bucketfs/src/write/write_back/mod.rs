@@ -773,9 +773,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let log = WriteBackLog::open(dir.path(), 1 << 30, Duration::ZERO).expect("open");
         let over_object = log.record("loc".into(), pending(".f.tmp", b"new bytes")).await.expect("f");
-        over_object.handle().amend(Amendment::renamed("f".into(), RenamedOver::Object("\"v1\"".into())));
+        over_object.handle().amend(Amendment::renamed("f".into(), Some(RenamedOver::Object("\"v1\"".into()))));
         let over_nothing = log.record("loc".into(), pending(".g.tmp", b"g")).await.expect("g");
-        over_nothing.handle().amend(Amendment::renamed("g".into(), RenamedOver::Nothing));
+        over_nothing.handle().amend(Amendment::renamed("g".into(), Some(RenamedOver::Nothing)));
         let records = format::parse(&std::fs::read(log.segment_path(0)).expect("log")).records;
         let read: Vec<_> =
             records.iter().map(|(h, _)| (h.key.as_str(), h.create_only, h.replaces.as_deref())).collect();
