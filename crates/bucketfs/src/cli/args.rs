@@ -332,7 +332,8 @@ pub struct MountArgs {
     /// truncate; unlinked as soon as created, so nothing is left behind), and the
     /// daemon's state, each in a directory only this user can open: the journal of
     /// uploads in progress, the --write-back log, saved listing indexes, logs. Default:
-    /// /var/tmp for root, /var/tmp/bucketfs-UID for other users.
+    /// /var/lib/bucketfs for root; $XDG_STATE_HOME/bucketfs, else ~/.local/state/bucketfs,
+    /// for other users.
     #[arg(long, default_value_os_t = crate::private_dir::default_cache_dir(), value_name = "DIR")]
     pub cache_dir: PathBuf,
     /// Keep the blocks of objects read in DIR, on local disk, for later reads and later

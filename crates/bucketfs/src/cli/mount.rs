@@ -643,7 +643,8 @@ fn recover_stopped_daemons(
         let dir = args.cache_dir.display();
         format!("cannot keep the {what} in {dir} (--cache-dir: a directory of this user's own)")
     };
-    let journal = Arc::new(Journal::open(&args.cache_dir).with_context(|| unusable("journal of uploads"))?);
+    let journal = Journal::open(&args.cache_dir).with_context(|| unusable("journal of uploads"))?;
+    let journal = Arc::new(journal.marked_running());
     let log = WriteBackLog::open(&args.cache_dir, args.write_back_limit, args.write_back_sync)
         .with_context(|| unusable("write-back log"))?;
     log.record_uploads_in(journal.clone());
@@ -655,8 +656,50 @@ fn recover_stopped_daemons(
     if recovered.stored > 0 {
         tracing::info!("stored {} files closed with --write-back by stopped daemons", recovered.stored);
     }
+    if args.cache_dir == crate::private_dir::default_cache_dir() {
+        if let Some(earlier) = crate::private_dir::earlier_default_cache_dir() {
+            recover_from_earlier_default(&earlier, args, runtime, &stores);
+        }
+    }
     runtime.spawn(recovery::watch(journal.clone(), log.clone(), stores, running));
     Ok((journal, log))
+}
+
+/// What stopped daemons of an earlier version left where that version kept state by
+/// default (`/var/tmp` for root), so that an upgrade loses no file closed with
+/// `--write-back`: dealt with once, where the state directories there are this user's
+/// own and private (anyone could have made them in `/var/tmp`).
+fn recover_from_earlier_default(
+    earlier: &std::path::Path,
+    args: &MountArgs,
+    runtime: &tokio::runtime::Runtime,
+    stores: &[Arc<dyn crate::store::ObjectStore>],
+) {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let trusted = |name: &str| {
+        std::fs::symlink_metadata(earlier.join(name))
+            .is_ok_and(|found| found.is_dir() && found.uid() == me && found.mode() & 0o077 == 0)
+    };
+    if !trusted("bucketfs-uploads") || !trusted("bucketfs-write-back") {
+        return;
+    }
+    let (Ok(journal), Ok(log)) =
+        (Journal::open(earlier), WriteBackLog::open(earlier, args.write_back_limit, args.write_back_sync))
+    else {
+        return;
+    };
+    let journal = Arc::new(journal);
+    log.record_uploads_in(journal.clone());
+    let recovered = runtime.block_on(recovery::recover(&journal, &log, stores));
+    if recovered != recovery::Recovered::default() {
+        tracing::info!(
+            "in {} (where an earlier version kept state): stored {} files closed with --write-back, aborted {} uploads",
+            earlier.display(),
+            recovered.stored,
+            recovered.aborted
+        );
+    }
 }
 
 /// Builds one store client per source and checks, with one LIST each, that the bucket

@@ -17,7 +17,7 @@ use super::proto::controller_service_capability::{rpc, Rpc, Type};
 use super::proto::*;
 use super::volume::{self, check_capability, secret_environment, VolumeSpec};
 use crate::store::s3::{S3Store, StaticCredentials};
-use crate::store::{Metadata, ObjectStore, StoreError, MAX_DELETED_AT_ONCE};
+use crate::store::{Metadata, ObjectStore, StoreError, WriteCondition, MAX_DELETED_AT_ONCE};
 
 /// The mark's user metadata (`x-amz-meta-bucketfs-csi-capacity`): the bytes asked for.
 const CAPACITY_METADATA: &str = "bucketfs-csi-capacity";
@@ -105,7 +105,7 @@ impl Controller for ControllerService {
             content_type: Some("application/x-directory".to_owned()),
             ..Metadata::default()
         };
-        match store.put(&claim.prefix, Bytes::new(), &mark, true).await {
+        match store.put(&claim.prefix, Bytes::new(), &mark, &WriteCondition::Absent).await {
             Ok(_) => tracing::info!(volume_id = claim.id(), capacity, "created"),
             // Made before: the same claim again is done; another size is another claim.
             Err(StoreError::AlreadyExists) => {

@@ -34,7 +34,7 @@ use sha2::Digest as _;
 use tokio::sync::Notify;
 
 use super::{ObjectId, BLOCK_SIZE};
-use crate::store::{Metadata, ObjectStore, RangeBody, StoreError};
+use crate::store::{Metadata, ObjectStore, RangeBody, StoreError, WriteCondition};
 
 /// How long the tier is skipped after a request to it failed.
 const PAUSE_AFTER_ERROR: Duration = Duration::from_secs(30);
@@ -315,7 +315,7 @@ impl SharedCache {
 
     /// Whether it was written; pauses the tier if not.
     async fn put_object(&self, key: &str, frames: Bytes, blocks: usize) -> bool {
-        match self.store.put(key, frames, &Metadata::default(), false).await {
+        match self.store.put(key, frames, &Metadata::default(), &WriteCondition::Any).await {
             Ok(_) => {
                 (0..blocks).for_each(|_| crate::metrics::shared_cache("put"));
                 true

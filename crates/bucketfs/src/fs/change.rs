@@ -18,7 +18,7 @@ use super::{
     S_IFLNK, S_IFREG, S_IFSOCK,
 };
 use crate::namespace::{Copied, Ino, Location, NamespaceError, Node, ROOT_INO};
-use crate::store::{Metadata, StoreError};
+use crate::store::{Metadata, StoreError, WriteCondition};
 use crate::write::staging::Base;
 use crate::write::write_back::Amendment;
 use crate::write::{copy_object, Output};
@@ -287,7 +287,7 @@ impl Fs {
         StoredAttrs::forget_content_times(&mut metadata);
         StoredAttrs::stamp_content_times(&mut metadata, SystemTime::now());
         let etag = if size == 0 {
-            self.namespace.store(*source).put(key, Bytes::new(), &metadata, false).await?
+            self.namespace.store(*source).put(key, Bytes::new(), &metadata, &WriteCondition::Any).await?
         } else {
             let base = Base { etag: node.etag.clone(), size: node.size };
             let staged = self.new_staged(*source, key.clone(), Some(base), metadata.clone())?;

@@ -31,7 +31,7 @@ use tokio::sync::{watch, Notify};
 use super::error::FsError;
 use super::Fs;
 use crate::namespace::{HeldDir, Ino};
-use crate::store::{Metadata, ObjectStore, StoreError};
+use crate::store::{Metadata, ObjectStore, StoreError, WriteCondition};
 use crate::write::write_back::{PendingFile, Recorded};
 
 /// How long a marker write waits for more changes of its directory after the last one:
@@ -81,7 +81,7 @@ pub(super) async fn store_marker(
     metadata: &Metadata,
     create_only: bool,
 ) -> Result<Option<String>, StoreError> {
-    store.put(prefix, Bytes::new(), metadata, create_only).await
+    store.put(prefix, Bytes::new(), metadata, &WriteCondition::absent_if(create_only)).await
 }
 
 /// The marker writes not finished yet, by directory. Locks: `by_dir` before a

@@ -39,7 +39,7 @@ use crate::datacache::{DataCache, ObjectId};
 use crate::memory::MemoryLimiter;
 use crate::namespace::{History, Ino, Location, Namespace, Node};
 use crate::read::{CacheLink, ReadConfig, ReadHandle};
-use crate::store::Metadata;
+use crate::store::{Metadata, WriteCondition};
 use crate::write::journal::Journal;
 use crate::write::staging::{Base, Staged, StagingConfig};
 use crate::write::write_back::Amendment;
@@ -1090,7 +1090,7 @@ impl Fs {
         metadata: Metadata,
     ) -> Result<FileAttr, FsError> {
         let size = content.len() as u64;
-        let etag = self.namespace.store(source).put(&key, content, &metadata, true).await?;
+        let etag = self.namespace.store(source).put(&key, content, &metadata, &WriteCondition::Absent).await?;
         let metadata = Arc::new(metadata);
         let node = self.namespace.enter_pending_file(parent, name, source, key, metadata.clone());
         self.namespace.touch_dir(parent);

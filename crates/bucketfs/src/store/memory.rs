@@ -13,10 +13,13 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use super::{BodySink, ListPage, Metadata, ObjectInfo, ObjectStore, OpenUpload, StoreError};
+use super::{BodySink, ListPage, Metadata, ObjectInfo, ObjectStore, OpenUpload, StoreError, WriteCondition};
 
 /// Size of the pieces a GET's body is handed over in.
 const BODY_CHUNK: usize = 64 * 1024;
+
+/// What another client does to the store (see [`MemoryStore::after_head`]).
+pub type AnotherClientsWrite = Box<dyn FnOnce(&MemoryStore) + Send>;
 
 #[derive(Clone)]
 struct Stored {
@@ -54,6 +57,9 @@ pub struct MemoryStore {
     /// deletes (as SeaweedFS's do), or a LIST sent before the changes made while it was
     /// on its way.
     frozen_listing: Mutex<Option<Arc<BTreeMap<String, Stored>>>>,
+    /// Run once, right after the next HEAD has answered: another client's write between
+    /// a HEAD and the request that follows it.
+    pub after_head: Mutex<Option<AnotherClientsWrite>>,
 }
 
 impl MemoryStore {
@@ -106,6 +112,20 @@ impl MemoryStore {
             mtime: SystemTime::UNIX_EPOCH,
             etag: Some(format!("\"v{}\"", stored.version)),
             metadata: Some(stored.metadata.clone()),
+        }
+    }
+
+    /// Whether a write to `key` may go ahead on `condition`.
+    fn check(&self, key: &str, condition: &WriteCondition) -> Result<(), StoreError> {
+        let objects = self.objects.lock();
+        let current = objects.get(key).map(|stored| Self::info(key, stored).etag);
+        match (condition, current) {
+            (WriteCondition::Absent, Some(_)) => Err(StoreError::AlreadyExists),
+            (WriteCondition::Replaces(_), None) => Err(StoreError::NotFound),
+            (WriteCondition::Replaces(etag), Some(current)) if current.as_deref() != Some(etag) => {
+                Err(StoreError::Changed)
+            }
+            _ => Ok(()),
         }
     }
 
@@ -251,7 +271,11 @@ impl ObjectStore for MemoryStore {
     async fn head(&self, key: &str) -> Result<ObjectInfo, StoreError> {
         self.answering()?;
         self.heads.fetch_add(1, Ordering::Relaxed);
-        Ok(Self::info(key, &self.current(key, None)?))
+        let info = Self::info(key, &self.current(key, None)?);
+        if let Some(write) = self.after_head.lock().take() {
+            write(self);
+        }
+        Ok(info)
     }
 
     async fn head_with_body(&self, key: &str, limit: u64) -> Result<(ObjectInfo, Bytes), StoreError> {
@@ -288,12 +312,10 @@ impl ObjectStore for MemoryStore {
         key: &str,
         data: Bytes,
         metadata: &Metadata,
-        create_only: bool,
+        condition: &WriteCondition,
     ) -> Result<Option<String>, StoreError> {
         self.answering()?;
-        if create_only && self.objects.lock().contains_key(key) {
-            return Err(StoreError::AlreadyExists);
-        }
+        self.check(key, condition)?;
         Ok(self.store(key, data, metadata.clone()))
     }
 
@@ -342,12 +364,10 @@ impl ObjectStore for MemoryStore {
         key: &str,
         upload_id: &str,
         parts: Vec<(i32, String)>,
-        create_only: bool,
+        condition: &WriteCondition,
     ) -> Result<Option<String>, StoreError> {
         self.answering()?;
-        if create_only && self.objects.lock().contains_key(key) {
-            return Err(StoreError::AlreadyExists);
-        }
+        self.check(key, condition)?;
         let (metadata, uploaded, _) = self.uploads.lock().remove(upload_id).ok_or(StoreError::NotFound)?;
         let mut data = Vec::new();
         for (number, _) in parts {
@@ -371,5 +391,16 @@ impl ObjectStore for MemoryStore {
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.objects.lock().remove(key);
         Ok(())
+    }
+
+    async fn delete_if_match(&self, key: &str, etag: &str) -> Result<(), StoreError> {
+        let mut objects = self.objects.lock();
+        match objects.get(key) {
+            Some(stored) if Self::info(key, stored).etag.as_deref() != Some(etag) => Err(StoreError::Changed),
+            _ => {
+                objects.remove(key);
+                Ok(())
+            }
+        }
     }
 }

@@ -258,6 +258,30 @@ fn request_suffix(request_id: &Option<String>) -> String {
 /// The calls the filesystem makes against one bucket.
 ///
 /// Keys are full keys inside the bucket; a source's prefix is applied by the caller.
+/// What a write asks of the object at its key, checked by the store at the moment it
+/// writes, so that another client's write just before it is never overwritten unseen.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum WriteCondition {
+    /// Whatever is there.
+    #[default]
+    Any,
+    /// Only where there is no object (`If-None-Match: *`), else `AlreadyExists`.
+    Absent,
+    /// Only over this version (`If-Match: ETAG`), else `Changed`.
+    Replaces(String),
+}
+
+impl WriteCondition {
+    /// `Absent` where `create_only`, else `Any`.
+    pub fn absent_if(create_only: bool) -> Self {
+        if create_only {
+            Self::Absent
+        } else {
+            Self::Any
+        }
+    }
+}
+
 #[async_trait]
 pub trait ObjectStore: Send + Sync + 'static {
     /// Which bucket of which service this is, e.g. `http://host:9000/bucket`.
@@ -328,14 +352,14 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// ([`BodySink::append`] returns `false`) ends the GET with an error.
     async fn get_range_into(&self, key: &str, origin: u64, body: &dyn BodySink, until: u64) -> Result<(), StoreError>;
 
-    /// `PutObject`; with `create_only`, fails with `AlreadyExists` if the key exists.
-    /// Returns the new ETag.
+    /// `PutObject`, where `condition` holds at the moment of the write. Returns the new
+    /// ETag.
     async fn put(
         &self,
         key: &str,
         data: Bytes,
         metadata: &Metadata,
-        create_only: bool,
+        condition: &WriteCondition,
     ) -> Result<Option<String>, StoreError>;
 
     /// `CreateMultipartUpload`; returns the upload id.
@@ -373,13 +397,14 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// `UploadPart` (numbers start at 1); returns the part's ETag.
     async fn upload_part(&self, key: &str, upload_id: &str, number: i32, data: Bytes) -> Result<String, StoreError>;
 
-    /// `CompleteMultipartUpload` with `(number, etag)` parts in order; returns the ETag.
+    /// `CompleteMultipartUpload` with `(number, etag)` parts in order, where `condition`
+    /// holds at the moment of the write; returns the ETag.
     async fn finish_upload(
         &self,
         key: &str,
         upload_id: &str,
         parts: Vec<(i32, String)>,
-        create_only: bool,
+        condition: &WriteCondition,
     ) -> Result<Option<String>, StoreError>;
 
     /// `AbortMultipartUpload`: frees the parts so no unfinished upload is left behind.
@@ -390,6 +415,11 @@ pub trait ObjectStore: Send + Sync + 'static {
 
     /// `DeleteObject` (succeeds when the key does not exist).
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
+
+    /// `DeleteObject` with `If-Match`: deletes `key` only while it is version `etag`,
+    /// else `Changed` (succeeds when the key does not exist). A store that ignores the
+    /// condition deletes whatever is there; the caller checks the version first.
+    async fn delete_if_match(&self, key: &str, etag: &str) -> Result<(), StoreError>;
 
     /// Deletes up to [`MAX_DELETED_AT_ONCE`] keys in one request (`DeleteObjects`); returns
     /// the keys the store refused, each with its answer. `Err` when the request itself

@@ -32,7 +32,7 @@ use super::request_window::{RequestWindow, WindowReport};
 use super::server_kind::{ServerKind, Support};
 use super::{
     version_to_restore, BodySink, ListPage, Metadata, ObjectInfo, ObjectStore, OpenUpload, StoreError, VersionInfo,
-    KEPT_HEADERS, MAX_VERSIONS_LISTED,
+    WriteCondition, KEPT_HEADERS, MAX_VERSIONS_LISTED,
 };
 
 /// How to reach one bucket. Each source of a mount has its own.
@@ -654,9 +654,9 @@ impl S3Store {
         key: &str,
         data: Bytes,
         metadata: &Metadata,
-        create_only: bool,
+        condition: &WriteCondition,
     ) -> Result<Option<String>, StoreError> {
-        tracing::debug!(bucket = %self.bucket, key, len = data.len(), create_only, "s3 PUT");
+        tracing::debug!(bucket = %self.bucket, key, len = data.len(), ?condition, "s3 PUT");
         crate::metrics::s3_bytes_sent(data.len() as u64);
         let small = data.len() <= SIGNED_PUT_LIMIT;
         let request = with_kept_headers!(self.client.put_object(), metadata)
@@ -665,7 +665,8 @@ impl S3Store {
             .set_metadata(user_metadata(metadata))
             .set_content_type(metadata.content_type.clone())
             .body(ByteStream::from(data))
-            .set_if_none_match(create_only.then(|| "*".to_owned()));
+            .set_if_none_match(if_none_match(condition))
+            .set_if_match(if_match(condition));
         let request = if small || self.checksums == UploadChecksums::Off {
             request.customize().config_override(
                 aws_sdk_s3::config::Builder::default()
@@ -674,7 +675,7 @@ impl S3Store {
         } else {
             request.set_checksum_algorithm(self.checksums.algorithm()).customize().disable_payload_signing()
         };
-        let response = request.send().await.map_err(|e| created(self.map_key_error(key, e), create_only))?;
+        let response = request.send().await.map_err(|e| refused(self.map_key_error(key, e), condition))?;
         Ok(response.e_tag().map(str::to_owned))
     }
 
@@ -783,9 +784,9 @@ impl S3Store {
         key: &str,
         upload_id: &str,
         parts: Vec<(i32, String)>,
-        create_only: bool,
+        condition: &WriteCondition,
     ) -> Result<Option<String>, StoreError> {
-        tracing::debug!(bucket = %self.bucket, key, parts = parts.len(), create_only, "s3 COMPLETE-MULTIPART");
+        tracing::debug!(bucket = %self.bucket, key, parts = parts.len(), ?condition, "s3 COMPLETE-MULTIPART");
         let parts = parts
             .into_iter()
             .map(|(number, etag)| CompletedPart::builder().part_number(number).e_tag(etag).build())
@@ -797,10 +798,11 @@ impl S3Store {
             .key(key)
             .upload_id(upload_id)
             .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build())
-            .set_if_none_match(create_only.then(|| "*".to_owned()))
+            .set_if_none_match(if_none_match(condition))
+            .set_if_match(if_match(condition))
             .send()
             .await
-            .map_err(|e| created(self.map_key_error(key, e), create_only))?;
+            .map_err(|e| refused(self.map_key_error(key, e), condition))?;
         Ok(response.e_tag().map(str::to_owned))
     }
 
@@ -912,12 +914,13 @@ impl S3Store {
             .collect())
     }
 
-    async fn delete_once(&self, key: &str) -> Result<(), StoreError> {
-        tracing::debug!(bucket = %self.bucket, key, "s3 DELETE");
+    async fn delete_once(&self, key: &str, if_match: Option<&str>) -> Result<(), StoreError> {
+        tracing::debug!(bucket = %self.bucket, key, if_match, "s3 DELETE");
         self.client
             .delete_object()
             .bucket(&self.bucket)
             .key(key)
+            .set_if_match(if_match.map(str::to_owned))
             .send()
             .await
             .map_err(|e| self.map_key_error(key, e))?;
@@ -1103,9 +1106,9 @@ impl ObjectStore for S3Store {
         key: &str,
         data: Bytes,
         metadata: &Metadata,
-        create_only: bool,
+        condition: &WriteCondition,
     ) -> Result<Option<String>, StoreError> {
-        let etag = self.retrying("PUT", key, || self.put_once(key, data.clone(), metadata, create_only)).await?;
+        let etag = self.retrying("PUT", key, || self.put_once(key, data.clone(), metadata, condition)).await?;
         self.learn_marker_metadata(key, metadata).await;
         Ok(etag)
     }
@@ -1162,9 +1165,9 @@ impl ObjectStore for S3Store {
         key: &str,
         upload_id: &str,
         parts: Vec<(i32, String)>,
-        create_only: bool,
+        condition: &WriteCondition,
     ) -> Result<Option<String>, StoreError> {
-        let attempt = || self.finish_upload_once(key, upload_id, parts.clone(), create_only);
+        let attempt = || self.finish_upload_once(key, upload_id, parts.clone(), condition);
         self.retrying("COMPLETE-MULTIPART", key, attempt).await
     }
 
@@ -1182,7 +1185,14 @@ impl ObjectStore for S3Store {
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.retrying("DELETE", key, || self.delete_once(key)).await
+        self.retrying("DELETE", key, || self.delete_once(key, None)).await
+    }
+
+    async fn delete_if_match(&self, key: &str, etag: &str) -> Result<(), StoreError> {
+        match self.retrying("DELETE", key, || self.delete_once(key, Some(etag))).await {
+            Err(StoreError::NotFound) => Ok(()),
+            other => other,
+        }
     }
 
     async fn delete_many(&self, keys: &[String]) -> Result<Vec<(String, StoreError)>, StoreError> {
@@ -1383,10 +1393,23 @@ fn user_metadata(metadata: &Metadata) -> Option<std::collections::HashMap<String
     (!metadata.user.is_empty()).then(|| metadata.user.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
 }
 
+/// The `If-None-Match` header of a write on `condition`.
+fn if_none_match(condition: &WriteCondition) -> Option<String> {
+    (*condition == WriteCondition::Absent).then(|| "*".to_owned())
+}
+
+/// The `If-Match` header of a write on `condition`.
+fn if_match(condition: &WriteCondition) -> Option<String> {
+    match condition {
+        WriteCondition::Replaces(etag) => Some(etag.clone()),
+        _ => None,
+    }
+}
+
 /// For a create-only write, the failed precondition means someone else created the key.
-fn created(error: StoreError, create_only: bool) -> StoreError {
+fn refused(error: StoreError, condition: &WriteCondition) -> StoreError {
     match error {
-        StoreError::Changed if create_only => StoreError::AlreadyExists,
+        StoreError::Changed if *condition == WriteCondition::Absent => StoreError::AlreadyExists,
         other => other,
     }
 }

@@ -23,6 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use percent_encoding::{percent_decode_str, utf8_percent_encode, NON_ALPHANUMERIC};
 
+use super::liveness::{HeldMark, Liveness};
 use crate::store::{ObjectStore, StoreError};
 
 /// For a record made before its upload's id came back: the uploads of its key started
@@ -37,6 +38,9 @@ pub const CLOCK_MARGIN: Duration = Duration::from_secs(60);
 pub struct Journal {
     dir: PathBuf,
     next: AtomicU64,
+    liveness: Liveness,
+    /// This daemon's mark, held while the journal is (the mount's life).
+    _running: Option<HeldMark>,
 }
 
 /// One recorded upload; dropping it removes the record.
@@ -122,7 +126,24 @@ impl Journal {
     pub fn open(cache_dir: &Path) -> std::io::Result<Self> {
         let dir = cache_dir.join("bucketfs-uploads");
         crate::private_dir::ensure(&dir)?;
-        Ok(Self { dir, next: AtomicU64::new(0) })
+        Ok(Self { dir, next: AtomicU64::new(0), liveness: Liveness::new(cache_dir), _running: None })
+    }
+
+    /// The journal, with this daemon marked as running in its cache directory
+    /// (`super::liveness`) for as long as the journal is held: what a mount does. Where
+    /// the mark cannot be made, the daemon runs without one (with a warning), and others
+    /// judge from `/proc` whether it runs.
+    pub fn marked_running(mut self) -> Self {
+        match self.liveness.hold() {
+            Ok(mark) => self._running = Some(mark),
+            Err(error) => tracing::warn!("cannot mark this daemon as running beside {}: {error}", self.dir.display()),
+        }
+        self
+    }
+
+    /// Who judges whether the daemons with records here run.
+    pub fn liveness(&self) -> &Liveness {
+        &self.liveness
     }
 
     /// Records that an upload of `key` is about to start in `store`, synced to disk, before
@@ -161,7 +182,8 @@ impl Journal {
         for entry in entries.flatten() {
             let path = entry.path();
             let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_owned) else { continue };
-            if daemon_alive(&name) {
+            let Some((daemon, _)) = name.rsplit_once('-') else { continue };
+            if self.liveness.runs(daemon) {
                 continue;
             }
             let Ok(text) = std::fs::read_to_string(&path) else { continue };

@@ -29,6 +29,7 @@
 mod early_parts;
 mod error;
 pub mod journal;
+pub mod liveness;
 pub mod multipart;
 mod part_buffer;
 pub mod recovery;
@@ -44,7 +45,7 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
 use crate::memory::{MemoryLimiter, Reservation};
-use crate::store::{Metadata, ObjectStore, StoreError};
+use crate::store::{Metadata, ObjectStore, StoreError, WriteCondition};
 pub use error::WriteError;
 use journal::Journal;
 use multipart::MultipartUpload;
@@ -559,7 +560,7 @@ impl Upload {
             if self.keep_stored_bytes {
                 state.stored_bytes = Some(buffer.clone());
             }
-            return self.store.put(&key, buffer, &state.metadata, create_only).await;
+            return self.store.put(&key, buffer, &state.metadata, &WriteCondition::absent_if(create_only)).await;
         };
         if !buffer.is_empty() {
             let number = multipart.next_number;
@@ -573,7 +574,7 @@ impl Upload {
             let parts = std::mem::take(&mut multipart.done);
             let started = multipart.upload.key().to_owned();
             let create_only = create_only && started == key;
-            let etag = multipart.upload.complete(parts, create_only).await?;
+            let etag = multipart.upload.complete(parts, &WriteCondition::absent_if(create_only)).await?;
             if started == key && state.started_with.as_ref() == Some(&state.metadata) {
                 return Ok(etag);
             }
@@ -887,7 +888,7 @@ impl CopyInto<'_> {
         size: u64,
     ) -> Result<Option<String>, StoreError> {
         if self.claim {
-            store.put(self.key, Bytes::new(), self.metadata, true).await?;
+            store.put(self.key, Bytes::new(), self.metadata, &WriteCondition::Absent).await?;
         }
         let copied = copy_object(store, journal, source, self.key, size, Some(etag), self.metadata).await;
         if copied.is_err() && self.claim {
@@ -948,7 +949,7 @@ async fn copy_object_in_parts_above(
     };
     let upload = MultipartUpload::start(store, journal, key, &metadata).await?;
     let parts = copy_as_parts(&upload, source, etag, 0..size, part_size, 1).await;
-    upload.finish_with(async { parts }, false).await
+    upload.finish_with(async { parts }, &WriteCondition::Any).await
 }
 
 /// Copies `range` of `source` (at version `etag`) inside the store as parts `first`,

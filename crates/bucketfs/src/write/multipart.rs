@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::journal::{Entry, Journal};
-use crate::store::{Metadata, ObjectStore, StoreError};
+use crate::store::{Metadata, ObjectStore, StoreError, WriteCondition};
 
 pub struct MultipartUpload {
     store: Arc<dyn ObjectStore>,
@@ -84,9 +84,9 @@ impl MultipartUpload {
     pub async fn complete(
         &mut self,
         parts: Vec<(i32, String)>,
-        create_only: bool,
+        condition: &WriteCondition,
     ) -> Result<Option<String>, StoreError> {
-        let etag = self.store.finish_upload(&self.key, &self.upload_id, parts, create_only).await?;
+        let etag = self.store.finish_upload(&self.key, &self.upload_id, parts, condition).await?;
         self.finished = true;
         self.record = None;
         Ok(etag)
@@ -111,12 +111,12 @@ impl MultipartUpload {
 
     /// Runs `parts` (which upload the parts) and completes the upload, or aborts it if
     /// anything failed: the whole life of an upload whose parts are all known up front.
-    pub async fn finish_with<F>(mut self, parts: F, create_only: bool) -> Result<Option<String>, StoreError>
+    pub async fn finish_with<F>(mut self, parts: F, condition: &WriteCondition) -> Result<Option<String>, StoreError>
     where
         F: std::future::Future<Output = Result<Vec<(i32, String)>, StoreError>>,
     {
         let result = match parts.await {
-            Ok(parts) => self.complete(parts, create_only).await,
+            Ok(parts) => self.complete(parts, condition).await,
             Err(error) => Err(error),
         };
         if result.is_err() {

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::journal::{daemon_alive, this_daemon, Journal};
+use super::journal::{this_daemon, Journal};
 use super::write_back::WriteBackLog;
 use crate::store::ObjectStore;
 
@@ -30,6 +30,9 @@ pub struct Recovered {
 pub async fn recover(journal: &Journal, log: &Arc<WriteBackLog>, stores: &[Arc<dyn ObjectStore>]) -> Recovered {
     let aborted = journal.recover(stores).await;
     let stored = log.replay(stores).await;
+    let mut named = journal.daemons();
+    named.extend(log.daemons());
+    journal.liveness().sweep(&named);
     Recovered { aborted, stored }
 }
 
@@ -38,7 +41,7 @@ pub fn running_daemons(journal: &Journal, log: &WriteBackLog) -> HashSet<String>
     let me = this_daemon();
     let mut names = journal.daemons();
     names.extend(log.daemons());
-    names.retain(|name| *name != me && daemon_alive(name));
+    names.retain(|name| *name != me && journal.liveness().runs(name));
     names
 }
 

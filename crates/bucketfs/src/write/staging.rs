@@ -28,7 +28,7 @@ use super::multipart::MultipartUpload;
 use super::write_back::Contents;
 use super::{WriteError, COPY_PART, MAX_PARTS, MIN_PART, UPLOAD_CONCURRENCY};
 use crate::memory::{MemoryLimiter, Reservation};
-use crate::store::{Metadata, ObjectStore, StoreError};
+use crate::store::{Metadata, ObjectStore, StoreError, WriteCondition};
 
 /// The object a staging file started from.
 #[derive(Clone, Debug)]
@@ -534,7 +534,8 @@ impl Staged {
         }
         let base_etag = state.base.as_ref().and_then(|b| b.etag.clone());
         let target = Target { store: &self.store, journal: self.journal.as_deref(), key, metadata: &state.metadata };
-        Ok(target.store_pieces(&state.file, pieces, base_etag, state.create_only, &self.memory).await?)
+        let condition = WriteCondition::absent_if(state.create_only);
+        Ok(target.store_pieces(&state.file, pieces, base_etag, &condition, &self.memory).await?)
     }
 }
 
@@ -558,7 +559,7 @@ impl Staged {
                 }
             }
         }
-        let etag = upload.finish_with(async { Ok(parts) }, state.create_only).await?;
+        let etag = upload.finish_with(async { Ok(parts) }, &WriteCondition::absent_if(state.create_only)).await?;
         if metadata == state.metadata {
             return Ok(etag);
         }
@@ -584,13 +585,13 @@ impl Target<'_> {
         file: &File,
         pieces: Vec<Piece>,
         base_etag: Option<String>,
-        create_only: bool,
+        condition: &WriteCondition,
         memory: &Arc<MemoryLimiter>,
     ) -> Result<Option<String>, StoreError> {
         if let [Piece { copied: false, .. }] | [] = pieces.as_slice() {
             let size = pieces.first().map_or(0, |piece| piece.range.end);
             let data = read_range(file, 0..size).map_err(reading_error)?;
-            return self.store.put(self.key, data, self.metadata, create_only).await;
+            return self.store.put(self.key, data, self.metadata, condition).await;
         }
         let upload = MultipartUpload::start(self.store, self.journal, self.key, self.metadata).await?;
         let parts = pieces.into_iter().enumerate().map(|(index, Piece { range, copied })| {
@@ -607,7 +608,7 @@ impl Target<'_> {
             }
         });
         let parts = futures::stream::iter(parts).buffered(UPLOAD_CONCURRENCY).try_collect().await;
-        upload.finish_with(async { parts }, create_only).await
+        upload.finish_with(async { parts }, condition).await
     }
 }
 
@@ -622,13 +623,13 @@ pub async fn store_file(
     file: &File,
     size: u64,
     metadata: &Metadata,
-    create_only: bool,
+    condition: &WriteCondition,
     memory: &Arc<MemoryLimiter>,
 ) -> Result<Option<String>, StoreError> {
     let chunk = MIN_PART.max(size.div_ceil(MAX_PARTS - 2));
     let pieces = plan_parts(size, chunk, 0, &RangeSet::new());
     let target = Target { store, journal, key, metadata };
-    target.store_pieces(file, pieces, None, create_only, memory).await
+    target.store_pieces(file, pieces, None, condition, memory).await
 }
 
 fn reading_error(error: WriteError) -> StoreError {

@@ -117,3 +117,48 @@ fn a_state_directory_the_user_cannot_use_fails_the_mount() {
     );
     assert!(!is_mounted(mountpoint.path()), "nothing is mounted");
 }
+
+/// A user's state follows the XDG base directory rules (`$XDG_STATE_HOME/bucketfs`), and a
+/// state directory that is a symbolic link (another user's, pointing at a directory of
+/// this user's) fails the mount with one line, leaving what it points at as it was.
+#[test]
+fn a_users_state_is_under_xdg_state_home_and_a_link_there_is_refused() {
+    let b = create_bucket("user-xdg-state");
+    let home = tempfile::Builder::new().prefix("bucketfs-user-home-").tempdir_in("/var/tmp").expect("home");
+    std::os::unix::fs::chown(home.path(), Some(NOBODY), Some(NOBODY)).expect("chown");
+    let state_home = home.path().join("state");
+    let mountpoint = mountpoint_of_nobody();
+    let mnt = mountpoint.path().to_str().expect("utf-8").to_owned();
+    let args = mount_args(&b, &mnt, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = as_nobody(&args).env("XDG_STATE_HOME", &state_home).output().expect("bucketfs mount");
+    assert!(out.status.success(), "mount as nobody failed: {}", String::from_utf8_lossy(&out.stderr));
+    let unmount = as_nobody(&["unmount", &mnt]).output().expect("bucketfs unmount");
+    assert!(unmount.status.success(), "unmount: {}", String::from_utf8_lossy(&unmount.stderr));
+    let state = state_home.join("bucketfs");
+    assert_eq!(mode_and_owner(&state), (0o700, NOBODY), "{}", state.display());
+    for dir in ["bucketfs-uploads", "bucketfs-write-back", "bucketfs-logs"] {
+        assert_eq!(mode_and_owner(&state.join(dir)), (0o700, NOBODY), "{dir}");
+    }
+
+    // Another user swaps the state directory for a link to a directory of nobody's.
+    let target = home.path().join("shared-with-others");
+    std::fs::create_dir(&target).expect("mkdir");
+    std::os::unix::fs::chown(&target, Some(NOBODY), Some(NOBODY)).expect("chown");
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::remove_dir_all(&state).expect("remove the state directory");
+    std::os::unix::fs::symlink(&target, &state).expect("symlink");
+    let out = as_nobody(&args).env("XDG_STATE_HOME", &state_home).output().expect("bucketfs mount");
+    if out.status.success() {
+        let _ = force_unmount(mountpoint.path());
+        panic!("nobody mounted with a state directory that is a symbolic link");
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("is a symbolic link") && stderr.lines().count() == 1,
+        "the mount does not say why:\n{stderr}"
+    );
+    assert_eq!(mode_and_owner(&target), (0o755, NOBODY), "the link's target keeps its mode");
+    assert!(std::fs::read_dir(&target).expect("target").next().is_none(), "nothing was written there");
+    assert!(!is_mounted(mountpoint.path()), "nothing is mounted");
+}

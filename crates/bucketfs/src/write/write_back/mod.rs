@@ -53,6 +53,7 @@ use parking_lot::Mutex;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::journal::{this_daemon, Journal};
+use super::liveness::Liveness;
 use crate::store::Metadata;
 pub use format::{Amendment, RenamedOver};
 use format::{DataFile, Header, Line};
@@ -154,6 +155,8 @@ type Room = OwnedSemaphorePermit;
 pub struct WriteBackLog {
     dir: PathBuf,
     daemon: String,
+    /// Whether the daemons whose records are here run.
+    liveness: Liveness,
     /// The limit, in KiB.
     limit_kib: u32,
     /// A segment past this size takes no more records.
@@ -294,6 +297,7 @@ impl WriteBackLog {
         Ok(Arc::new(Self {
             dir,
             daemon: this_daemon(),
+            liveness: Liveness::new(cache_dir),
             limit_kib,
             segment_bytes: (limit / 4).clamp(1 << 20, 64 << 20),
             room: Arc::new(Semaphore::new(limit_kib as usize)),

@@ -29,8 +29,8 @@ use bytes::Bytes;
 use super::format::{self, Header};
 use super::{Contents, PendingFile, WriteBackLog};
 use crate::memory::MemoryLimiter;
-use crate::store::{ObjectStore, StoreError};
-use crate::write::journal::{daemon_alive, Journal};
+use crate::store::{ObjectInfo, ObjectStore, StoreError, WriteCondition};
+use crate::write::journal::Journal;
 use crate::write::staging::store_file;
 
 /// What a replay did with one record.
@@ -68,7 +68,7 @@ impl WriteBackLog {
         let mut by_daemon: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
         for path in entries.flatten().map(|entry| entry.path()) {
             let Some(daemon) = daemon_of(&path) else { continue };
-            if daemon != self.daemon && !daemon_alive(daemon) {
+            if daemon != self.daemon && !self.liveness.runs(daemon) {
                 by_daemon.entry(daemon.to_owned()).or_default().push(path);
             }
         }
@@ -298,28 +298,41 @@ async fn holds(
     }
 }
 
-/// Stores `contents` as the object `key`: one PUT from memory, or from the file (in parts
-/// above one).
+/// Stores `contents` as the object `key` where `condition` holds: one PUT from memory,
+/// or from the file (in parts above one).
 async fn put(
     store: &Arc<dyn ObjectStore>,
     journal: Option<&Journal>,
     key: &str,
     file: &PendingFile,
-    create_only: bool,
+    condition: &WriteCondition,
 ) -> Result<Option<String>, StoreError> {
     match &file.data {
-        Contents::Memory(data) => store.put(key, data.clone(), &file.metadata, create_only).await,
+        Contents::Memory(data) => store.put(key, data.clone(), &file.metadata, condition).await,
         Contents::File { file: local, len } => {
             // Parts in flight are bounded by the upload's own concurrency; a replay runs
             // before the mount has a memory budget to share.
             let memory = MemoryLimiter::new(u64::MAX);
-            store_file(store, journal, key, local, *len, &file.metadata, create_only, &memory).await
+            store_file(store, journal, key, local, *len, &file.metadata, condition, &memory).await
         }
     }
 }
 
+/// Whether the object at `key` holds `file` already: its size and bytes (and for an empty
+/// object, its metadata: a marker's attributes).
+async fn already_there(store: &dyn ObjectStore, info: &ObjectInfo, file: &PendingFile) -> Result<bool, StoreError> {
+    let len = file.data.len();
+    let same_metadata = len > 0 || info.metadata.as_deref().is_some_and(|m| m.user == file.metadata.user);
+    Ok(same_metadata
+        && info.size == len
+        && (len == 0 || holds(store, &file.key, info.etag.as_deref(), &file.data).await?))
+}
+
 /// Stores `file` where nothing changed since it was closed; under a `.conflict-TIME` key
-/// where another client wrote meanwhile; nothing where its bytes are stored already.
+/// where another client wrote meanwhile; nothing where its bytes are stored already. The
+/// write itself is conditional on what the HEAD saw (`If-None-Match: *` on a free key,
+/// `If-Match` on the replaced version), so another client's write between the HEAD and
+/// the PUT is kept too.
 async fn replay(
     store: &Arc<dyn ObjectStore>,
     journal: Option<&Journal>,
@@ -335,26 +348,32 @@ async fn replay(
         Err(error) => return Err(error),
     };
     if let Some(info) = &current {
-        let len = file.data.len();
-        // An empty object is told apart by its metadata (a marker's attributes).
-        let same_metadata = len > 0 || info.metadata.as_deref().is_some_and(|m| m.user == file.metadata.user);
-        if same_metadata
-            && info.size == len
-            && (len == 0 || holds(&**store, key, info.etag.as_deref(), &file.data).await?)
-        {
+        if already_there(&**store, info, file).await? {
             return Ok(Replayed::AlreadyThere);
         }
     }
-    let unchanged = match &current {
-        None => true, // created by nobody else, or the replaced object deleted: ours goes there
+    let over_what = |info: &ObjectInfo| info.etag.clone().map_or(WriteCondition::Any, WriteCondition::Replaces);
+    let condition = match &current {
+        None => Some(WriteCondition::Absent), // created by nobody else, or the replaced object deleted
         // A marker's attributes go over any marker: every empty marker has the same bytes.
-        Some(info) if file.is_marker() => info.size == 0,
-        Some(info) => !file.create_only && info.etag.is_some() && info.etag == file.replaces,
+        Some(info) if file.is_marker() => (info.size == 0).then(|| over_what(info)),
+        Some(info) => (!file.create_only && info.etag.is_some() && info.etag == file.replaces).then(|| over_what(info)),
     };
-    if unchanged {
-        match put(store, journal, key, file, current.is_none()).await {
+    if let Some(condition) = condition {
+        let mut outcome = put(store, journal, key, file, &condition).await;
+        if matches!(outcome, Err(StoreError::NotFound)) && matches!(condition, WriteCondition::Replaces(_)) {
+            // The replaced version was deleted between the HEAD and the PUT: the key is free.
+            outcome = put(store, journal, key, file, &WriteCondition::Absent).await;
+        }
+        match outcome {
             Ok(_) => return Ok(Replayed::Stored),
-            Err(StoreError::AlreadyExists) => {} // created a moment ago: a conflict
+            // Written a moment ago: another client's object, or ours (an attempt whose
+            // answer was lost).
+            Err(StoreError::AlreadyExists | StoreError::Changed) => match store.head(key).await {
+                Ok(info) if already_there(&**store, &info, file).await? => return Ok(Replayed::AlreadyThere),
+                Ok(_) | Err(StoreError::NotFound) => {}
+                Err(error) => return Err(error),
+            },
             Err(error) => return Err(error),
         }
     }
@@ -364,7 +383,7 @@ async fn replay(
             0 => format!("{key}.conflict-{stamp}"),
             n => format!("{key}.conflict-{stamp}-{n}"),
         };
-        match put(store, journal, &other, file, true).await {
+        match put(store, journal, &other, file, &WriteCondition::Absent).await {
             Ok(_) => return Ok(Replayed::Conflict(other)),
             Err(StoreError::AlreadyExists) => continue,
             Err(error) => return Err(error),
@@ -374,18 +393,23 @@ async fn replay(
 }
 
 /// Deletes `file.key` where it still holds the object the mount deleted (the same ETag,
-/// or any object where the ETag was not known); another client's newer object stays.
+/// also at the moment of the DELETE, or any object where the ETag was not known);
+/// another client's newer object stays.
 async fn replay_delete(store: &dyn ObjectStore, file: &PendingFile) -> Result<Replayed, StoreError> {
     let current = match store.head(&file.key).await {
         Ok(info) => info,
         Err(StoreError::NotFound) => return Ok(Replayed::AlreadyThere),
         Err(error) => return Err(error),
     };
-    if file.replaces.is_some() && current.etag != file.replaces {
-        return Ok(Replayed::ChangedSince);
+    match &file.replaces {
+        Some(etag) if current.etag.as_ref() != Some(etag) => Ok(Replayed::ChangedSince),
+        Some(etag) => match store.delete_if_match(&file.key, etag).await {
+            Ok(()) => Ok(Replayed::Stored),
+            Err(StoreError::Changed) => Ok(Replayed::ChangedSince),
+            Err(error) => Err(error),
+        },
+        None => store.delete(&file.key).await.map(|()| Replayed::Stored),
     }
-    store.delete(&file.key).await?;
-    Ok(Replayed::Stored)
 }
 
 #[cfg(test)]
@@ -432,6 +456,35 @@ mod tests {
             let len = content.len() as u64;
             assert_eq!(&store.get_range(key, 0..len, None).await.expect("get")[..], content, "{key}");
         }
+    }
+
+    /// Another client writes the key after the replay's HEAD and before its PUT or
+    /// DELETE: the write is conditional on the version the HEAD saw, so their object stays
+    /// (ours becomes the conflict copy; the delete is not done).
+    #[tokio::test]
+    async fn a_write_between_the_head_and_the_replay_is_kept() {
+        let store = Arc::new(MemoryStore::with_keys([
+            ("replaced".to_owned(), b"old".to_vec()),
+            ("deleted".to_owned(), b"old".to_vec()),
+        ]));
+        let as_dyn: Arc<dyn ObjectStore> = store.clone();
+        let someone_writes = |key: &'static str| -> crate::store::memory::AnotherClientsWrite {
+            Box::new(move |store: &MemoryStore| store.put(key, b"theirs, just now".to_vec()))
+        };
+        let old = store.head("replaced").await.expect("head").etag;
+        *store.after_head.lock() = Some(someone_writes("replaced"));
+        let replayed = replay(&as_dyn, None, &pending("replaced", b"ours", false, old)).await.expect("replayed");
+        assert!(
+            matches!(&replayed, Replayed::Conflict(other) if other.starts_with("replaced.conflict-")),
+            "{replayed:?}"
+        );
+        assert_eq!(&store.get_range("replaced", 0..16, None).await.expect("get")[..], b"theirs, just now");
+
+        let old = store.head("deleted").await.expect("head").etag;
+        *store.after_head.lock() = Some(someone_writes("deleted"));
+        let delete = PendingFile::delete("deleted".into(), old);
+        assert_eq!(replay(&as_dyn, None, &delete).await.expect("replayed"), Replayed::ChangedSince);
+        assert_eq!(&store.get_range("deleted", 0..16, None).await.expect("get")[..], b"theirs, just now");
     }
 
     /// A logged directory marker goes over the marker there (every marker has the same
@@ -487,6 +540,28 @@ mod tests {
         assert_eq!(&store.get_range("k", 0..4, None).await.expect("stored")[..], b"ours");
         assert!(!path.exists(), "a log whose records were all stored is deleted");
         assert_eq!(log.replay(&stores).await, 0);
+    }
+
+    /// A daemon `/proc` cannot see (another PID namespace on one hostPath) holds the lock
+    /// of its mark: its segment is never replayed, however dead its PID looks, until the
+    /// lock is let go.
+    #[tokio::test]
+    async fn a_segment_whose_daemon_holds_its_mark_is_never_replayed() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = WriteBackLog::open(dir.path(), 1 << 30, std::time::Duration::ZERO).expect("open");
+        let daemon = format!("{}-1-1", "0".repeat(32)); // /proc: no such daemon
+        let path = dead_log(dir.path(), &format!("{daemon}.0.log"), &[header(0, "memory", "k", b"k")], b"");
+        let marks = dir.path().join("bucketfs-running");
+        crate::private_dir::ensure(&marks).expect("marks");
+        let mark = File::create(marks.join(&daemon)).expect("mark");
+        let running = nix::fcntl::Flock::lock(mark, nix::fcntl::FlockArg::LockExclusive).expect("lock");
+        let store = Arc::new(MemoryStore::default());
+        let stores: Vec<Arc<dyn ObjectStore>> = vec![store.clone()];
+        assert_eq!(log.replay(&stores).await, 0, "its daemon runs");
+        assert!(store.head("k").await.is_err() && path.exists(), "nothing stored, the segment kept");
+        drop(running);
+        assert_eq!(log.replay(&stores).await, 1, "stopped: replayed");
+        assert_eq!(&store.get_range("k", 0..1, None).await.expect("stored")[..], b"k");
     }
 
     fn header(id: u64, location: &str, key: &str, data: &[u8]) -> Header {
