@@ -122,7 +122,8 @@ mountit() { # NAME ARGS...
     echo "$m"
 }
 timed_read() { sync; echo 3 > /proc/sys/vm/drop_caches; local t0 t1; t0=$(date +%s.%N); cat "$1" > /dev/null; t1=$(date +%s.%N); python3 -c "print(f'{$t1-$t0:.2f}')"; }
-SHARED=(--shared-cache s3://cache/blocks --shared-cache-endpoint-url "$NEAR_URL")
+head -c 32 /dev/urandom > "$W/tier.key"
+SHARED=(--shared-cache s3://cache/blocks --shared-cache-endpoint-url "$NEAR_URL" --shared-cache-key-file "$W/tier.key")
 
 m=$(mountit uncached); echo "uncached: $(timed_read "$m/big.bin") s"; target/release/bucketfs unmount "$m"
 m=$(mountit cacheonly --cache "$W/cache0"); echo "cache only: $(timed_read "$m/big.bin") s"; target/release/bucketfs unmount "$m"

@@ -351,6 +351,13 @@ pub struct MountArgs {
     /// the sources.
     #[arg(long, value_name = "URL", requires = "shared_cache", value_parser = parse_endpoint_url)]
     pub shared_cache_endpoint_url: Option<String>,
+    /// The shared cache's key, needed with --shared-cache: a file of at least 16 bytes
+    /// (`head -c 32 /dev/urandom > FILE`; a Kubernetes Secret), the same on every machine
+    /// sharing the cache. Blocks are encrypted and authenticated with it, so whoever can
+    /// read or write the cache bucket without it can neither read them nor plant blocks
+    /// (see docs/SECURITY.md).
+    #[arg(long, value_name = "FILE", requires = "shared_cache")]
+    pub shared_cache_key_file: Option<PathBuf>,
     /// Most bytes the data cache (--cache) may take on disk, all mounts using it
     /// together. Default: 10% of the disk holding it; it never leaves less than 5% free.
     #[arg(long, value_parser = parse_size, value_name = "BYTES", requires = "cache")]

@@ -83,7 +83,9 @@ where
     let args = super::mount::mount_args_for(flags, &target.target)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
-        let tier = super::mount::shared_cache(&args, &target.target, None).await?;
+        // Status and clear read names only: no block is opened or sealed.
+        let key = crate::datacache::TierKey::unheld().map_err(anyhow::Error::msg)?;
+        let tier = super::mount::shared_cache(&args, &target.target, None, key).await?;
         let location = tier.location();
         work(tier).await.with_context(|| location)
     })

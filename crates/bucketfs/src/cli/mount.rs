@@ -772,7 +772,9 @@ pub(crate) fn store_config(args: &MountArgs) -> Result<StoreConfig> {
 /// said in the log, and used once it answers.
 async fn connect_shared_cache(args: &MountArgs) -> Result<Option<Arc<crate::datacache::SharedCache>>> {
     let Some(location) = &args.shared_cache else { return Ok(None) };
-    let tier = shared_cache(args, location, args.shared_cache_endpoint_url.as_ref()).await.context("--shared-cache")?;
+    let key = shared_cache_key(args, location).context("--shared-cache")?;
+    let endpoint_url = args.shared_cache_endpoint_url.as_ref();
+    let tier = shared_cache(args, location, endpoint_url, key).await.context("--shared-cache")?;
     tier.check().await.map_err(|error| {
         anyhow::anyhow!("--shared-cache {location}: cannot list it at {}: {error}", tier.location())
     })?;
@@ -780,11 +782,12 @@ async fn connect_shared_cache(args: &MountArgs) -> Result<Option<Arc<crate::data
 }
 
 /// A client of the shared cache at `location` (`s3://BUCKET[/PREFIX]`), with the
-/// sources' settings and credentials, at `endpoint_url` if given.
+/// sources' settings and credentials, at `endpoint_url` if given, sealing with `key`.
 pub(crate) async fn shared_cache(
     args: &MountArgs,
     location: &str,
     endpoint_url: Option<&String>,
+    key: crate::datacache::TierKey,
 ) -> Result<Arc<crate::datacache::SharedCache>> {
     let spec = SourceSpec::parse(location).map_err(|error| anyhow::anyhow!("{location}: {error}"))?;
     let mut config = store_config(args)?;
@@ -795,11 +798,26 @@ pub(crate) async fn shared_cache(
     config.read_timeout = std::time::Duration::from_secs(2).min(config.read_timeout);
     config.retry_window = std::time::Duration::from_secs(1);
     config.listing_metadata = false;
-    // The source's encryption and storage class are the source's business.
+    // The source's encryption and storage class are the source's business: the tier's
+    // blocks are sealed with its own key.
     config.options =
         RequestOptions { encryption: None, storage_class: None, requester_pays: false, expected_bucket_owner: None };
     let store = S3Store::new(&config).await.map_err(|error| anyhow::anyhow!("{location}: {error}"))?;
-    Ok(crate::datacache::SharedCache::new(store, &spec.prefix))
+    Ok(crate::datacache::SharedCache::new(store, &spec.prefix, key))
+}
+
+/// The key of the shared cache at `location` (`--shared-cache-key-file`), which a tier
+/// cannot go without.
+fn shared_cache_key(args: &MountArgs, location: &str) -> Result<crate::datacache::TierKey> {
+    let Some(key_file) = &args.shared_cache_key_file else {
+        bail!(
+            "{location} needs --shared-cache-key-file: without a key, whoever can write the cache bucket could \
+             plant blocks every machine serves, and whoever can read it would read every block (docs/SECURITY.md)"
+        );
+    };
+    let key = std::fs::read(key_file).with_context(|| format!("reading the key file {}", key_file.display()))?;
+    crate::datacache::TierKey::from_file_content(&key)
+        .map_err(|error| anyhow::anyhow!("the key file {}: {error}", key_file.display()))
 }
 
 /// The `MountArgs` of `bucketfs mount FLAGS... SOURCE /`: for commands that reach a store

@@ -26,6 +26,7 @@
 mod object;
 mod shared;
 mod small;
+mod tier_key;
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -38,6 +39,7 @@ use std::time::SystemTime;
 pub use object::{CachedFiles, ObjectId};
 pub use shared::{SharedCache, TierUsage};
 pub use small::SMALL_OBJECT;
+pub use tier_key::TierKey;
 
 /// Size of a cached block.
 pub const BLOCK_SIZE: u64 = 1024 * 1024;

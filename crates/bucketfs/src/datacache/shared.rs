@@ -6,14 +6,14 @@
 //!
 //! Blocks are kept under a name made of what they hold: a hash of the source object's
 //! location, key, ETag and size (and of this layout's version), so a changed object never
-//! meets old blocks. [`CHUNK_BLOCKS`] blocks in a row (a **chunk**, aligned) are one
+//! meets old blocks; the hash is keyed (`tier_key`). [`CHUNK_BLOCKS`] blocks in a row (a **chunk**, aligned) are one
 //! object, `HASH/cN`, once the local cache has them all: an S3 store serves a few large
 //! objects far faster than many small ones. A block whose chunk does not fill up within
 //! [`CHUNK_WAIT`] (a reader that skips around) is an object of its own, `HASH/N`. In both,
-//! each block is a **frame**: its bytes, then a 128-bit xxh3 of the name of the object it
-//! belongs to, its number and its bytes, so a corrupt, cut or foreign block is a miss and
-//! comes from the source. Frames lie [`FRAME`] bytes apart, so a reader asks for exactly
-//! the blocks it misses, and checks each as it arrives. Everything lives under PREFIX,
+//! each block is a **frame** sealed with the tier's key (`tier_key`: AES-256-GCM, its tag
+//! covering the object's name and the block's number), so a corrupt, cut, forged or
+//! foreign block is a miss and comes from the source, and the bucket holds no plaintext. Frames lie [`FRAME`] bytes apart, so a reader asks for exactly
+//! the blocks it misses, and opens each as it arrives. Everything lives under PREFIX,
 //! which is what an S3 lifecycle rule needs to expire it.
 //!
 //! The tier never fails a read: a miss, an error or a slow answer sends the read to the
@@ -30,9 +30,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use sha2::Digest as _;
 use tokio::sync::Notify;
 
+use super::tier_key::{TierKey, SEAL_LEN};
 use super::{ObjectId, BLOCK_SIZE};
 use crate::store::{Metadata, ObjectStore, RangeBody, StoreError, WriteCondition};
 
@@ -53,13 +53,13 @@ const PUTS_IN_FLIGHT: usize = 4;
 /// Chunks waiting to be written or being written (names, not bytes: 16 GiB of blocks
 /// in a few hundred KB).
 const MAX_WAITING: usize = 2048;
-const CHECKSUM_LEN: u64 = 16;
-/// A block in the tier: its bytes, then its checksum. Frames of a chunk lie this far apart.
-const FRAME: u64 = BLOCK_SIZE + CHECKSUM_LEN;
-/// Bytes of the SHA-256 of an object's identity kept in its blocks' names.
+/// A block in the tier: its sealed bytes, then its tag and nonce. Frames of a chunk lie
+/// this far apart.
+const FRAME: u64 = BLOCK_SIZE + SEAL_LEN;
+/// Bytes of the keyed hash of an object's identity kept in its blocks' names.
 const HASH_LEN: usize = 20;
 /// Part of every name's hash: blocks of another layout are misses, not corrupt blocks.
-const LAYOUT: &str = "chunks of 8 framed blocks, xxh3-128";
+const LAYOUT: &str = "chunks of 8 sealed blocks, AES-256-GCM";
 
 /// What a shared tier holds (see [`SharedCache::usage`]).
 #[derive(Debug, Default, PartialEq)]
@@ -84,6 +84,7 @@ pub trait LocalBlocks: Send + Sync + 'static {
 
 pub struct SharedCache {
     store: Arc<dyn ObjectStore>,
+    key: TierKey,
     /// Empty, or ending in `/`.
     prefix: String,
     puts: Arc<tokio::sync::Semaphore>,
@@ -104,14 +105,15 @@ enum Frames {
 }
 
 impl SharedCache {
-    pub fn new(store: Arc<dyn ObjectStore>, prefix: &str) -> Arc<Self> {
-        Self::with_chunk_wait(store, prefix, CHUNK_WAIT)
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: &str, key: TierKey) -> Arc<Self> {
+        Self::with_chunk_wait(store, prefix, key, CHUNK_WAIT)
     }
 
-    fn with_chunk_wait(store: Arc<dyn ObjectStore>, prefix: &str, chunk_wait: Duration) -> Arc<Self> {
+    fn with_chunk_wait(store: Arc<dyn ObjectStore>, prefix: &str, key: TierKey, chunk_wait: Duration) -> Arc<Self> {
         let prefix = prefix.trim_matches('/');
         Arc::new(Self {
             store,
+            key,
             prefix: if prefix.is_empty() { String::new() } else { format!("{prefix}/") },
             puts: Arc::new(tokio::sync::Semaphore::new(PUTS_IN_FLIGHT)),
             pending: tokio::sync::watch::Sender::new(0),
@@ -196,8 +198,8 @@ impl SharedCache {
         }
         let frame_at = |index: u64| (index - first) * FRAME;
         let last = blocks.end - 1;
-        let len = frame_at(last) + target.block_len(last) + CHECKSUM_LEN - frame_at(blocks.start);
-        let sink = FrameSink::new(target, &names.hash, blocks.clone());
+        let len = frame_at(last) + target.block_len(last) + SEAL_LEN - frame_at(blocks.start);
+        let sink = FrameSink::new(target, &self.key, &names.hash, blocks.clone());
         let get = self.store.get_range_into(key, frame_at(blocks.start), &sink, len);
         tokio::pin!(get);
         // At least one more block must check out in every GET_TIMEOUT.
@@ -219,7 +221,7 @@ impl SharedCache {
             _ if sink.found_corrupt() => {
                 // Fetched from the source, then written again over it.
                 crate::metrics::shared_cache("corrupt");
-                tracing::debug!(key, index = reached, "shared cache: a block failed its check; read from the source");
+                tracing::debug!(key, index = reached, "shared cache: a block did not open; read from the source");
             }
             Some(Err(StoreError::NotFound)) if reached == blocks.start => return Frames::Absent,
             Some(Ok(())) => {}
@@ -295,7 +297,9 @@ impl SharedCache {
         if read.iter().all(|(_, block)| block.is_some()) {
             let mut frames = BytesMut::with_capacity(read.len() * FRAME as usize);
             for (index, block) in &read {
-                frame_into(&mut frames, &names.hash, *index, block.as_deref().unwrap_or_default());
+                if !self.key.seal_into(&mut frames, &names.hash, *index, block.as_deref().unwrap_or_default()) {
+                    return;
+                }
             }
             self.put_object(&name, frames.freeze(), read.len()).await;
             return;
@@ -305,9 +309,10 @@ impl SharedCache {
                 crate::metrics::shared_cache("put_gone");
                 continue;
             };
-            let mut frame = BytesMut::with_capacity(block.len() + CHECKSUM_LEN as usize);
-            frame_into(&mut frame, &names.hash, index, &block);
-            if !self.put_object(&names.block(index), frame.freeze(), 1).await {
+            let mut frame = BytesMut::with_capacity(block.len() + SEAL_LEN as usize);
+            if !self.key.seal_into(&mut frame, &names.hash, index, &block)
+                || !self.put_object(&names.block(index), frame.freeze(), 1).await
+            {
                 return;
             }
         }
@@ -468,9 +473,8 @@ struct Names {
 
 impl Names {
     fn of(tier: &SharedCache, id: &ObjectId) -> Self {
-        let identity =
-            sha2::Sha256::new().chain_update(LAYOUT).chain_update([0]).chain_update(id.describe()).finalize();
-        let hash = hex::encode(&identity[..HASH_LEN]);
+        let identity = [LAYOUT.as_bytes(), &[0], id.describe().as_bytes()].concat();
+        let hash = hex::encode(&tier.key.name_hash(&identity).as_ref()[..HASH_LEN]);
         Self { stem: format!("{}{hash}/", tier.prefix), hash }
     }
 
@@ -500,12 +504,13 @@ impl Target<'_> {
     }
 }
 
-/// Takes a GET of consecutive frames, as they stream in: each block is hashed, the part
-/// of it the target covers is staged in the body, and published to the body's readers
-/// once the frame's checksum matches. At the first frame that does not, it takes no
-/// more (the GET ends) and the block's staged bytes are never seen.
+/// Takes a GET of consecutive frames, as they stream in: each frame is gathered, opened
+/// with the tier's key once whole, and the part of its block the target covers goes to
+/// the body's readers. At the first frame that does not open, it takes no more (the GET
+/// ends) and none of that block is seen.
 struct FrameSink<'t> {
     target: &'t Target<'t>,
+    key: &'t TierKey,
     hash: &'t str,
     framing: parking_lot::Mutex<Framing>,
 }
@@ -516,13 +521,8 @@ struct Framing {
     /// The block whose frame comes next, and the one after the last asked for.
     index: u64,
     end: u64,
-    /// Bytes of its frame taken so far.
-    at: u64,
-    /// Of the object's name hash, the block's number and its bytes so far.
-    sum: xxhash_rust::xxh3::Xxh3,
-    trailer: [u8; CHECKSUM_LEN as usize],
-    /// Bytes of this block staged in the body.
-    staged: u64,
+    /// The current frame's bytes so far.
+    frame: Vec<u8>,
     corrupt: bool,
     /// The body took no more (it was ended: its reads are over).
     body_ended: bool,
@@ -530,20 +530,17 @@ struct Framing {
 }
 
 impl<'t> FrameSink<'t> {
-    fn new(target: &'t Target<'t>, hash: &'t str, blocks: Range<u64>) -> Self {
+    fn new(target: &'t Target<'t>, key: &'t TierKey, hash: &'t str, blocks: Range<u64>) -> Self {
         let framing = Framing {
             taken: 0,
             index: blocks.start,
             end: blocks.end,
-            at: 0,
-            sum: block_sum(hash, blocks.start),
-            trailer: [0; CHECKSUM_LEN as usize],
-            staged: 0,
+            frame: Vec::new(),
             corrupt: false,
             body_ended: false,
             etag: None,
         };
-        Self { target, hash, framing: parking_lot::Mutex::new(framing) }
+        Self { target, key, hash, framing: parking_lot::Mutex::new(framing) }
     }
 
     /// The first block not yet in the body.
@@ -559,39 +556,27 @@ impl<'t> FrameSink<'t> {
         self.framing.lock().body_ended
     }
 
-    /// Takes `bytes` of the current frame's block: all into the checksum, the part the
-    /// target covers into the body (staged).
-    fn take_block_bytes(&self, f: &mut Framing, bytes: &[u8]) -> bool {
-        f.sum.update(bytes);
-        let Target { body, origin, end, .. } = *self.target;
-        let from = f.index * BLOCK_SIZE + f.at; // object offset of `bytes`
-        let want = origin + body.received() + f.staged; // the body's next byte
-        f.at += bytes.len() as u64;
-        let (start, stop) = (from.max(want), (from + bytes.len() as u64).min(end));
-        if start >= stop {
-            return true; // before what the body misses (its first block), or past its end
-        }
-        let piece = &bytes[(start - from) as usize..(stop - from) as usize];
-        if !body.stage(f.staged, piece) {
-            f.body_ended = true; // nobody waits for more
-            return false;
-        }
-        f.staged += piece.len() as u64;
-        true
-    }
-
-    /// The frame is in: its block goes to the body's readers if the checksum matches.
+    /// The frame is whole: its block goes to the body's readers if it opens.
     fn end_frame(&self, f: &mut Framing) -> bool {
-        if f.sum.digest128().to_le_bytes() != f.trailer {
+        let Some(block) = self.key.open(self.hash, f.index, &mut f.frame) else {
             f.corrupt = true;
             return false;
+        };
+        let Target { body, origin, end, .. } = *self.target;
+        let from = f.index * BLOCK_SIZE; // object offset of the block
+        let want = origin + body.received(); // the body's next byte
+        let (start, stop) = (from.max(want), (from + block.len() as u64).min(end));
+        if start < stop {
+            let piece = &block[(start - from) as usize..(stop - from) as usize];
+            if !body.stage(0, piece) {
+                f.body_ended = true; // nobody waits for more
+                return false;
+            }
+            body.publish(piece.len() as u64);
         }
         crate::metrics::shared_cache("hit");
-        self.target.body.publish(f.staged);
         f.index += 1;
-        f.at = 0;
-        f.staged = 0;
-        f.sum = block_sum(self.hash, f.index);
+        f.frame.clear();
         true
     }
 }
@@ -620,46 +605,16 @@ impl crate::store::BodySink for FrameSink<'_> {
             if f.corrupt || f.body_ended || f.index >= f.end {
                 return false;
             }
-            let block_len = self.target.block_len(f.index);
-            if f.at < block_len {
-                let (bytes, rest) = chunk.split_at(chunk.len().min((block_len - f.at) as usize));
-                chunk = rest;
-                if !self.take_block_bytes(f, bytes) {
-                    return false;
-                }
-                continue;
-            }
-            let into = (f.at - block_len) as usize;
-            let (bytes, rest) = chunk.split_at(chunk.len().min(CHECKSUM_LEN as usize - into));
+            let frame_len = (self.target.block_len(f.index) + SEAL_LEN) as usize;
+            let (bytes, rest) = chunk.split_at(chunk.len().min(frame_len - f.frame.len()));
             chunk = rest;
-            f.trailer[into..into + bytes.len()].copy_from_slice(bytes);
-            f.at += bytes.len() as u64;
-            if f.at == block_len + CHECKSUM_LEN && !self.end_frame(f) {
+            f.frame.extend_from_slice(bytes);
+            if f.frame.len() == frame_len && !self.end_frame(f) {
                 return false;
             }
         }
         true
     }
-}
-
-/// The checksum of block `index` of the object `hash`, before its bytes.
-fn block_sum(hash: &str, index: u64) -> xxhash_rust::xxh3::Xxh3 {
-    let mut sum = xxhash_rust::xxh3::Xxh3::new();
-    sum.update(hash.as_bytes());
-    sum.update(&index.to_le_bytes());
-    sum
-}
-
-/// Appends block `index` of the object `hash` as a frame: its bytes, then its checksum.
-fn frame_into(frames: &mut BytesMut, hash: &str, index: u64, block: &[u8]) {
-    frames.extend_from_slice(block);
-    frames.extend_from_slice(&checksum(hash, index, block).to_le_bytes());
-}
-
-fn checksum(hash: &str, index: u64, block: &[u8]) -> u128 {
-    let mut sum = block_sum(hash, index);
-    sum.update(block);
-    sum.digest128()
 }
 
 #[cfg(test)]
@@ -668,6 +623,10 @@ mod tests {
     use crate::store::memory::MemoryStore;
 
     const MIB: u64 = 1024 * 1024;
+
+    fn test_key() -> TierKey {
+        TierKey::from_file_content(b"the key of the tests' shared cache").expect("a key")
+    }
 
     fn object(etag: &str, size: u64) -> ObjectId {
         ObjectId { location: "http://s/b".into(), key: "data/x.bin".into(), etag: etag.into(), size }
@@ -756,7 +715,8 @@ mod tests {
     fn feed(id: &ObjectId, frames: &[u8], step: usize) -> (u64, bool, Bytes) {
         let body = RangeBody::new(id.size, None);
         let target = Target { id, body: &body, origin: 0, end: id.size };
-        let sink = FrameSink::new(&target, "abc", 0..id.blocks());
+        let key = test_key();
+        let sink = FrameSink::new(&target, &key, "abc", 0..id.blocks());
         for piece in frames.chunks(step) {
             if !crate::store::BodySink::append(&sink, piece) {
                 break;
@@ -769,26 +729,29 @@ mod tests {
     #[test]
     fn a_block_reaches_the_body_only_whole_and_unchanged_as_itself() {
         let id = object("\"e\"", 2 * MIB + 10); // blocks of 1 MiB, 1 MiB and 10 bytes
-        let frames = |hash: &str, number: &dyn Fn(u64) -> u64| {
+        let sealed = |key: &TierKey, hash: &str, number: &dyn Fn(u64) -> u64| {
             let mut frames = BytesMut::new();
-            (0..3).for_each(|index| frame_into(&mut frames, hash, number(index), &block_bytes(&id, index)));
+            (0..3).for_each(|index| assert!(key.seal_into(&mut frames, hash, number(index), &block_bytes(&id, index))));
             frames.to_vec()
         };
+        let frames = |hash: &str, number: &dyn Fn(u64) -> u64| sealed(&test_key(), hash, number);
         let whole = object_bytes(&id, 0..id.size);
         let good = frames("abc", &|index| index);
         for step in [3, 16, 4093, (FRAME + 1) as usize, good.len()] {
             let (next, corrupt, got) = feed(&id, &good, step);
             assert!(next == 3 && !corrupt && got[..] == whole[..], "pieces of {step}: stopped at {next}");
         }
-        // A flipped byte of block 1 or of its checksum: block 0 only.
+        // A flipped byte of block 1 or of its tag or nonce: block 0 only.
         for at in [FRAME + 5, 2 * FRAME - 1] {
             let mut flipped = good.clone();
             flipped[at as usize] ^= 1;
             let (next, corrupt, got) = feed(&id, &flipped, 4093);
             assert!(next == 1 && corrupt && got[..] == whole[..MIB as usize], "flipped at {at}");
         }
-        // Blocks of another object, or under other numbers: nothing.
-        for other in [frames("abd", &|index| index), frames("abc", &|index| index + 1)] {
+        // Blocks of another object, under other numbers, or well framed with another key
+        // (forged by someone who can write the bucket): nothing.
+        let forged = sealed(&TierKey::from_file_content(b"a key the tier does not hold").expect("key"), "abc", &|i| i);
+        for other in [frames("abd", &|index| index), frames("abc", &|index| index + 1), forged] {
             assert_eq!(feed(&id, &other, 4093), (0, true, Bytes::new()));
         }
         // A cut frame: the blocks before it.
@@ -798,7 +761,7 @@ mod tests {
 
     #[test]
     fn blocks_of_another_version_have_other_names() {
-        let tier = SharedCache::new(Arc::new(MemoryStore::default()), "/team/cache/");
+        let tier = SharedCache::new(Arc::new(MemoryStore::default()), "/team/cache/", test_key());
         let key = Names::of(&tier, &object("\"e1\"", 10)).chunk(3);
         assert!(key.starts_with("team/cache/") && key.ends_with("/c3"), "{key}");
         assert_ne!(key, Names::of(&tier, &object("\"e2\"", 10)).chunk(3), "another ETag");
@@ -812,7 +775,7 @@ mod tests {
     #[tokio::test]
     async fn whole_chunks_are_one_object_each_and_read_back_from_any_block() {
         let store = Arc::new(MemoryStore::default());
-        let tier = SharedCache::new(store.clone(), "c");
+        let tier = SharedCache::new(store.clone(), "c", test_key());
         let id = object("\"e\"", 10 * MIB + 5); // chunks 0..8 and 8..11
         assert_eq!(read(&tier, &id, 0..11).await, (vec![], 0), "nothing written yet");
         tier.put_blocks(&id, &(0..11).collect::<Vec<_>>(), Local::with(&id, 0..11));
@@ -835,7 +798,7 @@ mod tests {
     #[tokio::test]
     async fn a_read_from_and_to_the_middle_of_blocks_gets_exactly_its_bytes() {
         let store = Arc::new(MemoryStore::default());
-        let tier = SharedCache::new(store.clone(), "c");
+        let tier = SharedCache::new(store.clone(), "c", test_key());
         let id = object("\"e\"", 10 * MIB + 5);
         tier.put_blocks(&id, &(0..11).collect::<Vec<_>>(), Local::with(&id, 0..11));
         written(&tier).await;
@@ -854,7 +817,7 @@ mod tests {
     #[tokio::test]
     async fn a_slow_tier_is_given_up_after_the_timeout_and_then_skipped() {
         let store = Arc::new(MemoryStore::default());
-        let tier = SharedCache::new(store.clone(), "c");
+        let tier = SharedCache::new(store.clone(), "c", test_key());
         let id = object("\"e\"", 8 * MIB);
         tier.put_blocks(&id, &(0..8).collect::<Vec<_>>(), Local::with(&id, 0..8));
         written(&tier).await;
@@ -871,7 +834,7 @@ mod tests {
     #[tokio::test]
     async fn a_chunk_waits_for_its_last_block_and_is_then_written_whole() {
         let store = Arc::new(MemoryStore::default());
-        let tier = SharedCache::with_chunk_wait(store.clone(), "c", Duration::from_secs(30));
+        let tier = SharedCache::with_chunk_wait(store.clone(), "c", test_key(), Duration::from_secs(30));
         let id = object("\"e\"", 20 * MIB);
         let local = Local::with(&id, 0..7);
         tier.put_blocks(&id, &(0..4).collect::<Vec<_>>(), local.clone());
@@ -888,7 +851,7 @@ mod tests {
     #[tokio::test]
     async fn blocks_of_a_chunk_that_does_not_fill_up_are_written_one_by_one() {
         let store = Arc::new(MemoryStore::default());
-        let tier = SharedCache::with_chunk_wait(store.clone(), "c", Duration::from_millis(100));
+        let tier = SharedCache::with_chunk_wait(store.clone(), "c", test_key(), Duration::from_millis(100));
         let id = object("\"e\"", 20 * MIB);
         // Block 4 is evicted from the local cache before its turn: not written.
         let local = Arc::new(Local { gone: vec![4], ..Local::default() });
@@ -907,7 +870,7 @@ mod tests {
     #[tokio::test]
     async fn usage_counts_and_clear_deletes_only_what_is_named_as_blocks() {
         let store = Arc::new(MemoryStore::default());
-        let tier = SharedCache::with_chunk_wait(store.clone(), "team/cache", Duration::from_millis(50));
+        let tier = SharedCache::with_chunk_wait(store.clone(), "team/cache", test_key(), Duration::from_millis(50));
         let (one, two) = (object("\"e1\"", 3 * MIB), object("\"e2\"", 30 * MIB));
         tier.put_blocks(&one, &[0, 1, 2], Local::with(&one, 0..3)); // one chunk of 3
         tier.put_blocks(&two, &[10], Local::with(&two, [10])); // one block alone

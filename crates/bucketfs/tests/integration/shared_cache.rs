@@ -3,23 +3,40 @@
 //! cache in a second MinIO (the near store). What one machine fetched from the source,
 //! the next reads from the near store without a GET of the object from the source; a
 //! corrupt block there is fetched from the source again; a near store that is gone
-//! fails no read. See docs/CONFIGURATION.md, "Shared cache".
+//! fails no read; the near store holds no plaintext, even of an encrypted source. See
+//! docs/CONFIGURATION.md, "Shared cache", and docs/SECURITY.md.
 
 use std::time::Duration;
 
 use crate::common::*;
 
+/// The key every machine of these tests shares the cache with.
+const TIER_KEY: &[u8] = b"the shared cache key of the integration tests\n";
+
+/// A key file holding `key`, in a directory that lives as long as what is returned.
+fn key_file(key: &[u8]) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("key dir");
+    let path = dir.path().join("tier.key");
+    std::fs::write(&path, key).expect("key file");
+    (dir, path.to_str().expect("UTF-8").to_owned())
+}
+
 /// A mount of `bucket` with a local cache of its own (a "machine") and the shared
-/// cache `s3://near/cache` on `near`.
-fn machine(bucket: &str, near: &OwnMinio) -> (Mount, tempfile::TempDir) {
+/// cache `s3://near/cache` on `near`, with `builder`'s settings.
+fn machine_with(builder: MountBuilder, near: &OwnMinio) -> (Mount, [tempfile::TempDir; 2]) {
     let local = tempfile::tempdir_in("/var/tmp").expect("local cache dir");
-    let mount = MountBuilder::new()
-        .bucket(bucket)
+    let (key_dir, key) = key_file(TIER_KEY);
+    let mount = builder
         .args(["--cache", local.path().to_str().expect("UTF-8")])
         .args(["--shared-cache", "s3://near/cache", "--shared-cache-endpoint-url", &near.server.endpoint])
+        .args(["--shared-cache-key-file", &key])
         .request_log()
         .mount();
-    (mount, local)
+    (mount, [local, key_dir])
+}
+
+fn machine(bucket: &str, near: &OwnMinio) -> (Mount, [tempfile::TempDir; 2]) {
+    machine_with(MountBuilder::new().bucket(bucket), near)
 }
 
 /// The GETs of `key` the mount sent to the source (the shared cache's keys are hashes).
@@ -27,8 +44,8 @@ fn source_gets(m: &Mount, key: &str) -> Vec<Option<(u64, u64)>> {
     m.s3_requests().into_iter().filter(|r| r.op == "GET" && r.key == key).map(|r| r.range).collect()
 }
 
-/// Bytes after each block in the shared cache (its xxh3-128).
-const CHECKSUM_LEN: usize = 16;
+/// Bytes after each block in the shared cache (its tag and nonce).
+const SEAL_LEN: usize = 28;
 
 #[test]
 fn a_second_machine_reads_from_the_shared_cache_what_the_first_fetched() {
@@ -59,7 +76,7 @@ fn a_second_machine_reads_from_the_shared_cache_what_the_first_fetched() {
     // A block damaged in the shared cache is a miss: that block comes from the source.
     let chunk = near.keys("near").into_iter().find(|key| near.get("near", key).len() > MIB).expect("big.bin's chunk");
     let mut damaged = near.get("near", &chunk);
-    damaged[3 * (MIB + CHECKSUM_LEN) + 100] ^= 0xff;
+    damaged[3 * (MIB + SEAL_LEN) + 100] ^= 0xff;
     near.put("near", &chunk, damaged);
     let (third, _third_cache) = machine(&bucket, &near);
     assert_same_bytes(&std::fs::read(third.join("big.bin")).expect("read"), &big, "third machine");
@@ -130,8 +147,8 @@ fn the_cache_command_shows_and_clears_a_shared_cache() {
         out
     };
     let status = cache("status");
-    // 4 blocks of the object, each with its checksum.
-    let bytes = data.len() + 4 * CHECKSUM_LEN;
+    // 4 blocks of the object, each sealed.
+    let bytes = data.len() + 4 * SEAL_LEN;
     assert!(status.contains(&format!(": 1 objects, 4 blocks, {bytes} bytes, oldest block written 20")), "{status}");
     assert!(status.contains("2 other keys under the prefix"), "{status}");
     assert!(cache("clear").contains("cleared (4 blocks deleted)"));
@@ -159,11 +176,103 @@ fn a_shared_cache_bucket_that_does_not_exist_fails_the_mount() {
     let bucket = create_bucket("shared-cache-missing");
     let near = OwnMinio::start();
     let local = tempfile::tempdir_in("/var/tmp").expect("local cache dir");
+    let (_key_dir, key) = key_file(TIER_KEY);
     let failure = MountBuilder::new()
         .bucket(&bucket)
         .background()
         .args(["--cache", local.path().to_str().expect("UTF-8")])
         .args(["--shared-cache", "s3://no-such-near/cache", "--shared-cache-endpoint-url", &near.server.endpoint])
+        .args(["--shared-cache-key-file", &key])
         .expect_failure();
     failure.assert_error("--shared-cache s3://no-such-near/cache: cannot list it");
+}
+
+/// Without a key, or with one too short, there is no shared cache: the mount fails and
+/// says why (whoever can write the cache bucket could otherwise plant blocks).
+#[test]
+fn a_shared_cache_without_a_key_fails_the_mount() {
+    let bucket = create_bucket("shared-cache-keyless");
+    let near = OwnMinio::start();
+    near.create_bucket("near");
+    let local = tempfile::tempdir_in("/var/tmp").expect("local cache dir");
+    let builder = || {
+        MountBuilder::new()
+            .bucket(&bucket)
+            .background()
+            .args(["--cache", local.path().to_str().expect("UTF-8")])
+            .args(["--shared-cache", "s3://near/cache", "--shared-cache-endpoint-url", &near.server.endpoint])
+    };
+    builder().expect_failure().assert_error("s3://near/cache needs --shared-cache-key-file");
+    let (_key_dir, short) = key_file(b"short\n");
+    let failure = builder().args(["--shared-cache-key-file", &short]).expect_failure();
+    failure.assert_error("holds 5 bytes, fewer than 16");
+}
+
+/// An object of an SSE-C source, read through a machine with a shared cache, leaves no
+/// readable byte of it in the near store (its blocks are sealed with the tier's key); a
+/// second machine reads it from there, right. A machine with another key finds nothing
+/// of it there, and a chunk it wrote put in the place of the first key's is a miss.
+#[test]
+fn an_encrypted_source_leaves_no_readable_bytes_in_the_shared_cache() {
+    let server = minio_tls();
+    let certificate = server.certificate.clone().expect("a TLS MinIO");
+    let client = s3_client_tls(&server.endpoint, &certificate);
+    let bucket = unique_bucket_name("ssec-shared");
+    block_on(client.create_bucket().bucket(&bucket).send()).expect("create bucket");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ca, sse_key) = (dir.path().join("ca.pem"), dir.path().join("sse-c.key"));
+    std::fs::write(&ca, &certificate).expect("CA file");
+    std::fs::write(&sse_key, [0x5a_u8; 32]).expect("key file");
+    let (ca, sse_key) = (ca.to_str().expect("UTF-8"), sse_key.to_str().expect("UTF-8"));
+    let source = || {
+        MountBuilder::new().endpoint(&server.endpoint).bucket(&bucket).args([
+            "--ca-bundle",
+            ca,
+            "--sse-c-key-file",
+            sse_key,
+        ])
+    };
+    // Text that is easy to find: lines that are all different.
+    let secret: Vec<u8> = (0..120_000).flat_map(|n| format!("secret line {n:06}\n").into_bytes()).collect();
+    let writer = source().mount();
+    std::fs::write(writer.join("secret.txt"), &secret).expect("write");
+    drop(writer);
+    let near = OwnMinio::start();
+    near.create_bucket("near");
+
+    let (first, _first) = machine_with(source(), &near);
+    assert_same_bytes(&std::fs::read(first.join("secret.txt")).expect("read"), &secret, "first machine");
+    drop(first); // the daemon writes the blocks before it exits
+    let keys = near.keys("near");
+    assert!(!keys.is_empty(), "blocks in the shared cache");
+    for key in &keys {
+        let stored = near.get("near", key);
+        let readable = stored.windows(12).any(|window| window == b"secret line ");
+        assert!(!readable, "{key} holds plaintext of the encrypted source");
+    }
+
+    let (second, _second) = machine_with(source(), &near);
+    assert_same_bytes(&std::fs::read(second.join("secret.txt")).expect("read"), &secret, "second machine");
+    assert_eq!(source_gets(&second, "secret.txt"), [], "read from the shared cache");
+    drop(second);
+
+    // A machine with another key: the first key's blocks are not its own (another name).
+    let local = tempfile::tempdir_in("/var/tmp").expect("local cache dir");
+    let (_other_dir, other_key) = key_file(b"another key, of another tenant\n");
+    let other = source()
+        .args(["--cache", local.path().to_str().expect("UTF-8")])
+        .args(["--shared-cache", "s3://near/cache", "--shared-cache-endpoint-url", &near.server.endpoint])
+        .args(["--shared-cache-key-file", &other_key])
+        .request_log()
+        .mount();
+    assert_same_bytes(&std::fs::read(other.join("secret.txt")).expect("read"), &secret, "another key");
+    assert!(!source_gets(&other, "secret.txt").is_empty(), "another key reads the source");
+    drop(other);
+    // Its chunk, well framed with its key, planted where the first key's chunk is: a miss.
+    let theirs = near.keys("near").into_iter().find(|key| !keys.contains(key)).expect("the other key's chunk");
+    let ours = keys.iter().find(|key| key.ends_with("/c0")).expect("the first key's chunk");
+    near.put("near", ours, near.get("near", &theirs));
+    let (third, _third) = machine_with(source(), &near);
+    assert_same_bytes(&std::fs::read(third.join("secret.txt")).expect("read"), &secret, "planted chunk");
+    assert!(!source_gets(&third, "secret.txt").is_empty(), "a planted chunk is a miss: read from the source");
 }
