@@ -7,6 +7,7 @@
 //! toggle or cycle), the kernel checks that the caller may write the mount's root, and
 //! the adapter also requires root or the daemon's own user.
 
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -86,9 +87,11 @@ pub(super) fn init(args: &MountArgs, destination: &LogDestination) -> Result<Log
     let json = args.log_format == LogFormat::Json;
     let output: Box<dyn Layer<Registry> + Send + Sync> = match destination {
         LogDestination::File(path) if args.log_file.is_some() => {
+            // Logs name keys: a new log file is the user's alone (0600).
             let file = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
+                .mode(0o600)
                 .open(path)
                 .with_context(|| format!("opening log file {}", path.display()))?;
             formatted(BoxMakeWriter::new(std::sync::Mutex::new(file)), json, false)

@@ -74,18 +74,16 @@ pub fn run(args: CsiArgs) -> Result<()> {
         .init();
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     runtime.block_on(async move {
-        // A socket left by a driver that was killed would refuse the bind.
-        match std::fs::remove_file(&socket) {
-            Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
-                return Err(error).with_context(|| format!("removing the old socket {}", socket.display()));
-            }
-            _ => {}
-        }
+        remove_old_socket(&socket)?;
         if let Some(dir) = socket.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        let listener = tokio::net::UnixListener::bind(&socket)
-            .with_context(|| format!("listening on {}", socket.display()))?;
+        // The socket is made 0600 (no moment with more: the umask is set around the bind):
+        // the calls it takes carry Secrets and mount what they name.
+        let umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+        let bound = tokio::net::UnixListener::bind(&socket);
+        nix::sys::stat::umask(umask);
+        let listener = bound.with_context(|| format!("listening on {}", socket.display()))?;
         let incoming = futures::stream::unfold(listener, |listener| async move {
             Some((listener.accept().await.map(|(stream, _)| stream), listener))
         });
@@ -99,6 +97,20 @@ pub fn run(args: CsiArgs) -> Result<()> {
             .await
             .context("serving gRPC")
     })
+}
+
+/// Removes the socket a driver that was killed left (it would refuse the bind); whatever
+/// else is at that path (a file, a directory, a link) is left as it is and fails the start.
+fn remove_old_socket(socket: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt as _;
+    match std::fs::symlink_metadata(socket) {
+        Ok(found) if found.file_type().is_socket() => {
+            std::fs::remove_file(socket).with_context(|| format!("removing the old socket {}", socket.display()))
+        }
+        Ok(_) => anyhow::bail!("{} is there and is not a socket: left as it is", socket.display()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error).with_context(|| format!("looking at {}", socket.display())),
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -50,8 +50,11 @@ impl Node for NodeService {
             .map_err(Status::invalid_argument)?;
         let environment = secret_environment(&request.secrets).map_err(Status::invalid_argument)?;
 
-        let arguments =
-            spec.mount_arguments(&target, &self.publications.log_file(&target), &self.publications.work_dir());
+        let work_dir = self
+            .publications
+            .work_dir(volume_id)
+            .map_err(|error| Status::internal(format!("making the work directory of volume {volume_id}: {error}")))?;
+        let arguments = spec.mount_arguments(&target, &self.publications.log_file(&target), &work_dir);
         let publication = Publication { volume_id: volume_id.to_owned(), target, arguments };
         let (bucketfs, publications) = (self.bucketfs.clone(), self.publications.clone());
         let source = spec.source();

@@ -30,10 +30,11 @@ pub struct Publications {
 
 impl Publications {
     /// Records under `state_dir` (created if missing), logs in `state_dir/logs`, the
-    /// daemons' work files in `state_dir/work`.
+    /// daemons' work files in `state_dir/work`: each only root can open (records name
+    /// buckets, logs name keys, work files hold what pods wrote).
     pub fn open(state_dir: &Path) -> std::io::Result<Self> {
         for dir in ["volumes", "logs", "work"] {
-            std::fs::create_dir_all(state_dir.join(dir))?;
+            crate::private_dir::ensure(&state_dir.join(dir))?;
         }
         Ok(Self { dir: state_dir.to_owned(), locks: parking_lot::Mutex::new(HashMap::new()) })
     }
@@ -72,17 +73,22 @@ impl Publications {
         self.dir.join("logs").join(format!("{}.log", Self::name(target)))
     }
 
-    /// The daemons' `--cache-dir`, one for all: a `--write-back` log left by a daemon
-    /// that died is stored by the next mount of the same bucket on this node.
-    pub fn work_dir(&self) -> PathBuf {
-        self.dir.join("work")
+    /// The `--cache-dir` of the daemons of volume `volume_id`, one per volume: a
+    /// `--write-back` log or an upload left by a daemon that died is dealt with by the
+    /// next mount of the same volume on this node, with that volume's credentials, and
+    /// never by another volume's (another tenant's Secret, another prefix).
+    /// Made (private) if missing.
+    pub fn work_dir(&self, volume_id: &str) -> std::io::Result<PathBuf> {
+        let dir = self.dir.join("work").join(Self::name(Path::new(volume_id)));
+        crate::private_dir::ensure(&dir)?;
+        Ok(dir)
     }
 
     fn record_path(&self, target: &Path) -> PathBuf {
         self.dir.join("volumes").join(format!("{}.json", Self::name(target)))
     }
 
-    /// A file name for a target path (kubelet's are long and full of `/`).
+    /// A file name for a target path or a volume id (kubelet's are long and full of `/`).
     fn name(target: &Path) -> String {
         hex::encode(&sha2::Sha256::digest(target.as_os_str().as_encoded_bytes())[..12])
     }

@@ -399,3 +399,52 @@ fn dynamic_volumes_are_prefixes_the_controller_makes_and_deletes_and_nothing_els
         "everything outside the claim is left"
     );
 }
+
+/// Two volumes of one bucket on one node (two tenants: each its own prefix, its own
+/// Secret): the files a killed daemon of one volume closed with `--write-back` and had not
+/// stored are stored by that volume's next mount, never by the other volume's daemons,
+/// which keep their work files apart (one `--cache-dir` per volume).
+#[test]
+fn what_a_killed_volume_left_is_stored_by_that_volume_and_no_other() {
+    let bucket = create_bucket("csi-tenants");
+    let work = Workspace::new();
+    let driver = Driver::start(work.path());
+    let mut node = driver.node();
+    // Both volumes reach the store at one endpoint (a proxy that can slow it down): the
+    // write-back log tells stores apart by endpoint and bucket.
+    let proxy = ToxiProxy::to_minio();
+    let context = |prefix: &str| {
+        let mut context = static_context(&bucket, prefix);
+        context.insert("endpointUrl".into(), proxy.endpoint.clone());
+        context
+    };
+    let pods = pod_dir(work.path());
+    let (target_a, target_b) = (pods.join("a"), pods.join("b"));
+    let publish_a = publish_request("pv-tenant-a", &target_a, context("tenant-a"), &["write-back"]);
+    block_on(node.node_publish_volume(publish_a.clone())).expect("publish A");
+
+    // A file closed and not stored yet (the store is slow) when A's daemon is killed.
+    proxy.add("latency", Direction::Downstream, Toxic::Latency { latency_ms: 3000, jitter_ms: 0 });
+    std::fs::write(target_a.join("pending.txt"), b"tenant A's").expect("write in A");
+    let daemons = pids_with_arg_containing(target_a.to_str().expect("UTF-8"));
+    assert_eq!(daemons.len(), 1, "one daemon for A");
+    // SAFETY: a plain kill(2) of the daemon this test started.
+    unsafe { libc::kill(daemons[0], libc::SIGKILL) };
+    assert!(
+        wait_until(Duration::from_secs(10), || pids_with_arg_containing(target_a.to_str().expect("UTF-8")).is_empty())
+    );
+    proxy.remove("latency");
+
+    // B mounts (and would replay what it finds in its work directory before answering).
+    let publish_b = publish_request("pv-tenant-b", &target_b, context("tenant-b"), &["write-back"]);
+    block_on(node.node_publish_volume(publish_b)).expect("publish B");
+    std::fs::write(target_b.join("b.txt"), b"tenant B's").expect("write in B");
+    unpublish(&mut node, "pv-tenant-b", &target_b);
+    assert_eq!(list_keys(&bucket, ""), ["tenant-b/b.txt"], "B stored its own file and none of A's");
+
+    // A's next mount stores what A's killed daemon left.
+    block_on(node.node_publish_volume(publish_a)).expect("publish A again");
+    assert_eq!(std::fs::read(target_a.join("pending.txt")).expect("read in A"), b"tenant A's");
+    unpublish(&mut node, "pv-tenant-a", &target_a);
+    assert_eq!(get(&bucket, "tenant-a/pending.txt"), b"tenant A's");
+}
