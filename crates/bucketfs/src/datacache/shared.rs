@@ -608,6 +608,9 @@ impl crate::store::BodySink for FrameSink<'_> {
             let frame_len = (self.target.block_len(f.index) + SEAL_LEN) as usize;
             let (bytes, rest) = chunk.split_at(chunk.len().min(frame_len - f.frame.len()));
             chunk = rest;
+            if f.frame.is_empty() {
+                f.frame.reserve_exact(frame_len); // one allocation per read, reused frame after frame
+            }
             f.frame.extend_from_slice(bytes);
             if f.frame.len() == frame_len && !self.end_frame(f) {
                 return false;

@@ -448,3 +448,25 @@ fn what_a_killed_volume_left_is_stored_by_that_volume_and_no_other() {
     unpublish(&mut node, "pv-tenant-a", &target_a);
     assert_eq!(get(&bucket, "tenant-a/pending.txt"), b"tenant A's");
 }
+
+/// The driver's socket takes calls that carry Secrets: it is made 0600. Whatever else is
+/// at its path (a file someone put there) is left as it is, and the driver does not start.
+#[test]
+fn the_socket_is_roots_alone_and_nothing_else_is_removed_for_it() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let work = Workspace::new();
+    let driver = Driver::start(work.path());
+    let mode = std::fs::metadata(work.path().join("csi.sock")).expect("socket").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the socket's mode");
+    drop(driver);
+
+    let elsewhere = tempfile::tempdir().expect("dir");
+    let socket = elsewhere.path().join("csi.sock");
+    std::fs::write(&socket, b"not a socket").expect("a file at the socket's path");
+    let endpoint = format!("unix://{}", socket.display());
+    let state = elsewhere.path().join("state");
+    let line = ["csi", "--endpoint", &endpoint, "--node-id", "n", "--state-dir", state.to_str().expect("UTF-8")];
+    let (status, _, err) = run_bucketfs(&line, Duration::from_secs(20));
+    assert!(!status.success() && err.contains("is not a socket: left as it is"), "{err}");
+    assert_eq!(std::fs::read(&socket).expect("still there"), b"not a socket");
+}
