@@ -11,6 +11,7 @@
 mod body;
 pub mod buffer_pool;
 pub mod endpoints;
+mod etag;
 mod listing_metadata;
 #[cfg(test)]
 pub mod memory;

@@ -5,6 +5,7 @@
 use std::error::Error as _;
 use std::future::Future;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -31,8 +32,8 @@ use super::request_options::{RequestOptions, RequestOptionsInterceptor, UploadCh
 use super::request_window::{RequestWindow, WindowReport};
 use super::server_kind::{ServerKind, Support};
 use super::{
-    version_to_restore, BodySink, ListPage, Metadata, ObjectInfo, ObjectStore, OpenUpload, StoreError, VersionInfo,
-    WriteCondition, KEPT_HEADERS, MAX_VERSIONS_LISTED,
+    etag, version_to_restore, BodySink, ListPage, Metadata, ObjectInfo, ObjectStore, OpenUpload, StoreError,
+    VersionInfo, WriteCondition, KEPT_HEADERS, MAX_VERSIONS_LISTED,
 };
 
 /// How to reach one bucket. Each source of a mount has its own.
@@ -819,6 +820,21 @@ impl S3Store {
         Ok(())
     }
 
+    /// After a write that took more than one attempt was refused: the object's ETag if
+    /// the object at `key` is the one an earlier attempt stored (its answer was lost, so
+    /// the retry found the key taken, its `If-Match` stale, or its upload completed), told
+    /// by the ETag the write gives (`expected`, unquoted). `None` otherwise: another
+    /// client's object, or one whose ETag is no MD5 (SSE-C, SSE-KMS), where the refusal
+    /// stands.
+    async fn stored_by_a_lost_attempt(&self, key: &str, expected: &str) -> Option<Option<String>> {
+        let found = self.head(key).await.ok()?.etag?;
+        if etag::unquoted(&found) != expected {
+            return None;
+        }
+        tracing::info!(bucket = %self.bucket, key, "the answer to a write of {key} was lost; the retry found the object that write stored");
+        Some(Some(found))
+    }
+
     /// After a start of `key`'s upload that took more than one attempt: aborts the uploads
     /// an attempt whose answer was lost may have started (the store started one, the
     /// connection broke before its upload id came back, and the next attempt started
@@ -1108,16 +1124,26 @@ impl ObjectStore for S3Store {
         metadata: &Metadata,
         condition: &WriteCondition,
     ) -> Result<Option<String>, StoreError> {
-        let etag = self.retrying("PUT", key, || self.put_once(key, data.clone(), metadata, condition)).await?;
+        let attempts = AtomicU32::new(0);
+        let attempt = || {
+            attempts.fetch_add(1, Relaxed);
+            self.put_once(key, data.clone(), metadata, condition)
+        };
+        let etag = match self.retrying("PUT", key, attempt).await {
+            Err(error) if attempts.into_inner() > 1 && may_be_our_own_doing(&error) => {
+                self.stored_by_a_lost_attempt(key, &etag::of_put(&data)).await.ok_or(error)?
+            }
+            other => other?,
+        };
         self.learn_marker_metadata(key, metadata).await;
         Ok(etag)
     }
 
     async fn start_upload(&self, key: &str, metadata: &Metadata) -> Result<String, StoreError> {
-        let attempts = std::sync::atomic::AtomicU32::new(0);
+        let attempts = AtomicU32::new(0);
         let began = Instant::now();
         let attempt = || {
-            attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            attempts.fetch_add(1, Relaxed);
             self.start_upload_once(key, metadata)
         };
         let upload_id = self.retrying("CREATE-MULTIPART", key, attempt).await?;
@@ -1167,8 +1193,18 @@ impl ObjectStore for S3Store {
         parts: Vec<(i32, String)>,
         condition: &WriteCondition,
     ) -> Result<Option<String>, StoreError> {
-        let attempt = || self.finish_upload_once(key, upload_id, parts.clone(), condition);
-        self.retrying("COMPLETE-MULTIPART", key, attempt).await
+        let attempts = AtomicU32::new(0);
+        let attempt = || {
+            attempts.fetch_add(1, Relaxed);
+            self.finish_upload_once(key, upload_id, parts.clone(), condition)
+        };
+        match self.retrying("COMPLETE-MULTIPART", key, attempt).await {
+            Err(error) if attempts.into_inner() > 1 && may_be_our_own_doing(&error) => {
+                let Some(ours) = etag::of_multipart(&parts) else { return Err(error) };
+                self.stored_by_a_lost_attempt(key, &ours).await.ok_or(error)
+            }
+            other => other,
+        }
     }
 
     async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
@@ -1404,6 +1440,12 @@ fn if_match(condition: &WriteCondition) -> Option<String> {
         WriteCondition::Replaces(etag) => Some(etag.clone()),
         _ => None,
     }
+}
+
+/// Whether a retried write's `error` may come of an earlier attempt that the store carried
+/// out without its answer reaching us.
+fn may_be_our_own_doing(error: &StoreError) -> bool {
+    matches!(error, StoreError::AlreadyExists | StoreError::Changed | StoreError::UploadGone)
 }
 
 /// For a create-only write, the failed precondition means someone else created the key.

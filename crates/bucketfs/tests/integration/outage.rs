@@ -115,6 +115,34 @@ fn an_upload_started_by_an_attempt_whose_answer_was_lost_is_not_left_behind() {
     m.assert_alive();
 }
 
+/// The answer to the request that stores a new file is lost (the store made the object,
+/// the connection broke before it said so): the retry, conditional on the key being
+/// absent, is refused because of our own object. That is not "someone else made it":
+/// the write succeeds and the file is what was written, for a multipart complete and for
+/// a single PUT alike.
+#[test]
+fn a_lost_answer_to_the_store_of_a_new_file_is_not_an_error() {
+    let b = create_bucket("outage-lost-finish");
+    let relay = Relay::start(minio().port);
+    let mut m = MountBuilder::new().bucket(&b).endpoint(relay.endpoint.clone()).args(["--part-size", "5MiB"]).mount();
+    let write_and_close = |name: &str, data: &[u8]| {
+        let mut file = std::fs::File::create(m.join(name)).expect("create");
+        file.write_all(data).expect("write");
+        close(file).unwrap_or_else(|e| panic!("close of {name} failed: {e}\n{}", m.diagnostics()));
+    };
+    relay.faults.lose_answers("?uploadId=", 1);
+    let big = gen_data(10, 12 * MIB);
+    write_and_close("big", &big);
+    assert_eq!(relay.faults.answers_lost.load(Ordering::Relaxed), 1, "the complete's answer was lost");
+    assert!(get(&b, "big") == big, "stored whole");
+    assert_eq!(open_uploads_of(&b, "big"), 0);
+    relay.faults.lose_answers("small?x-id=PutObject", 1);
+    write_and_close("small", b"small file");
+    assert_eq!(relay.faults.answers_lost.load(Ordering::Relaxed), 2, "the PUT's answer was lost");
+    assert_eq!(get(&b, "small"), b"small file");
+    m.assert_alive();
+}
+
 /// A store that is gone for good: an operation fails once the retry window is over
 /// (10 s), not at once and not never; with the store back, the mount works again.
 #[test]
