@@ -194,6 +194,15 @@ pub struct MountArgs {
     /// Named profile from the AWS shared config/credentials files.
     #[arg(long)]
     pub profile: Option<String>,
+    /// Read the access key from standard input, as lines AWS_ACCESS_KEY_ID=...,
+    /// AWS_SECRET_ACCESS_KEY=... and optionally AWS_SESSION_TOKEN=..., instead of the
+    /// environment (where /proc/PID/environ shows it); the daemon is then made
+    /// non-dumpable. The CSI driver passes a volume's Secret this way.
+    #[arg(long, conflicts_with_all = ["profile", "no_sign_request"])]
+    pub credentials_from_stdin: bool,
+    /// The key read with --credentials-from-stdin.
+    #[arg(skip)]
+    pub credentials: Option<crate::store::s3::StaticCredentials>,
     /// Address buckets as http://endpoint/bucket instead of http://bucket.endpoint (MinIO, Ceph).
     #[arg(long)]
     pub force_path_style: bool,

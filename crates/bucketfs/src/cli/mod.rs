@@ -4,6 +4,7 @@
 pub mod args;
 mod attributes;
 mod cache;
+pub mod credentials;
 mod logging;
 pub mod mount;
 mod mount_options;

@@ -33,7 +33,7 @@ use crate::namespace::index::{IndexOptions, Indexes};
 use crate::namespace::{Namespace, Source};
 use crate::read::ReadConfig;
 use crate::store::request_options::{CustomerKey, Encryption, RequestOptions, UploadChecksums};
-use crate::store::s3::{S3Store, StoreConfig};
+use crate::store::s3::{S3Store, StaticCredentials, StoreConfig};
 use crate::store::{ObjectStore, StoreError};
 use crate::write::journal::Journal;
 use crate::write::recovery;
@@ -46,7 +46,13 @@ const FUSE_THREADS: usize = 4;
 /// How long an exiting daemon waits for blocks on their way to the data cache.
 const CACHE_WRITES_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-pub fn run(args: MountArgs) -> Result<()> {
+pub fn run(mut args: MountArgs) -> Result<()> {
+    if args.credentials_from_stdin {
+        // Before the key is in memory: no core dump, no ptrace or /proc/PID/mem by
+        // processes of the same user.
+        nix::sys::prctl::set_dumpable(false).context("making the process non-dumpable")?;
+        args.credentials = Some(super::credentials::read_stdin()?);
+    }
     let (mountpoint, sources) = split_arguments(&args.sources_and_mountpoint)?;
     let mountpoint = check_mountpoint(Path::new(mountpoint))?;
     crate::private_dir::prepare_cache_dir(&args.cache_dir)
@@ -63,7 +69,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     let daemon = std::env::var_os(READY_ENV).is_some();
     let logs = LogDestination::for_args(&args, &mountpoint, daemon);
     if !args.foreground {
-        return spawn_daemon(&mountpoint);
+        return spawn_daemon(&mountpoint, args.credentials.as_ref());
     }
     let log_level = super::logging::init(&args, &logs)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -761,7 +767,7 @@ pub(crate) fn store_config(args: &MountArgs) -> Result<StoreConfig> {
         },
         no_sign_request: args.no_sign_request,
         ca_bundle,
-        credentials: None,
+        credentials: args.credentials.clone(),
     })
 }
 
@@ -886,19 +892,25 @@ async fn wait_for_termination() {
     }
 }
 
-/// Re-runs this command as a detached daemon and waits for it to be mounted.
-fn spawn_daemon(mountpoint: &Path) -> Result<()> {
+/// Re-runs this command as a detached daemon and waits for it to be mounted; hands it
+/// `credentials` (read with `--credentials-from-stdin`) on its standard input.
+fn spawn_daemon(mountpoint: &Path, credentials: Option<&StaticCredentials>) -> Result<()> {
     let exe = std::env::current_exe().context("finding the bucketfs executable")?;
     let mut arguments: Vec<_> = super::command_line().into_iter().skip(1).collect();
     let position = arguments.iter().position(|a| a == "mount").map_or(0, |p| p + 1);
     arguments.insert(position, "--foreground".into());
     let mut child = Command::new(exe);
-    child.args(arguments).env(READY_ENV, "1").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let stdin = if credentials.is_some() { Stdio::piped() } else { Stdio::null() };
+    child.args(arguments).env(READY_ENV, "1").stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped());
     // SAFETY: setsid() is async-signal-safe; the child leaves our session and terminal.
     unsafe {
         child.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from));
     }
     let mut child = child.spawn().context("starting the bucketfs daemon")?;
+    if let (Some(credentials), Some(mut stdin)) = (credentials, child.stdin.take()) {
+        // A daemon that fails before reading its input says why on stderr, read below.
+        let _ = stdin.write_all(super::credentials::text(credentials).as_bytes());
+    }
     let stdout = child.stdout.take().context("daemon stdout")?;
     let mut stderr = child.stderr.take().context("daemon stderr")?;
     let mut line = String::new();

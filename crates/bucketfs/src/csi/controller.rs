@@ -1,9 +1,12 @@
 //! The CSI Controller service: dynamic provisioning. A StorageClass names a bucket (and
-//! a base prefix); each claim gets its own prefix in it, `BASE/NAME/`, marked by an empty
-//! object at that key which records the claim's requested size, so that a repeated
-//! `CreateVolume` is recognised and one with another size refused. `DeleteVolume`
-//! deletes every object under a prefix that carries this mark, and nothing else: a
-//! volume id that does not name a prefix this controller made deletes nothing.
+//! a base prefix); each claim gets its own prefix in it, `BASE/NAME/`, with an empty
+//! directory marker at that key, and a mark beside it, `BASE/NAME.bucketfs-csi-volume`,
+//! that records the claim's requested size, so that a repeated `CreateVolume` is
+//! recognised and one with another size refused. The mark is outside the volume: nothing
+//! a pod does through its mount (`chmod`, `setfattr` of the root) can change or remove
+//! it. `DeleteVolume` deletes every object under a prefix that has this mark, and
+//! nothing else: a volume id that does not name a prefix this controller made deletes
+//! nothing. (Volumes made before the mark moved carry it in their marker's metadata.)
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,12 +18,15 @@ use super::node::required;
 use super::proto::controller_server::Controller;
 use super::proto::controller_service_capability::{rpc, Rpc, Type};
 use super::proto::*;
-use super::volume::{self, check_capability, secret_environment, VolumeSpec};
-use crate::store::s3::{S3Store, StaticCredentials};
+use super::volume::{self, check_capability, VolumeSecret, VolumeSpec};
+use crate::store::s3::S3Store;
 use crate::store::{Metadata, ObjectStore, StoreError, WriteCondition, MAX_DELETED_AT_ONCE};
 
 /// The mark's user metadata (`x-amz-meta-bucketfs-csi-capacity`): the bytes asked for.
 const CAPACITY_METADATA: &str = "bucketfs-csi-capacity";
+
+/// What follows a claim's name (its prefix without the `/`) in the key of its mark.
+const MARK_SUFFIX: &str = ".bucketfs-csi-volume";
 
 pub struct ControllerService;
 
@@ -68,6 +74,11 @@ impl ClaimPrefix {
         format!("s3://{}/{}{query}", self.bucket, self.prefix)
     }
 
+    /// The key of the claim's mark: beside its prefix, outside what its pods can write.
+    fn mark_key(&self) -> String {
+        format!("{}{MARK_SUFFIX}", self.prefix.trim_end_matches('/'))
+    }
+
     /// Where the claim's store is, as the store client takes it.
     fn location(&self) -> Result<VolumeSpec, Status> {
         let mut attributes = HashMap::from([(volume::BUCKET.to_owned(), self.bucket.clone())]);
@@ -102,22 +113,27 @@ impl Controller for ControllerService {
         let store = store_for(&claim.bucket, &class, &request.secrets).await?;
         let mark = Metadata {
             user: [(CAPACITY_METADATA.to_owned(), capacity.to_string())].into(),
-            content_type: Some("application/x-directory".to_owned()),
+            content_type: Some("text/plain".to_owned()),
             ..Metadata::default()
         };
-        match store.put(&claim.prefix, Bytes::new(), &mark, &WriteCondition::Absent).await {
+        // The mark first: a call cut short after it is repeated (or deleted) whole.
+        match store.put(&claim.mark_key(), Bytes::new(), &mark, &WriteCondition::Absent).await {
             Ok(_) => tracing::info!(volume_id = claim.id(), capacity, "created"),
             // Made before: the same claim again is done; another size is another claim.
             Err(StoreError::AlreadyExists) => {
-                let existing = store.head(&claim.prefix).await.map_err(store_status)?;
-                let recorded = existing.metadata.as_ref().and_then(|m| m.user.get(CAPACITY_METADATA).cloned());
-                if recorded != Some(capacity.to_string()) {
+                let recorded = recorded_capacity(store.as_ref(), &claim).await?;
+                if recorded.as_deref() != Some(capacity.to_string().as_str()) {
                     return Err(Status::already_exists(format!(
                         "volume {name} exists with another capacity ({} bytes)",
                         recorded.as_deref().unwrap_or("unknown")
                     )));
                 }
             }
+            Err(error) => return Err(store_status(error)),
+        }
+        let marker = Metadata { content_type: Some("application/x-directory".to_owned()), ..Metadata::default() };
+        match store.put(&claim.prefix, Bytes::new(), &marker, &WriteCondition::Absent).await {
+            Ok(_) | Err(StoreError::AlreadyExists) => {}
             Err(error) => return Err(store_status(error)),
         }
         let mut context = HashMap::from([
@@ -147,15 +163,14 @@ impl Controller for ControllerService {
             return Ok(Response::new(DeleteVolumeResponse {}));
         };
         let store = store_for(&claim.bucket, &claim.location()?, &request.secrets).await?;
-        match store.head(&claim.prefix).await {
-            Ok(info) if info.metadata.as_ref().is_some_and(|m| m.user.contains_key(CAPACITY_METADATA)) => {}
+        if recorded_capacity(store.as_ref(), &claim).await?.is_none() {
             // Gone already (a repeated call), or not made by CreateVolume: left alone.
-            Ok(_) | Err(StoreError::NotFound) => return Ok(Response::new(DeleteVolumeResponse {})),
-            Err(error) => return Err(store_status(error)),
+            return Ok(Response::new(DeleteVolumeResponse {}));
         }
         let deleted = delete_below(store.as_ref(), &claim.prefix).await?;
-        // The mark goes last: a call cut short finds it and deletes the rest.
+        // The marks go last: a call cut short finds them and deletes the rest.
         store.delete(&claim.prefix).await.map_err(store_status)?;
+        store.delete(&claim.mark_key()).await.map_err(store_status)?;
         tracing::info!(volume_id, deleted, "deleted");
         Ok(Response::new(DeleteVolumeResponse {}))
     }
@@ -289,7 +304,25 @@ fn requested_capacity(range: Option<&CapacityRange>) -> Result<i64, Status> {
     Ok(if range.required_bytes > 0 { range.required_bytes } else { range.limit_bytes })
 }
 
-/// Deletes every key under `prefix` but the prefix's own mark; returns how many.
+/// The capacity `claim` was made with, from its mark; `None` if it has none (not made by
+/// `CreateVolume`, or deleted). A volume made before the mark moved beside the prefix
+/// has it in its marker's metadata.
+async fn recorded_capacity(store: &dyn ObjectStore, claim: &ClaimPrefix) -> Result<Option<String>, Status> {
+    for key in [claim.mark_key(), claim.prefix.clone()] {
+        match store.head(&key).await {
+            Ok(info) => {
+                if let Some(capacity) = info.metadata.as_ref().and_then(|m| m.user.get(CAPACITY_METADATA)) {
+                    return Ok(Some(capacity.clone()));
+                }
+            }
+            Err(StoreError::NotFound) => {}
+            Err(error) => return Err(store_status(error)),
+        }
+    }
+    Ok(None)
+}
+
+/// Deletes every key under `prefix` but the prefix's own marker; returns how many.
 async fn delete_below(store: &dyn ObjectStore, prefix: &str) -> Result<usize, Status> {
     let mut deleted = 0;
     let mut continuation = None;
@@ -317,10 +350,9 @@ async fn store_for(
     location: &VolumeSpec,
     secrets: &HashMap<String, String>,
 ) -> Result<Arc<S3Store>, Status> {
-    let environment: HashMap<String, String> =
-        secret_environment(secrets).map_err(Status::invalid_argument)?.into_iter().collect();
-    let endpoint = location.endpoint_url.clone().or_else(|| environment.get("AWS_ENDPOINT_URL").cloned());
-    let region = location.region.clone().or_else(|| environment.get("AWS_REGION").cloned());
+    let secret = VolumeSecret::new(secrets).map_err(Status::invalid_argument)?;
+    let endpoint = location.endpoint_url.clone().or(secret.endpoint_url);
+    let region = location.region.clone().or(secret.region);
     let mut flags: Vec<String> = Vec::new();
     if let Some(url) = endpoint {
         // The controller's few calls work in path style on every store; virtual-hosted
@@ -332,14 +364,7 @@ async fn store_for(
         .map_err(|error| Status::invalid_argument(error.to_string()))?;
     let mut config = crate::cli::mount::store_config(&args).map_err(|error| Status::internal(format!("{error:#}")))?;
     config.bucket = bucket.to_owned();
-    if let (Some(key), Some(secret)) = (environment.get("AWS_ACCESS_KEY_ID"), environment.get("AWS_SECRET_ACCESS_KEY"))
-    {
-        config.credentials = Some(StaticCredentials {
-            access_key_id: key.clone(),
-            secret_access_key: secret.clone(),
-            session_token: environment.get("AWS_SESSION_TOKEN").cloned(),
-        });
-    }
+    config.credentials = secret.credentials;
     S3Store::new(&config).await.map_err(Status::internal)
 }
 

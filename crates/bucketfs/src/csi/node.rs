@@ -14,7 +14,7 @@ use super::proto::node_server::Node;
 use super::proto::volume_capability::AccessType;
 use super::proto::*;
 use super::publications::{Publication, Publications};
-use super::volume::{check_capability, secret_environment, VolumeSpec};
+use super::volume::{check_capability, VolumeSecret, VolumeSpec};
 
 pub struct NodeService {
     pub node_id: String,
@@ -48,7 +48,7 @@ impl Node for NodeService {
         };
         let spec = VolumeSpec::new(&request.volume_context, mount_flags, request.readonly || reader_mode)
             .map_err(Status::invalid_argument)?;
-        let environment = secret_environment(&request.secrets).map_err(Status::invalid_argument)?;
+        let secret = VolumeSecret::new(&request.secrets).map_err(Status::invalid_argument)?;
 
         let work_dir = self
             .publications
@@ -60,7 +60,7 @@ impl Node for NodeService {
         let source = spec.source();
         run_to_the_end(async move {
             let _serialised = publications.lock(&publication.target).await;
-            publish(&bucketfs, &publications, &publication, &source, environment).await
+            publish(&bucketfs, &publications, &publication, &source, secret).await
         })
         .await?;
         Ok(Response::new(NodePublishVolumeResponse {}))
@@ -137,7 +137,7 @@ async fn publish(
     publications: &Publications,
     publication: &Publication,
     source: &str,
-    environment: Vec<(String, String)>,
+    secret: VolumeSecret,
 ) -> Result<(), Status> {
     let target = &publication.target;
     match target_state(target).await? {
@@ -161,8 +161,13 @@ async fn publish(
     std::fs::create_dir_all(target)
         .map_err(|error| Status::internal(format!("creating {}: {error}", target.display())))?;
     let mut command = Command::new(bucketfs);
-    command.arg("mount").args(&publication.arguments).envs(environment);
-    let output = blocking(move || command.output())
+    command.arg("mount").args(&publication.arguments).envs(secret.environment());
+    // The key goes through a pipe: in the environment, /proc/PID/environ would show it.
+    let key = secret.credentials.as_ref().map(crate::cli::credentials::text);
+    if key.is_some() {
+        command.arg("--credentials-from-stdin");
+    }
+    let output = blocking(move || output_with_input(command, key.as_deref().unwrap_or_default()))
         .await?
         .map_err(|error| Status::internal(format!("starting bucketfs mount: {error}")))?;
     if !output.status.success() {
@@ -175,6 +180,19 @@ async fn publish(
     })?;
     tracing::info!(volume_id = publication.volume_id, target = %target.display(), source, "published");
     Ok(())
+}
+
+/// Runs `command` to its end with `input` on its standard input; its output.
+fn output_with_input(mut command: Command, input: &str) -> std::io::Result<std::process::Output> {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command.spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A mount that fails before reading it says why on stderr.
+        let _ = stdin.write_all(input.as_bytes());
+    }
+    child.wait_with_output()
 }
 
 /// Stores what was written to `target`'s mount, unmounts it and removes the directory

@@ -10,6 +10,7 @@ use std::path::Path;
 use super::proto::volume_capability::access_mode::Mode;
 use super::proto::volume_capability::AccessType;
 use super::proto::VolumeCapability;
+use crate::store::s3::StaticCredentials;
 
 /// Volume attributes (a PV's `volumeAttributes`, or a StorageClass's `parameters`).
 pub const BUCKET: &str = "bucket";
@@ -19,7 +20,7 @@ pub const REGION: &str = "region";
 const ATTRIBUTES: [&str; 4] = [BUCKET, PREFIX, ENDPOINT_URL, REGION];
 
 /// The keys a credentials Secret may hold: the environment variables the S3 client
-/// reads, given to the daemon as its environment.
+/// reads. The daemon gets the key on its standard input, the rest as its environment.
 pub const SECRET_KEYS: [&str; 5] =
     ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_REGION"];
 
@@ -150,19 +151,42 @@ pub fn check_capability(capability: &VolumeCapability) -> Result<bool, String> {
     }
 }
 
-/// The daemon's environment from a Secret: only [`SECRET_KEYS`]; any other key is
-/// refused (a misspelt key would otherwise leave the daemon on the node's credentials).
-pub fn secret_environment(secrets: &HashMap<String, String>) -> Result<Vec<(String, String)>, String> {
-    if let Some(unknown) = secrets.keys().find(|key| !SECRET_KEYS.contains(&key.as_str())) {
-        return Err(format!("unknown key {unknown:?} in the volume's secret (known: {})", SECRET_KEYS.join(", ")));
+/// What a volume's Secret holds: where the store is, and the key to sign with.
+#[derive(Debug, Default)]
+pub struct VolumeSecret {
+    pub endpoint_url: Option<String>,
+    pub region: Option<String>,
+    /// Handed to the daemon on its standard input, never in its environment.
+    pub credentials: Option<StaticCredentials>,
+}
+
+impl VolumeSecret {
+    /// Only [`SECRET_KEYS`]; any other key is refused (a misspelt key would otherwise
+    /// leave the daemon on the node's credentials), and so is half a key pair.
+    pub fn new(secrets: &HashMap<String, String>) -> Result<Self, String> {
+        if let Some(unknown) = secrets.keys().find(|key| !SECRET_KEYS.contains(&key.as_str())) {
+            return Err(format!("unknown key {unknown:?} in the volume's secret (known: {})", SECRET_KEYS.join(", ")));
+        }
+        let value = |key: &str| secrets.get(key).filter(|value| !value.is_empty()).cloned();
+        let credentials = match (value("AWS_ACCESS_KEY_ID"), value("AWS_SECRET_ACCESS_KEY")) {
+            (Some(access_key_id), Some(secret_access_key)) => {
+                Some(StaticCredentials { access_key_id, secret_access_key, session_token: value("AWS_SESSION_TOKEN") })
+            }
+            (None, None) => None,
+            _ => {
+                return Err(
+                    "the volume's secret needs both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or neither".into()
+                )
+            }
+        };
+        Ok(Self { endpoint_url: value("AWS_ENDPOINT_URL"), region: value("AWS_REGION"), credentials })
     }
-    let has = |key: &str| secrets.get(key).is_some_and(|v| !v.is_empty());
-    if has("AWS_ACCESS_KEY_ID") != has("AWS_SECRET_ACCESS_KEY") {
-        return Err("the volume's secret needs both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or neither".into());
+
+    /// The daemon's environment: where the store is (no secret in it).
+    pub fn environment(&self) -> Vec<(&'static str, String)> {
+        let endpoint = self.endpoint_url.clone().map(|url| ("AWS_ENDPOINT_URL", url));
+        endpoint.into_iter().chain(self.region.clone().map(|region| ("AWS_REGION", region))).collect()
     }
-    let mut environment: Vec<_> = secrets.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    environment.sort();
-    Ok(environment)
 }
 
 #[cfg(test)]
@@ -232,10 +256,12 @@ mod tests {
 
     #[test]
     fn a_secret_holds_only_the_clients_variables_and_both_halves_of_a_key() {
-        let secret = attributes(&[("AWS_ACCESS_KEY_ID", "a"), ("AWS_SECRET_ACCESS_KEY", "s")]);
-        assert_eq!(secret_environment(&secret).unwrap().len(), 2);
-        assert!(secret_environment(&attributes(&[("AWS_ACCESS_KEY_ID", "a")])).unwrap_err().contains("both"));
-        assert!(secret_environment(&attributes(&[("accessKey", "a")])).unwrap_err().contains("unknown key"));
-        assert!(secret_environment(&HashMap::new()).unwrap().is_empty());
+        let secret = attributes(&[("AWS_ACCESS_KEY_ID", "a"), ("AWS_SECRET_ACCESS_KEY", "s"), ("AWS_REGION", "r")]);
+        let secret = VolumeSecret::new(&secret).unwrap();
+        assert_eq!(secret.credentials.as_ref().map(|key| key.secret_access_key.as_str()), Some("s"));
+        assert_eq!(secret.environment(), [("AWS_REGION", "r".to_owned())], "no key in the environment");
+        assert!(VolumeSecret::new(&attributes(&[("AWS_ACCESS_KEY_ID", "a")])).unwrap_err().contains("both"));
+        assert!(VolumeSecret::new(&attributes(&[("accessKey", "a")])).unwrap_err().contains("unknown key"));
+        assert!(VolumeSecret::new(&HashMap::new()).unwrap().credentials.is_none());
     }
 }

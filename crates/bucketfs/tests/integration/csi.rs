@@ -220,7 +220,15 @@ fn a_pods_volume_reads_and_writes_the_bucket_and_is_stored_when_unpublished() {
 
     // The kubelet repeats calls: the same volume again is done, another one is refused.
     block_on(node.node_publish_volume(request.clone())).expect("a repeated NodePublishVolume");
-    assert_eq!(pids_with_arg_containing(target.to_str().expect("UTF-8")).len(), 1, "one daemon for the target");
+    let daemons = pids_with_arg_containing(target.to_str().expect("UTF-8"));
+    assert_eq!(daemons.len(), 1, "one daemon for the target");
+    // The Secret's key is nowhere root on the node could read it back from.
+    let environment = std::fs::read(format!("/proc/{}/environ", daemons[0])).expect("the daemon's environment");
+    assert!(!contains(&environment, SECRET_KEY.as_bytes()), "the Secret is in the daemon's environment");
+    for file in files_below(&work.path().join("state")) {
+        let content = std::fs::read(&file).unwrap_or_default();
+        assert!(!contains(&content, SECRET_KEY.as_bytes()), "the Secret is in {}", file.display());
+    }
     let other = publish_request("pv-other", &target, static_context(&bucket, "other"), &[]);
     let refused = block_on(node.node_publish_volume(other)).expect_err("another volume on a used target");
     assert_eq!(refused.code(), tonic::Code::AlreadyExists, "{refused:?}");
@@ -375,6 +383,8 @@ fn dynamic_volumes_are_prefixes_the_controller_makes_and_deletes_and_nothing_els
     let target = pod_dir(work.path()).join("mount");
     let request = publish_request(&volume.volume_id, &target, volume.volume_context.clone(), &[]);
     block_on(node.node_publish_volume(request)).expect("NodePublishVolume");
+    // What init containers do to a volume's root: none of it may lose the claim's mark.
+    change_everything_of(&target);
     std::fs::create_dir(target.join("out")).expect("mkdir in the pod");
     std::fs::write(target.join("out/result.txt"), b"done").expect("write in the pod");
     unpublish(&mut node, &volume.volume_id, &target);
@@ -398,6 +408,40 @@ fn dynamic_volumes_are_prefixes_the_controller_makes_and_deletes_and_nothing_els
         ["claims-neighbour.txt", "claims/pvc-2/keep.txt", "static/data.txt"],
         "everything outside the claim is left"
     );
+}
+
+/// Whether `haystack` holds `needle`.
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|window| window == needle)
+}
+
+/// Every file below `dir`, at any depth (sockets and the like included).
+fn files_below(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        match entry.file_type() {
+            Ok(kind) if kind.is_dir() => files.extend(files_below(&entry.path())),
+            Ok(_) => files.push(entry.path()),
+            Err(_) => {}
+        }
+    }
+    files
+}
+
+/// `chmod 777`, `chown`, `touch`, and `setfattr` (set one, remove another) of `root`.
+fn change_everything_of(root: &Path) {
+    use std::os::unix::ffi::OsStrExt as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o777)).expect("chmod 777 of the root");
+    std::os::unix::fs::chown(root, Some(1000), Some(1000)).expect("chown of the root");
+    set_times_by_name(root, std::time::SystemTime::now()).expect("touch of the root");
+    let path = std::ffi::CString::new(root.as_os_str().as_bytes()).expect("path");
+    let value = b"init";
+    // SAFETY: plain xattr calls on a NUL-terminated path with a buffer of the length given.
+    let set = unsafe { libc::setxattr(path.as_ptr(), c"user.note".as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    assert_eq!(set, 0, "setfattr of the root: {}", std::io::Error::last_os_error());
+    // SAFETY: as above.
+    unsafe { libc::removexattr(path.as_ptr(), c"user.bucketfs-csi-capacity".as_ptr()) };
 }
 
 /// Two volumes of one bucket on one node (two tenants: each its own prefix, its own

@@ -162,3 +162,43 @@ fn a_users_state_is_under_xdg_state_home_and_a_link_there_is_refused() {
     assert!(std::fs::read_dir(&target).expect("target").next().is_none(), "nothing was written there");
     assert!(!is_mounted(mountpoint.path()), "nothing is mounted");
 }
+
+/// `--credentials-from-stdin` (how the CSI driver hands a volume's Secret to its daemon):
+/// the key works, it is in no process's environment, and the daemon is not dumpable, so
+/// its own user cannot read its memory or environment (`/proc/PID/*` belong to root).
+#[test]
+fn a_key_on_standard_input_is_in_no_environment_and_the_daemon_is_closed_to_its_user() {
+    use std::io::Write as _;
+    let b = create_bucket("user-key-stdin");
+    let mountpoint = mountpoint_of_nobody();
+    let mnt = mountpoint.path().to_str().expect("utf-8").to_owned();
+    let args = mount_args(&b, &mnt, &["--credentials-from-stdin", "--log-file", "/dev/null"]);
+    let mut command = bucketfs_command("", "");
+    command.args(&args).env("HOME", "/nonexistent").uid(NOBODY).gid(NOBODY);
+    let mut mount = command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("mount");
+    let key = format!("AWS_ACCESS_KEY_ID={ACCESS_KEY}\nAWS_SECRET_ACCESS_KEY={SECRET_KEY}\n");
+    mount.stdin.take().expect("stdin").write_all(key.as_bytes()).expect("hand over the key");
+    let out = mount.wait_with_output().expect("bucketfs mount");
+    assert!(out.status.success(), "mount failed: {}", String::from_utf8_lossy(&out.stderr));
+    let checked = std::panic::catch_unwind(|| {
+        shell_as_nobody(&format!("echo stored > {mnt}/file"));
+        let daemons = pids_with_arg_containing(&mnt);
+        assert_eq!(daemons.len(), 1, "one daemon");
+        let proc_dir = format!("/proc/{}", daemons[0]);
+        let environment = std::fs::read(format!("{proc_dir}/environ")).expect("environ");
+        let secret = SECRET_KEY.as_bytes();
+        assert!(!environment.windows(secret.len()).any(|w| w == secret), "the key is in the environment");
+        // The files of a process that is not dumpable are root's (the directory keeps its uid).
+        let owner = std::fs::metadata(format!("{proc_dir}/environ")).expect("proc").uid();
+        assert_eq!(owner, 0, "{proc_dir}/environ is its user's: the daemon is dumpable");
+        let read = Command::new("cat").arg(format!("{proc_dir}/environ")).uid(NOBODY).gid(NOBODY).output();
+        assert!(!read.expect("cat").status.success(), "its user reads the daemon's environment");
+    });
+    let unmount = as_nobody(&["unmount", &mnt]).output().expect("bucketfs unmount");
+    if let Err(panic) = checked {
+        let _ = force_unmount(mountpoint.path());
+        std::panic::resume_unwind(panic);
+    }
+    assert!(unmount.status.success(), "unmount: {}", String::from_utf8_lossy(&unmount.stderr));
+    assert_eq!(get(&b, "file"), b"stored\n");
+}

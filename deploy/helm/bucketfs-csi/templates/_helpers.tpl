@@ -30,3 +30,14 @@ app.kubernetes.io/name: {{ $root.Chart.Name }}
 app.kubernetes.io/instance: {{ $root.Release.Name }}
 app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
+
+{{/* The provisioner reads a StorageClass's secret with a get, never a list: nothing more. */}}
+{{- define "bucketfs-csi.secretsRule" -}}
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+  {{- with .Values.controller.secretNames }}
+  resourceNames:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
