@@ -654,6 +654,7 @@ fn recover_stopped_daemons(
     let log = WriteBackLog::open(&args.cache_dir, args.write_back_limit, args.write_back_sync)
         .with_context(|| unusable("write-back log"))?;
     log.record_uploads_in(journal.clone());
+    log.replay_only(sources.iter().map(|source| (source.store.location(), source.prefix.clone())).collect());
     let running = recovery::running_daemons(&journal, &log);
     let recovered = runtime.block_on(recovery::recover(&journal, &log, &stores));
     if recovered.aborted > 0 {

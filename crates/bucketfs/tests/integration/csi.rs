@@ -229,6 +229,14 @@ fn a_pods_volume_reads_and_writes_the_bucket_and_is_stored_when_unpublished() {
         let content = std::fs::read(&file).unwrap_or_default();
         assert!(!contains(&content, SECRET_KEY.as_bytes()), "the Secret is in {}", file.display());
     }
+    // The mounts' logs (paths, keys, errors) are root's alone.
+    let logs = files_below(&work.path().join("state/logs"));
+    assert!(!logs.is_empty(), "the daemon logs under the state directory");
+    for log in logs {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&log).expect("log").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the mode of {}", log.display());
+    }
     let other = publish_request("pv-other", &target, static_context(&bucket, "other"), &[]);
     let refused = block_on(node.node_publish_volume(other)).expect_err("another volume on a used target");
     assert_eq!(refused.code(), tonic::Code::AlreadyExists, "{refused:?}");

@@ -167,6 +167,10 @@ pub struct WriteBackLog {
     next_id: AtomicU64,
     /// Where a replay records the multipart uploads of files over one part.
     journal: std::sync::OnceLock<Arc<Journal>>,
+    /// What this mount mounts, as (store location, key prefix): a replay stores only
+    /// records under one of them, so a mount of another prefix of the same bucket (with
+    /// other credentials) never stores files it does not show. Unset: every key.
+    mounted: std::sync::OnceLock<Vec<(String, String)>>,
     /// The segment appends go to, opened at the first record.
     log: Mutex<Option<Log>>,
     failed: Mutex<BTreeMap<u64, Failed>>,
@@ -303,6 +307,7 @@ impl WriteBackLog {
             room: Arc::new(Semaphore::new(limit_kib as usize)),
             next_id: AtomicU64::new(0),
             journal: std::sync::OnceLock::new(),
+            mounted: std::sync::OnceLock::new(),
             log: Mutex::new(None),
             failed: Mutex::new(BTreeMap::new()),
             failed_kib: watch::Sender::new(0),
@@ -314,6 +319,19 @@ impl WriteBackLog {
     /// Records the multipart uploads a replay starts in `journal` (the mount's).
     pub fn record_uploads_in(&self, journal: Arc<Journal>) {
         let _ = self.journal.set(journal);
+    }
+
+    /// Replays only records of keys this mount shows: under `prefix` of the store at
+    /// `location`, for each pair.
+    pub fn replay_only(&self, mounted: Vec<(String, String)>) {
+        let _ = self.mounted.set(mounted);
+    }
+
+    /// Whether a replay by this mount may store `key` at `location`.
+    fn mounts(&self, location: &str, key: &str) -> bool {
+        self.mounted.get().is_none_or(|mounted| {
+            mounted.iter().any(|(mounted_location, prefix)| mounted_location == location && key.starts_with(prefix))
+        })
     }
 
     /// Appends `file` (to be stored at `location`), once the limit has room for it; it

@@ -10,8 +10,8 @@
 //! One the store refuses is taken over as a failed record of this daemon (reported,
 //! retried by the user or the next mount); once a store stays unreachable past its retry
 //! window, its remaining records are taken over untried, so a mount starting while the
-//! store is away waits one retry window, not one per file. Records of a bucket this mount
-//! does not mount stay in their file for a mount of that bucket. A mount replaying a
+//! store is away waits one retry window, not one per file. Records of a bucket or prefix
+//! this mount does not mount stay in their file for a mount of it. A mount replaying a
 //! daemon's logs holds a `flock` on each; another mount starting meanwhile leaves them.
 //! A record whose data file is missing or does not match its checksum is left out as
 //! torn (a power cut within the sync interval; or stored already, its done mark lost),
@@ -108,8 +108,9 @@ impl WriteBackLog {
         let mut unreachable: HashMap<String, String> = HashMap::new();
         let mut replayed = 0;
         for (file, header, data) in records {
-            let Some(store) = stores.iter().find(|s| s.location() == header.location) else {
-                left[file].push((header, data)); // another bucket's: for its mount
+            let store = stores.iter().find(|s| s.location() == header.location);
+            let Some(store) = store.filter(|_| self.mounts(&header.location, &header.key)) else {
+                left[file].push((header, data)); // another bucket's or prefix's: for its mount
                 continue;
             };
             let contents = match self.contents(&header, &data) {
@@ -626,6 +627,25 @@ mod tests {
         let left = format::parse(&std::fs::read(&kept).expect("read")).records;
         assert_eq!(left.iter().map(|(h, _)| h.key.as_str()).collect::<Vec<_>>(), ["theirs"]);
         assert_eq!(log.replay(&stores).await, 0);
+    }
+
+    /// A mount replays only what it shows: a record under another prefix of the same
+    /// bucket (another volume, with other credentials) stays for a mount of that prefix.
+    #[tokio::test]
+    async fn a_record_under_another_prefix_stays_for_the_mount_of_that_prefix() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (mine, theirs) = (header(0, "memory", "mine/a", b"mine/a"), header(1, "memory", "theirs/b", b"theirs/b"));
+        let log = WriteBackLog::open(dir.path(), 1 << 30, std::time::Duration::ZERO).expect("open");
+        dead_log(dir.path(), "0-1-1.0.log", &[mine, theirs], b"");
+        let store = Arc::new(MemoryStore::default());
+        let stores: Vec<Arc<dyn ObjectStore>> = vec![store.clone()];
+        log.replay_only(vec![("memory".into(), "mine/".into())]);
+        assert_eq!(log.replay(&stores).await, 1);
+        assert!(store.head("theirs/b").await.is_err(), "another prefix's record is not stored");
+        let theirs = WriteBackLog::open(dir.path(), 1 << 30, std::time::Duration::ZERO).expect("open");
+        theirs.replay_only(vec![("memory".into(), "theirs/".into())]);
+        assert_eq!(theirs.replay(&stores).await, 1);
+        assert_eq!(&store.get_range("theirs/b", 0..8, None).await.expect("stored")[..], b"theirs/b");
     }
 
     /// A stopped daemon's record of a file over one part is stored from its data file,
