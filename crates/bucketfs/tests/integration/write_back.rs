@@ -782,6 +782,25 @@ fn rsync_then_kill(bucket: &str, existing: Option<&[u8]>, theirs: Option<&[u8]>)
     (b, data, keys)
 }
 
+/// An upgrade from a version whose default `--cache-dir` was `/var/tmp` (root's): a file
+/// a killed daemon left logged there is stored by the next mount with the new default.
+#[test]
+fn what_a_killed_daemon_left_in_the_earlier_default_is_stored_by_a_mount_with_the_new_one() {
+    let b = create_bucket("wb-earlier-default");
+    let proxy = ToxiProxy::to_minio();
+    let args = ["--write-back", "--cache-dir", "/var/tmp"];
+    let m = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).args(args).mount();
+    let _ = std::fs::metadata(m.join("f")); // looked up before the store hangs
+    proxy.add("hang", Direction::Upstream, Toxic::Timeout { after_ms: 0 });
+    std::fs::write(m.join("f"), b"left in /var/tmp").expect("write under --write-back");
+    kill_daemon(m);
+    proxy.remove("hang");
+    assert_eq!(list_keys(&b, ""), Vec::<String>::new(), "nothing was stored before the kill");
+    let again = MountBuilder::new().bucket(&b).endpoint(&proxy.endpoint).mount();
+    assert_eq!(get(&b, "f"), b"left in /var/tmp", "stored before the new mount answers");
+    drop(again);
+}
+
 /// A daemon that stops while another mount of its cache directory runs: here still
 /// running when the second mount starts (stopped with SIGSTOP, its uploads held by the
 /// network), then killed and not reaped, as a supervisor restarting it may leave it for
