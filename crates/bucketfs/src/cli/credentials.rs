@@ -10,9 +10,9 @@ use anyhow::{bail, Context, Result};
 
 use crate::store::s3::StaticCredentials;
 
-const ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
-const SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
-const SESSION_TOKEN: &str = "AWS_SESSION_TOKEN";
+pub const ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
+pub const SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
+pub const SESSION_TOKEN: &str = "AWS_SESSION_TOKEN";
 
 /// The names a credentials text may hold.
 pub const NAMES: [&str; 3] = [ACCESS_KEY_ID, SECRET_ACCESS_KEY, SESSION_TOKEN];

@@ -10,6 +10,7 @@ use std::path::Path;
 use super::proto::volume_capability::access_mode::Mode;
 use super::proto::volume_capability::AccessType;
 use super::proto::VolumeCapability;
+use crate::cli::credentials::{ACCESS_KEY_ID, SECRET_ACCESS_KEY, SESSION_TOKEN};
 use crate::store::s3::StaticCredentials;
 
 /// Volume attributes (a PV's `volumeAttributes`, or a StorageClass's `parameters`).
@@ -21,8 +22,9 @@ const ATTRIBUTES: [&str; 4] = [BUCKET, PREFIX, ENDPOINT_URL, REGION];
 
 /// The keys a credentials Secret may hold: the environment variables the S3 client
 /// reads. The daemon gets the key on its standard input, the rest as its environment.
-pub const SECRET_KEYS: [&str; 5] =
-    ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_REGION"];
+pub const SECRET_KEYS: [&str; 5] = [ACCESS_KEY_ID, SECRET_ACCESS_KEY, SESSION_TOKEN, ENDPOINT_URL_KEY, REGION_KEY];
+const ENDPOINT_URL_KEY: &str = "AWS_ENDPOINT_URL";
+const REGION_KEY: &str = "AWS_REGION";
 
 /// Mount options the driver sets itself, or that would keep a mount from starting
 /// in the background as the driver needs.
@@ -168,9 +170,9 @@ impl VolumeSecret {
             return Err(format!("unknown key {unknown:?} in the volume's secret (known: {})", SECRET_KEYS.join(", ")));
         }
         let value = |key: &str| secrets.get(key).filter(|value| !value.is_empty()).cloned();
-        let credentials = match (value("AWS_ACCESS_KEY_ID"), value("AWS_SECRET_ACCESS_KEY")) {
+        let credentials = match (value(ACCESS_KEY_ID), value(SECRET_ACCESS_KEY)) {
             (Some(access_key_id), Some(secret_access_key)) => {
-                Some(StaticCredentials { access_key_id, secret_access_key, session_token: value("AWS_SESSION_TOKEN") })
+                Some(StaticCredentials { access_key_id, secret_access_key, session_token: value(SESSION_TOKEN) })
             }
             (None, None) => None,
             _ => {
@@ -179,13 +181,13 @@ impl VolumeSecret {
                 )
             }
         };
-        Ok(Self { endpoint_url: value("AWS_ENDPOINT_URL"), region: value("AWS_REGION"), credentials })
+        Ok(Self { endpoint_url: value(ENDPOINT_URL_KEY), region: value(REGION_KEY), credentials })
     }
 
     /// The daemon's environment: where the store is (no secret in it).
     pub fn environment(&self) -> Vec<(&'static str, String)> {
-        let endpoint = self.endpoint_url.clone().map(|url| ("AWS_ENDPOINT_URL", url));
-        endpoint.into_iter().chain(self.region.clone().map(|region| ("AWS_REGION", region))).collect()
+        let endpoint = self.endpoint_url.clone().map(|url| (ENDPOINT_URL_KEY, url));
+        endpoint.into_iter().chain(self.region.clone().map(|region| (REGION_KEY, region))).collect()
     }
 }
 

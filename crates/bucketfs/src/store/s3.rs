@@ -820,19 +820,51 @@ impl S3Store {
         Ok(())
     }
 
-    /// After a write that took more than one attempt was refused: the object's ETag if
-    /// the object at `key` is the one an earlier attempt stored (its answer was lost, so
-    /// the retry found the key taken, its `If-Match` stale, or its upload completed), told
-    /// by the ETag the write gives (`expected`, unquoted). `None` otherwise: another
-    /// client's object, or one whose ETag is no MD5 (SSE-C, SSE-KMS), where the refusal
-    /// stands.
-    async fn stored_by_a_lost_attempt(&self, key: &str, expected: &str) -> Option<Option<String>> {
-        let found = self.head(key).await.ok()?.etag?;
-        if etag::unquoted(&found) != expected {
-            return None;
+    /// The outcome of a write that took `attempts`: a refusal that may come of an earlier
+    /// attempt the store carried out without its answer reaching us (the retry found the
+    /// key taken, its `If-Match` stale, or its upload completed) is that write's success
+    /// where the object at `key` has the ETag the write gives (`ours`, unquoted). Another
+    /// client's object, or an ETag that is no MD5 (SSE-C, SSE-KMS; `ours` is `None` where
+    /// it cannot be known), leaves the refusal as it is.
+    async fn unless_stored_by_a_lost_attempt(
+        &self,
+        key: &str,
+        result: Result<Option<String>, StoreError>,
+        attempts: u32,
+        ours: impl FnOnce() -> Option<String>,
+    ) -> Result<Option<String>, StoreError> {
+        let error = match result {
+            Err(error) if attempts > 1 && may_be_our_own_doing(&error) => error,
+            other => return other,
+        };
+        let Some(ours) = ours() else { return Err(error) };
+        match self.head(key).await {
+            Ok(found) if found.etag.as_deref().map(etag::unquoted) == Some(ours.as_str()) => {
+                tracing::info!(bucket = %self.bucket, key, "the answer to a write of {key} was lost; the retry found the object that write stored");
+                Ok(found.etag)
+            }
+            _ => Err(error),
         }
-        tracing::info!(bucket = %self.bucket, key, "the answer to a write of {key} was lost; the retry found the object that write stored");
-        Some(Some(found))
+    }
+
+    /// [`Self::retrying`], and how many attempts it sent.
+    async fn retrying_counted<T, F, Fut>(
+        &self,
+        what: &'static str,
+        key: &str,
+        attempt: F,
+    ) -> (Result<T, StoreError>, u32)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let attempts = AtomicU32::new(0);
+        let counted = || {
+            attempts.fetch_add(1, Relaxed);
+            attempt()
+        };
+        let result = self.retrying(what, key, counted).await;
+        (result, attempts.into_inner())
     }
 
     /// After a start of `key`'s upload that took more than one attempt: aborts the uploads
@@ -952,9 +984,10 @@ impl S3Store {
     /// and under throttling the window is narrow). Each attempt takes a place
     /// in the window of its own, so a call waiting out an outage holds none; a throttled
     /// answer narrows the window, a success widens it. Calls that are not idempotent are
-    /// safe to repeat here: a create-only PUT or complete repeated after a lost answer
-    /// fails its precondition rather than write twice (see SEMANTICS, "Limits and
-    /// timeouts").
+    /// safe to repeat here: a conditional PUT or complete repeated after a lost answer
+    /// fails its precondition rather than write twice, and the write then tells its own
+    /// object from another client's (`unless_stored_by_a_lost_attempt`; see SEMANTICS,
+    /// "Limits and timeouts").
     async fn retrying<T, F, Fut>(&self, what: &'static str, key: &str, attempt: F) -> Result<T, StoreError>
     where
         F: Fn() -> Fut,
@@ -1124,30 +1157,19 @@ impl ObjectStore for S3Store {
         metadata: &Metadata,
         condition: &WriteCondition,
     ) -> Result<Option<String>, StoreError> {
-        let attempts = AtomicU32::new(0);
-        let attempt = || {
-            attempts.fetch_add(1, Relaxed);
-            self.put_once(key, data.clone(), metadata, condition)
-        };
-        let etag = match self.retrying("PUT", key, attempt).await {
-            Err(error) if attempts.into_inner() > 1 && may_be_our_own_doing(&error) => {
-                self.stored_by_a_lost_attempt(key, &etag::of_put(&data)).await.ok_or(error)?
-            }
-            other => other?,
-        };
+        let (result, attempts) =
+            self.retrying_counted("PUT", key, || self.put_once(key, data.clone(), metadata, condition)).await;
+        let etag = self.unless_stored_by_a_lost_attempt(key, result, attempts, || Some(etag::of_put(&data))).await?;
         self.learn_marker_metadata(key, metadata).await;
         Ok(etag)
     }
 
     async fn start_upload(&self, key: &str, metadata: &Metadata) -> Result<String, StoreError> {
-        let attempts = AtomicU32::new(0);
         let began = Instant::now();
-        let attempt = || {
-            attempts.fetch_add(1, Relaxed);
-            self.start_upload_once(key, metadata)
-        };
-        let upload_id = self.retrying("CREATE-MULTIPART", key, attempt).await?;
-        if attempts.into_inner() > 1 {
+        let (result, attempts) =
+            self.retrying_counted("CREATE-MULTIPART", key, || self.start_upload_once(key, metadata)).await;
+        let upload_id = result?;
+        if attempts > 1 {
             self.abort_strays(key, &upload_id, began.elapsed()).await;
         }
         Ok(upload_id)
@@ -1193,18 +1215,9 @@ impl ObjectStore for S3Store {
         parts: Vec<(i32, String)>,
         condition: &WriteCondition,
     ) -> Result<Option<String>, StoreError> {
-        let attempts = AtomicU32::new(0);
-        let attempt = || {
-            attempts.fetch_add(1, Relaxed);
-            self.finish_upload_once(key, upload_id, parts.clone(), condition)
-        };
-        match self.retrying("COMPLETE-MULTIPART", key, attempt).await {
-            Err(error) if attempts.into_inner() > 1 && may_be_our_own_doing(&error) => {
-                let Some(ours) = etag::of_multipart(&parts) else { return Err(error) };
-                self.stored_by_a_lost_attempt(key, &ours).await.ok_or(error)
-            }
-            other => other,
-        }
+        let attempt = || self.finish_upload_once(key, upload_id, parts.clone(), condition);
+        let (result, attempts) = self.retrying_counted("COMPLETE-MULTIPART", key, attempt).await;
+        self.unless_stored_by_a_lost_attempt(key, result, attempts, || etag::of_multipart(&parts)).await
     }
 
     async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
