@@ -152,14 +152,14 @@ impl Fs {
     /// upload running in the background has ended.
     async fn change_metadata(&self, ino: Ino, change: impl Fn(&mut Metadata)) -> Result<(), FsError> {
         self.check_writable()?;
-        for writer in self.writers_of(ino) {
-            let updated = if writer.handed_off.load(Ordering::Acquire) {
+        for writer in self.writers.of(ino) {
+            let updated = if writer.is_handed_off() {
                 writer.output.update_metadata_unstored(&change).await
             } else {
                 writer.output.update_metadata(&change).await
             };
             if let Some(metadata) = updated {
-                if let Some(record) = writer.write_back_record.lock().clone() {
+                if let Some(record) = writer.record() {
                     record.amend(Amendment { metadata: Some(metadata.clone()), ..Amendment::default() });
                 }
                 self.namespace.set_metadata(ino, Arc::new(metadata), None);
@@ -253,7 +253,7 @@ impl Fs {
 
     /// `truncate()`/`ftruncate()`. A file open with a staging file changes there (stored
     /// at close); one being streamed stores what was written and goes on in a staging
-    /// file (`Fs::store_and_continue_staged`). Without an open handle the
+    /// file (`Fs::store_then_staged`). Without an open handle the
     /// object is replaced at once: by an empty one, or through a staging file that keeps
     /// the unchanged part by server-side copy.
     async fn truncate(&self, ino: Ino, size: u64, through: Option<u64>) -> Result<FileAttr, FsError> {
@@ -268,17 +268,14 @@ impl Fs {
         // The descriptors of a file open for writing share its writer: `ftruncate` cuts
         // that; `truncate` by name one still being written, not one whose upload
         // `--write-back` runs after its close (kept until released).
-        let writer = {
-            let writers = self.writers.lock();
-            match through.and_then(|handle| writers.get(&handle).map(|w| (handle, w))) {
-                Some((handle, writer)) if writer.ino == ino => Some((handle, writer.clone())),
-                _ => writers.of(ino).find(|(_, w)| !w.handed_off.load(Ordering::Acquire)).map(|(h, w)| (h, w.clone())),
-            }
+        let writer = match through.and_then(|handle| Some((handle, self.writers.get(handle)?))) {
+            Some((handle, writer)) if writer.ino == ino => Some((handle, writer)),
+            _ => self.writers.open_of(ino).into_iter().next(),
         };
         if let Some((handle, mut writer)) = writer {
             if let Output::Streamed(_) = &writer.output {
                 // A multipart upload cannot be cut or extended behind what it sent.
-                writer = self.store_and_continue_staged(handle, &writer).await?;
+                writer = self.store_then_staged(handle, &writer).await?;
             }
             self.truncate_writer(&writer, size).await?;
             return Ok(self.attr(&self.namespace.node(ino)?));

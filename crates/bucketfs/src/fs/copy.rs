@@ -45,10 +45,10 @@ impl Fs {
         len: u64,
     ) -> Result<u64, FsError> {
         let kernels = FsError::CopiedByTheKernel;
-        let Some((from_ino, Reader::Object(reader))) = self.files.lock().get(&from).cloned() else {
+        let Some((from_ino, Reader::Object(reader))) = self.handles.files.lock().get(&from).cloned() else {
             return Err(kernels);
         };
-        let Some(writer) = self.writers.lock().get(&to).cloned() else { return Err(kernels) };
+        let Some(writer) = self.writers.get(to) else { return Err(kernels) };
         let (key, etag) = reader.object();
         let Some(etag) = etag.filter(|_| !reader.reads_an_older_version()) else { return Err(kernels) };
         let size = reader.size();

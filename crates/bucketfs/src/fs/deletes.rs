@@ -224,7 +224,7 @@ impl Fs {
         etag: Option<String>,
     ) -> Result<(), FsError> {
         let store = self.namespace.store(source);
-        if self.write_back.is_some() {
+        if self.config.write.write_back {
             if let Some(room) = self.deletes.room().await {
                 let record = PendingFile::delete(key.to_owned(), etag);
                 if let Some(recorded) = self.record_in_write_back_log(source, record).await {

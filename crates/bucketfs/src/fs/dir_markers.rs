@@ -55,7 +55,7 @@ impl Fs {
         show: impl FnOnce(Arc<Metadata>) -> (Ino, T),
     ) -> Result<T, FsError> {
         let store = self.namespace.store(source).clone();
-        if self.write_back.is_some() {
+        if self.config.write.write_back {
             let marker = PendingFile::marker(prefix.to_owned(), metadata.clone());
             if let Some(recorded) = self.record_in_write_back_log(source, marker).await {
                 let metadata = Arc::new(metadata);

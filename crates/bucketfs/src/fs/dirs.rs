@@ -91,9 +91,9 @@ impl Fs {
     /// across opens (served from the index: see [`Self::held_indexed_dirs`]).
     pub fn opendir(&self, ino: Ino) -> Result<(u64, bool), FsError> {
         let stream = self.namespace.list(ino)?;
-        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        let handle = self.handles.next();
         let cursor = DirCursor { stream, window_start: 2, window: Vec::new() };
-        self.dirs.by_handle.lock().insert(handle, Arc::new(tokio::sync::Mutex::new(cursor)));
+        self.handles.dirs.by_handle.lock().insert(handle, Arc::new(tokio::sync::Mutex::new(cursor)));
         Ok((handle, self.namespace.is_indexed_dir(ino)))
     }
 
@@ -104,7 +104,7 @@ impl Fs {
     }
 
     pub fn releasedir(&self, handle: u64) {
-        self.dirs.by_handle.lock().remove(&handle);
+        self.handles.dirs.by_handle.lock().remove(&handle);
     }
 
     /// Hands the entries of directory `dir` from `offset` on (read through `handle`, or
@@ -118,27 +118,27 @@ impl Fs {
         add: impl FnMut(DirEntry<'_>) -> bool,
     ) -> Result<(), FsError> {
         if handle != NO_HANDLE {
-            let cursor = self.dirs.by_handle.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?;
+            let cursor = self.handles.dirs.by_handle.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?;
             let mut cursor = cursor.lock().await;
             return self.entries_from(&mut cursor, offset, 0, add).await.map(drop);
         }
         let tag = (offset >> POSITION_BITS) as u32;
         let position = offset & POSITION_MASK;
         // Offset 0 starts a read (opendir, rewinddir); a later one goes on with its cursor.
-        let kept = if position == 0 { None } else { self.dirs.unopened.lock().get(&tag).cloned() };
+        let kept = if position == 0 { None } else { self.handles.dirs.unopened.lock().get(&tag).cloned() };
         let (tag, cursor) = match kept {
             Some(cursor) => (tag, cursor),
             None => {
                 let cursor = Arc::new(tokio::sync::Mutex::new(self.cursor_at(dir, position)?));
-                let tag = self.dirs.new_tag();
-                self.dirs.unopened.lock().put(tag, cursor.clone());
+                let tag = self.handles.dirs.new_tag();
+                self.handles.dirs.unopened.lock().put(tag, cursor.clone());
                 (tag, cursor)
             }
         };
         let handed =
             self.entries_from(&mut *cursor.lock().await, position, u64::from(tag) << POSITION_BITS, add).await?;
         if handed == 0 {
-            self.dirs.unopened.lock().pop(&tag);
+            self.handles.dirs.unopened.lock().pop(&tag);
         }
         Ok(())
     }
@@ -201,7 +201,7 @@ impl Fs {
     }
 
     fn dir_entry<'a>(&self, offset: u64, name: &'a str, node: &'a Node) -> DirEntry<'a> {
-        let attr_complete = node.metadata.is_some() || self.presentation.attributes_from_listing;
+        let attr_complete = node.metadata.is_some() || self.config.presentation.attributes_from_listing;
         DirEntry { offset, name, attr: self.attr(node), attr_complete, node }
     }
 }

@@ -80,16 +80,7 @@ impl From<NamespaceError> for FsError {
 impl From<WriteError> for FsError {
     fn from(error: WriteError) -> Self {
         match error {
-            WriteError::Committed => FsError::Committed,
-            WriteError::RewriteOfSentBytes => FsError::Unsupported("rewriting bytes already uploaded"),
-            WriteError::ReadOfSentBytes => {
-                FsError::Busy("these bytes are already uploaded; they can be read once the file is closed")
-            }
             WriteError::NoSpace => FsError::NoSpace,
-            // Handled by `Fs::write` (it goes on in a staging file); never the caller's answer.
-            WriteError::PastOnePart | WriteError::TooLargeToStage => {
-                FsError::Local("a file was not moved between streaming and staging".into())
-            }
             WriteError::Local(detail) => FsError::Local(detail),
             WriteError::Store(store) => FsError::Store(store),
         }
@@ -261,13 +252,8 @@ mod tests {
             (NamespaceError::InvalidName.into(), "Invalid"),
             (NamespaceError::ReadOnlyView.into(), "ReadOnly"),
             (NamespaceError::Store(StoreError::NotFound).into(), "Store(NotFound)"),
-            (WriteError::Committed.into(), "Committed"),
-            (WriteError::RewriteOfSentBytes.into(), "Unsupported"),
-            (WriteError::ReadOfSentBytes.into(), "Busy"),
             (WriteError::NoSpace.into(), "NoSpace"),
             (WriteError::Local("l".into()).into(), "Local"),
-            (WriteError::PastOnePart.into(), "Local"),
-            (WriteError::TooLargeToStage.into(), "Local"),
             (WriteError::Store(StoreError::AlreadyExists).into(), "Store(AlreadyExists)"),
         ];
         for (error, expected) in cases {

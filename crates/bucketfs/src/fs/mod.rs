@@ -23,17 +23,15 @@ mod model_test;
 mod rename;
 mod small_ahead;
 mod write_back;
+mod writers;
 mod xattrs;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use fuser::{FileAttr, FileType, INodeNo};
-use parking_lot::Mutex;
-use tokio::sync::Semaphore;
 
 use crate::datacache::{DataCache, ObjectId};
 use crate::memory::MemoryLimiter;
@@ -44,16 +42,17 @@ use crate::write::journal::Journal;
 use crate::write::staging::{Base, Staged, StagingConfig};
 use crate::write::write_back::Amendment;
 use crate::write::write_back::WriteBackLog;
-use crate::write::{Output, Upload, WriteError};
+use crate::write::{HeldBytes, Move, Output, Upload, Written};
 use attrs::StoredAttrs;
 use deletes::PendingDeletes;
 use dir_markers::PendingMarkers;
 pub use dirs::DirEntry;
 use error::FsError;
-use handles::{process_of, Reader, Writer, WriterTable};
+use handles::{process_of, Handles, Reader};
 pub use handles::{Backing, Opened};
 use small_ahead::SmallFilesAhead;
 pub use write_back::WRITE_BACK;
+use writers::{Writer, Writers};
 pub use xattrs::INDEX_REFRESH;
 
 const S_IFMT: u32 = libc::S_IFMT;
@@ -68,6 +67,8 @@ const S_IFBLK: u32 = libc::S_IFBLK;
 const DIRECTORY_CONTENT_TYPE: &str = "application/x-directory";
 /// Objects copied (then deleted) at once when renaming a directory.
 const RENAME_CONCURRENCY: usize = 16;
+/// Moves of a file between outputs for one write (see `Fs::write`).
+const MOST_MOVES: usize = 4;
 /// `st_blksize` of files and of directories (see `Fs::attr`).
 const FILE_BLKSIZE: u32 = 1024 * 1024;
 const DIR_BLKSIZE: u32 = 32 * 1024;
@@ -110,9 +111,12 @@ pub struct WriteConfig {
     pub content_type_from_name: bool,
 }
 
-/// Uploads that `close()` may leave running at once with `--write-back`; the next close
-/// waits for one of them to end (this bounds the memory they hold).
-const WRITE_BACK_UPLOADS: usize = 32;
+/// Who hears the outcome of a commit (see [`Fs::commit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Heard {
+    ByCaller,
+    ByNobody,
+}
 
 /// What a `setattr` asks to change.
 #[derive(Clone, Copy, Debug, Default)]
@@ -146,52 +150,33 @@ pub fn without_set_id_bits(perm: u16) -> u16 {
 
 pub struct Fs {
     namespace: Namespace,
-    presentation: Presentation,
-    read_config: ReadConfig,
-    write_config: WriteConfig,
-    /// Files open for writing, by handle: the handles of one file share its `Writer`.
-    writers: Mutex<WriterTable>,
-    /// The process that opened each handle of `writers`: its close commits (see
-    /// [`Fs::flush`]).
-    write_openers: Mutex<HashMap<u64, u32>>,
+    config: Config,
+    /// The one budget for buffered data (reads ahead, parts in flight).
     memory: Arc<MemoryLimiter>,
-    files: Mutex<HashMap<u64, (Ino, Reader)>>,
-    dirs: dirs::OpenDirs,
-    /// ETag each file had when last opened: if it is unchanged, the kernel may keep the
-    /// pages it cached from an earlier open.
-    opened_etags: Mutex<HashMap<Ino, String>>,
-    /// Files unlinked while open: what `fstat` of a descriptor still open shows (link
-    /// count 0, as on a local disk) until the last one is released.
-    unlinked: Mutex<HashMap<Ino, FileAttr>>,
-    next_handle: AtomicU64,
-    /// With `--write-back`: room for uploads running after `close()`.
-    write_back: Option<Arc<Semaphore>>,
+    /// Handles of files open for reading and of directories.
+    handles: Handles,
+    /// Files open for writing: the only place they are kept (see `writers.rs`).
+    writers: Writers,
     /// With `--write-back`: directory markers to write again with new attributes.
     markers: PendingMarkers,
     /// With `--write-back`: deletes sent after `unlink` and `rmdir` returned.
     deletes: PendingDeletes,
-    /// With `--cache`: blocks of objects read, on local disk.
-    data_cache: Option<Arc<DataCache>>,
-    /// With `--cache`: small files of a walked directory, read from it ahead of their open.
-    small_files_ahead: Option<Arc<SmallFilesAhead>>,
-    /// Files whose upload failed where no caller could hear of it (see [`Fs::unstored`]).
-    unstored: Mutex<Unstored>,
-    /// Held while a file moves between a streamed upload and a staging file under
-    /// `--write-back` (see `Fs::stage_past_one_part`): other writes of it wait here.
-    moving_output: tokio::sync::Mutex<()>,
+    /// With `--cache`: blocks of objects read, and small files read ahead.
+    cache: Option<Caches>,
 }
 
-/// Uploads that failed after `close()` returned (`--write-back`, a commit at the last
-/// release or at unmount), by key, until a later upload of the key succeeds. Bounded: past
-/// [`Unstored::KEPT`] keys only their number is kept.
-#[derive(Default)]
-struct Unstored {
-    failed: std::collections::BTreeMap<String, String>,
-    more: usize,
+/// How the mount shows, reads and writes files: fixed at mount.
+struct Config {
+    presentation: Presentation,
+    read: ReadConfig,
+    write: WriteConfig,
 }
 
-impl Unstored {
-    const KEPT: usize = 10_000;
+/// With `--cache`: the data cache, and the small files of a walked directory read from it
+/// ahead of their open.
+struct Caches {
+    data: Arc<DataCache>,
+    small_files_ahead: Arc<SmallFilesAhead>,
 }
 
 impl Fs {
@@ -202,48 +187,37 @@ impl Fs {
         write_config: WriteConfig,
         memory: Arc<MemoryLimiter>,
     ) -> Self {
-        let write_back = write_config.write_back.then(|| Arc::new(Semaphore::new(WRITE_BACK_UPLOADS)));
+        let writers = Writers::new(write_config.write_back);
         Self {
             namespace,
-            presentation,
-            read_config,
-            write_config,
-            writers: Mutex::new(WriterTable::default()),
-            write_openers: Mutex::new(HashMap::new()),
+            config: Config { presentation, read: read_config, write: write_config },
             memory,
-            files: Mutex::new(HashMap::new()),
-            dirs: dirs::OpenDirs::new(),
-            opened_etags: Mutex::new(HashMap::new()),
-            unlinked: Mutex::new(HashMap::new()),
-            next_handle: AtomicU64::new(1),
-            write_back,
+            handles: Handles::new(),
+            writers,
             markers: PendingMarkers::default(),
             deletes: PendingDeletes::default(),
-            data_cache: None,
-            small_files_ahead: None,
-            unstored: Mutex::default(),
-            moving_output: tokio::sync::Mutex::new(()),
+            cache: None,
         }
     }
 
-    /// Reads of objects go through `cache` (`--cache`).
     /// At exit: waits up to `limit` for the blocks fetched for the data cache to be
     /// written; whether they were (true without a cache).
     pub async fn finish_cache_writes(&self, limit: std::time::Duration) -> bool {
-        match &self.data_cache {
+        match self.data_cache() {
             Some(cache) => cache.stored_all(limit).await,
             None => true,
         }
     }
 
+    /// Reads of objects go through `cache` (`--cache`).
     pub fn with_data_cache(mut self, cache: Arc<DataCache>) -> Self {
-        self.small_files_ahead = Some(SmallFilesAhead::new(cache.clone(), self.namespace.ttl()));
-        self.data_cache = Some(cache);
+        let small_files_ahead = SmallFilesAhead::new(cache.clone(), self.namespace.ttl());
+        self.cache = Some(Caches { data: cache, small_files_ahead });
         self
     }
 
     pub fn read_only(&self) -> bool {
-        self.write_config.read_only
+        self.config.write.read_only
     }
 
     /// The kernel was handed an entry for `ino` (see `Namespace::add_lookup`).
@@ -255,14 +229,14 @@ impl Fs {
     pub fn forget(&self, ino: Ino, count: u64) {
         // (Not `namespace.node`, which copies the node: a cold `find` forgets every entry.)
         if self.namespace.forget(ino, count) {
-            self.opened_etags.lock().remove(&ino);
+            self.handles.opened_etags.lock().remove(&ino);
         }
     }
 
     /// Drops state that expired and that nobody references (run periodically).
     pub fn sweep(&self) {
         self.namespace.sweep();
-        self.opened_etags.lock().retain(|ino, _| self.namespace.node(*ino).is_ok());
+        self.handles.opened_etags.lock().retain(|ino, _| self.namespace.node(*ino).is_ok());
     }
 
     /// How long the kernel may trust entries and attributes we return.
@@ -286,7 +260,7 @@ impl Fs {
     pub async fn getattr(&self, ino: Ino) -> Result<FileAttr, FsError> {
         // `fstat` of a descriptor of a file unlinked since it was opened: the namespace no
         // longer has it (and would warn about a lost inode).
-        if let Some(attr) = self.unlinked.lock().get(&ino).copied() {
+        if let Some(attr) = self.handles.unlinked.lock().get(&ino).copied() {
             return Ok(attr);
         }
         let node = self.namespace.getattr(ino).await?;
@@ -295,13 +269,13 @@ impl Fs {
 
     /// Whether a handle (for reading or writing) of `ino` is open.
     fn is_open(&self, ino: Ino) -> bool {
-        self.writers.lock().of(ino).next().is_some() || self.files.lock().values().any(|(open, _)| *open == ino)
+        self.writers.is_open(ino) || self.handles.is_reading(ino)
     }
 
     /// `node` with the stored attributes it shows (unless the mount shows listings as
     /// they are).
     async fn complete(&self, node: Node) -> Result<Node, FsError> {
-        if self.presentation.attributes_from_listing {
+        if self.config.presentation.attributes_from_listing {
             Ok(node)
         } else {
             Ok(self.namespace.with_metadata(node).await?)
@@ -318,11 +292,11 @@ impl Fs {
         // also one closed with --write-back and not stored yet: its upload is not
         // hurried (rsync opens its temporary file to `fchmod` it, then renames it; the
         // upload takes both). Once stored, its reads go to the object.
-        let writer = self.writers.lock().current(ino).cloned();
+        let writer = self.writers.current(ino);
         if let Some(writer) = writer {
             writer.touched.notify_one();
-            let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
-            self.files.lock().insert(handle, (ino, Reader::Writer(writer)));
+            let handle = self.handles.next();
+            self.handles.files.lock().insert(handle, (ino, Reader::Writer(writer)));
             return Ok(Opened { handle, keep_cache: false, backing: None });
         }
         let walking = self.namespace.note_read(ino);
@@ -335,7 +309,7 @@ impl Fs {
             self.read_small_files_ahead(ino);
         }
         let small = etag.as_deref().and_then(|etag| {
-            let ahead = self.small_files_ahead.as_ref().and_then(|ahead| ahead.take(ino, etag));
+            let ahead = self.cache.as_ref().and_then(|cache| cache.small_files_ahead.take(ino, etag));
             ahead.or_else(|| self.namespace.take_small_object(ino, etag))
         });
         let reader = match small.or_else(|| reader.cached_small_content()) {
@@ -343,18 +317,18 @@ impl Fs {
             None => Reader::Object(reader),
         };
         let keep_cache = match etag {
-            Some(etag) => self.opened_etags.lock().insert(ino, etag.clone()).as_deref() == Some(&etag),
+            Some(etag) => self.handles.opened_etags.lock().insert(ino, etag.clone()).as_deref() == Some(&etag),
             None => false,
         };
-        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        self.files.lock().insert(handle, (ino, reader));
+        let handle = self.handles.next();
+        self.handles.files.lock().insert(handle, (ino, reader));
         Ok(Opened { handle, keep_cache, backing })
     }
 
     /// `ino` now has ETag `new` with the same content as at `old` (rewritten onto itself):
     /// pages the kernel cached at `old` may be kept at the next open.
     fn same_content(&self, ino: Ino, old: Option<&str>, new: Option<&str>) {
-        let mut opened = self.opened_etags.lock();
+        let mut opened = self.handles.opened_etags.lock();
         if let (Some(new), true) = (new, opened.get(&ino).map(String::as_str) == old) {
             opened.insert(ino, new.to_owned());
         }
@@ -362,7 +336,7 @@ impl Fs {
 
     /// Reads the cache files of the small files listed after `ino` (see `small_ahead`).
     fn read_small_files_ahead(&self, ino: Ino) {
-        let Some(ahead) = &self.small_files_ahead else { return };
+        let Some(ahead) = self.cache.as_ref().map(|cache| &cache.small_files_ahead) else { return };
         let next = self.namespace.files_listed_after(ino, small_ahead::AHEAD).into_iter().filter_map(|node| {
             let (Location::File { source, key }, Some(etag)) = (node.location, node.etag) else { return None };
             let location = self.namespace.store(source).location();
@@ -380,14 +354,14 @@ impl Fs {
             _ => return Err(FsError::IsDir),
         };
         let store = self.namespace.store(*source).clone();
-        let config = self.read_config.clone();
+        let config = self.config.read.clone();
         let mut reader =
             ReadHandle::new(store.clone(), key, node.etag.as_deref(), node.size, config, self.memory.clone());
         if let Some(id) = version {
             reader = reader.of_version(id);
         }
         // Blocks are named by the object's version: without an ETag there is no name.
-        if let (Some(cache), Some(etag)) = (&self.data_cache, &node.etag) {
+        if let (Some(cache), Some(etag)) = (self.data_cache(), &node.etag) {
             let id = ObjectId { location: store.location(), key: key.clone(), etag: etag.clone(), size: node.size };
             reader = reader.with_cache(CacheLink::new(cache.clone(), id));
         }
@@ -396,9 +370,9 @@ impl Fs {
 
     pub async fn read(&self, handle: u64, offset: u64, size: u32) -> Result<Bytes, FsError> {
         let len = u64::from(size);
-        let reader = match self.files.lock().get(&handle) {
+        let reader = match self.handles.files.lock().get(&handle) {
             Some((_, reader)) => reader.clone(),
-            None => Reader::Writer(self.writers.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?),
+            None => Reader::Writer(self.writers.get(handle).ok_or(FsError::BadHandle)?),
         };
         let writer = match reader {
             Reader::Object(reader) => return Ok(reader.read(offset, len).await?),
@@ -413,25 +387,23 @@ impl Fs {
             Output::Staged(staged) => return Ok(staged.read(offset, len).await?),
             Output::Streamed(upload) => upload,
         };
-        match upload.read(offset, len).await {
-            Ok(Some(bytes)) => return Ok(bytes),
-            Ok(None) => {}
+        match upload.read(offset, len).await? {
+            HeldBytes::Here(bytes) => return Ok(bytes),
+            HeldBytes::Stored => {}
             // Bytes already sent as parts, which S3 cannot give back before the upload
             // completes: store what was written and go on in a staging file, which reads
             // back whole (as a write back over sent bytes does).
-            Err(WriteError::ReadOfSentBytes) => {
-                let writing = self.writers.lock().of(writer.ino).find(|(_, w)| Arc::ptr_eq(w, &writer)).map(|(h, _)| h);
-                if let Some(writing) = writing {
-                    self.store_and_continue_staged(writing, &writer).await?;
+            HeldBytes::Sent => {
+                if let Some(writing) = self.writers.handle_of(&writer) {
+                    self.store_then_staged(writing, &writer).await?;
                 }
             }
-            Err(error) => return Err(error.into()),
         }
         // Stored since this handle was opened: read what the file's writer holds now (a
         // staging file that went on from the stored object), else the object.
-        let staged = self.writers.lock().current(writer.ino).filter(|w| w.output.is_staged()).cloned();
+        let staged = self.writers.current(writer.ino).filter(|w| w.output.is_staged());
         if let Some(staged) = staged {
-            if let Some(reading) = self.files.lock().get_mut(&handle) {
+            if let Some(reading) = self.handles.files.lock().get_mut(&handle) {
                 *reading = (writer.ino, Reader::Writer(staged.clone()));
             }
             if let Output::Staged(file) = &staged.output {
@@ -439,7 +411,7 @@ impl Fs {
             }
         }
         let (reader, _) = self.object_reader(writer.ino).await?;
-        self.files.lock().insert(handle, (writer.ino, Reader::Object(reader.clone())));
+        self.handles.files.lock().insert(handle, (writer.ino, Reader::Object(reader.clone())));
         Ok(reader.read(offset, len).await?)
     }
 
@@ -471,7 +443,7 @@ impl Fs {
 
     /// The Content-Type to store a new file named `name` with.
     fn content_type_for(&self, name: &str) -> Option<String> {
-        self.write_config.content_type_from_name.then(|| content_type::for_name(name)).flatten()
+        self.config.write.content_type_from_name.then(|| content_type::for_name(name)).flatten()
     }
 
     /// The metadata of an entry created by `caller` with `mode` at `time` (if the entry's
@@ -479,7 +451,7 @@ impl Fs {
     /// stored, and the time, so that it has nanoseconds rather than Last-Modified's
     /// whole seconds.
     fn new_entry_metadata(&self, mode: u32, caller: Caller, time: Option<SystemTime>) -> Metadata {
-        let p = &self.presentation;
+        let p = &self.config.presentation;
         let default_mode = match mode & S_IFMT {
             S_IFDIR => Some(S_IFDIR | u32::from(p.dir_mode)),
             S_IFREG => Some(S_IFREG | u32::from(p.file_mode)),
@@ -542,19 +514,12 @@ impl Fs {
     /// being written here: one still open for writing (not one whose upload
     /// `--write-back` left running after its close, which the open waited for). A stream
     /// has one writer: it stores what was written so far and goes on in a staging file
-    /// ([`Fs::store_and_continue_staged`]). One streamed and stored already (closed, not
+    /// ([`Fs::store_then_staged`]). One streamed and stored already (closed, not
     /// released yet: the kernel releases after `close` returns) is left alone, and the
     /// new descriptor starts from the stored object, as after its release.
     async fn writer_to_share(&self, ino: Ino) -> Result<Option<Arc<Writer>>, FsError> {
-        let candidates: Vec<_> = self
-            .writers
-            .lock()
-            .of(ino)
-            .filter(|(_, w)| !w.handed_off.load(Ordering::Acquire))
-            .map(|(handle, writer)| (handle, writer.clone()))
-            .collect();
         let mut stream = None;
-        for (handle, writer) in candidates {
+        for (handle, writer) in self.writers.open_of(ino) {
             match &writer.output {
                 Output::Staged(_) => return Ok(Some(writer)),
                 Output::Streamed(upload) if upload.stored().await.is_none() => stream = Some((handle, writer)),
@@ -562,31 +527,9 @@ impl Fs {
             }
         }
         match stream {
-            Some((handle, writer)) => Ok(Some(self.store_and_continue_staged(handle, &writer).await?)),
+            Some((handle, writer)) => Ok(Some(self.store_then_staged(handle, &writer).await?)),
             None => Ok(None),
         }
-    }
-
-    /// The distinct writers of `ino` (one shared by several handles, once).
-    fn writers_of(&self, ino: Ino) -> Vec<Arc<Writer>> {
-        let mut found: Vec<Arc<Writer>> = Vec::new();
-        for (_, writer) in self.writers.lock().of(ino) {
-            if !found.iter().any(|seen| Arc::ptr_eq(seen, writer)) {
-                found.push(writer.clone());
-            }
-        }
-        found
-    }
-
-    /// The distinct writers that `wanted` picks (one shared by several handles, once).
-    fn writers_where(&self, wanted: impl Fn(&Writer) -> bool) -> Vec<Arc<Writer>> {
-        let mut found: Vec<Arc<Writer>> = Vec::new();
-        for writer in self.writers.lock().values() {
-            if wanted(writer) && !found.iter().any(|seen| Arc::ptr_eq(seen, writer)) {
-                found.push(writer.clone());
-            }
-        }
-        found
     }
 
     fn new_staged(
@@ -597,34 +540,36 @@ impl Fs {
         metadata: Metadata,
     ) -> Result<Staged, FsError> {
         let store = self.namespace.store(source).clone();
-        let config = &self.write_config;
+        let config = &self.config.write;
         Ok(Staged::new(store, key, base, metadata, config.part_size, &config.staging, self.memory.clone())?)
     }
 
     /// `write()`. `drop_set_id`: the caller may not keep the file's set-ID bits (see
     /// [`Fs::drop_set_id_bits`]).
     pub async fn write(&self, handle: u64, offset: u64, data: &[u8], drop_set_id: bool) -> Result<u32, FsError> {
-        let mut writer = self.writers.lock().get(&handle).cloned().ok_or(FsError::BadHandle)?;
-        // A write the file's output cannot take moves the file to another (at most three
-        // moves: streamed, staged past one part, streamed again past the write-back limit).
+        let mut writer = self.writers.get(handle).ok_or(FsError::BadHandle)?;
+        // A write the file's output refuses moves the file to another output, and is made
+        // there. Each move goes forward; the longest way is streamed, staged past one
+        // part, streamed past the write-back limit, staged over bytes already sent: three
+        // moves, and one more where another write moved the file first.
         let mut moves = 0;
         let size = loop {
-            let moved = match writer.output.write(offset, data).await {
-                Err(WriteError::Committed) => self.continue_staged(handle, &writer).await?,
-                Err(WriteError::RewriteOfSentBytes) => self.store_and_continue_staged(handle, &writer).await?,
-                Err(WriteError::PastOnePart) => self.stage_past_one_part(handle, &writer).await?,
-                Err(WriteError::TooLargeToStage) => self.stream_staged(handle, &writer).await?,
-                other => break other?,
+            let change = match writer.output.write(offset, data).await? {
+                Written::Size(size) => break size,
+                Written::Refused(change) => change,
             };
-            writer = moved;
-            moves += 1;
-            if moves > 4 {
-                return Err(WriteError::TooLargeToStage.into()); // never: each move is forward
+            if moves == MOST_MOVES {
+                let key = writer.output.key();
+                return Err(FsError::Local(format!(
+                    "{key}: a write was refused after {moves} moves, the last {change:?}"
+                )));
             }
+            writer = self.make_move(handle, &writer, change).await?;
+            moves += 1;
         };
         self.content_changed(&writer).await;
         self.namespace.set_pending_size(writer.ino, size);
-        if let Some(unlinked) = self.unlinked.lock().get_mut(&writer.ino) {
+        if let Some(unlinked) = self.handles.unlinked.lock().get_mut(&writer.ino) {
             // What `fstat` shows of a file no name reaches any more.
             unlinked.size = size;
             unlinked.blocks = size.div_ceil(512);
@@ -634,6 +579,17 @@ impl Fs {
             self.drop_set_id_bits(writer.ino).await?;
         }
         Ok(data.len() as u32)
+    }
+
+    /// Moves the file `handle` writes through `writer` to the output `change` calls for;
+    /// the writer it goes on with.
+    async fn make_move(&self, handle: u64, writer: &Arc<Writer>, change: Move) -> Result<Arc<Writer>, FsError> {
+        match change {
+            Move::StagedFromStored => self.staged_from_stored(handle, writer).await,
+            Move::StoreThenStaged => self.store_then_staged(handle, writer).await,
+            Move::StagedPastOnePart => self.staged_past_one_part(handle, writer).await,
+            Move::StreamedPastLimit => self.streamed_past_limit(handle, writer).await,
+        }
     }
 
     /// The content of `writer`'s file changed (a write, `ftruncate`): if its metadata may
@@ -650,20 +606,20 @@ impl Fs {
     /// A streamed file changed where a multipart upload cannot change it any more (a
     /// write over bytes already sent, as a program that writes its header last does;
     /// `ftruncate`): what was written so far is stored, as `fsync` would store it, and the
-    /// file goes on in a staging file from there ([`Fs::continue_staged`]). The program
+    /// file goes on in a staging file from there ([`Fs::staged_from_stored`]). The program
     /// sees a file that takes any write, as on a local disk; the store sees the object a
     /// little earlier than at close.
-    async fn store_and_continue_staged(&self, handle: u64, writer: &Arc<Writer>) -> Result<Arc<Writer>, FsError> {
+    async fn store_then_staged(&self, handle: u64, writer: &Arc<Writer>) -> Result<Arc<Writer>, FsError> {
         tracing::debug!(key = writer.output.key(), "change behind the streamed bytes: stored so far, staged from now");
-        self.commit_heard(writer).await?;
-        self.continue_staged(handle, writer).await
+        self.commit(writer, Heard::ByCaller).await?;
+        self.staged_from_stored(handle, writer).await
     }
 
     /// A streamed file written again after it stored its object (a write after `fsync`,
     /// or through a descriptor still open after the opener's close): it goes on, under
     /// the same handle, as a staging file that starts as the stored object. So the file
     /// keeps its bytes, as on a local disk, and is never cut to what was written since.
-    async fn continue_staged(&self, handle: u64, writer: &Arc<Writer>) -> Result<Arc<Writer>, FsError> {
+    async fn staged_from_stored(&self, handle: u64, writer: &Arc<Writer>) -> Result<Arc<Writer>, FsError> {
         let Output::Streamed(upload) = &writer.output else { return Err(FsError::Committed) };
         let (etag, size) = upload.stored().await.ok_or(FsError::Committed)?;
         let node = self.namespace.node(writer.ino)?;
@@ -674,17 +630,11 @@ impl Fs {
         let staged = self.new_staged(source, key.clone(), Some(Base { etag, size }), metadata.clone())?;
         staged.allow_replace().await;
         let next = Arc::new(Writer::new(false, writer.ino, Output::Staged(staged), false));
-        {
-            let mut writers = self.writers.lock();
-            match writers.get(&handle) {
-                // Every handle sharing the writer goes on with the staging file.
-                Some(current) if Arc::ptr_eq(current, writer) => {
-                    writers.replace_shared(writer, &next);
-                }
-                // Another write of this handle got here first.
-                Some(current) => return Ok(current.clone()),
-                None => return Err(FsError::BadHandle),
-            };
+        // Every handle sharing the writer goes on with the staging file, unless another
+        // write of this handle got here first.
+        let moved = self.writers.move_on_from(handle, writer, &next).map_err(|_| FsError::BadHandle)?;
+        if !Arc::ptr_eq(&moved, &next) {
+            return Ok(moved);
         }
         let (parent, name) = node.parent_and_name();
         self.namespace.enter_pending_file(parent, &name, source, key, Arc::new(metadata));
@@ -702,72 +652,59 @@ impl Fs {
     /// next operation on the file waits for it ([`Fs::settle`]), and a failure is only
     /// logged (and the entry removed), since nobody is left to hear of it.
     pub async fn flush(self: &Arc<Self>, handle: u64, closer: u32) -> Result<(), FsError> {
-        let Some(writer) = self.writers.lock().get(&handle).cloned() else {
+        let Some(writer) = self.writers.get(handle) else {
             return Ok(()); // a read handle: nothing to do
         };
-        if self.write_openers.lock().get(&handle) != Some(&process_of(closer)) {
+        if self.writers.opener(handle) != Some(process_of(closer)) {
             return Ok(());
         }
-        match &self.write_back {
+        match self.writers.upload_slots() {
             Some(uploads) => {
                 // A staging file another descriptor still has open goes on changing under
                 // that one (and new opens share it): stored now, as without the option.
-                let shared = self.writers.lock().of(writer.ino).any(|(h, w)| h != handle && Arc::ptr_eq(w, &writer));
-                if shared && writer.output.is_staged() {
-                    return self.commit_heard(&writer).await;
+                if writer.output.is_staged() && self.writers.shared_beyond(handle, &writer) {
+                    return self.commit(&writer, Heard::ByCaller).await;
                 }
+                let uploads = uploads.clone();
                 self.hand_off(writer, uploads).await
             }
-            None => self.commit_heard(&writer).await,
+            None => self.commit(&writer, Heard::ByCaller).await,
         }
     }
 
     /// `fsync()`: the object is in the bucket when this returns `Ok`.
     pub async fn fsync(&self, handle: u64) -> Result<(), FsError> {
-        let Some(writer) = self.writers.lock().get(&handle).cloned() else {
+        let Some(writer) = self.writers.get(handle) else {
             return Ok(()); // a read handle: nothing to do
         };
         self.settle(writer.ino).await;
-        self.commit_heard(&writer).await
+        self.commit(&writer, Heard::ByCaller).await
     }
 
-    /// Waits until the uploads that `close()` left running for `ino` (`--write-back`)
-    /// have ended, so that what follows sees their outcome (and cannot be overtaken by
-    /// them: a later upload of the same key, a rename, a delete).
+    /// Settles `ino`: hurries the uploads that `close()` left running for it
+    /// (`--write-back`) and waits until they ended, so that what follows sees their
+    /// outcome (and cannot be overtaken by them: a later upload of the same key, a
+    /// rename, a delete).
     async fn settle(&self, ino: Ino) {
-        let handed_off = self.writers_of(ino).into_iter().filter(|w| w.handed_off.load(Ordering::Acquire));
-        Self::wait_for_uploads(handed_off.collect()).await;
+        Writers::hurry_and_wait(self.writers.handed_off_of(ino)).await;
     }
 
-    /// [`Fs::settle`] for every file: before moving a directory key by key.
+    /// [`Fs::settle`] for every file, directory marker and delete: before moving a
+    /// directory key by key, and at unmount.
     async fn settle_all(&self) {
-        self.settle_where(|_| true).await;
+        Writers::hurry_and_wait(self.writers.all_where(|w| w.is_handed_off())).await;
         self.markers.settle_all().await;
         self.deletes.settle_all().await;
-    }
-
-    async fn settle_where(&self, wanted: impl Fn(&Writer) -> bool) {
-        Self::wait_for_uploads(self.writers_where(|w| w.handed_off.load(Ordering::Acquire) && wanted(w))).await;
-    }
-
-    /// Hurries the uploads `close()` left to these writers, and waits until they ended.
-    async fn wait_for_uploads(handed_off: Vec<Arc<Writer>>) {
-        for writer in &handed_off {
-            writer.hurry.notify_one();
-        }
-        for writer in handed_off {
-            let _ = writer.background.lock().await;
-        }
     }
 
     /// At unmount: stores what is still open or running (release commits a file only when
     /// its last descriptor is closed; with `--write-back` the uploads run after close).
     pub async fn finish_uploads(&self) {
         self.settle_all().await;
-        for writer in self.writers_where(|_| true) {
-            let _kept_for_unstored = self.commit_unheard(&writer).await;
+        for writer in self.writers.all_where(|_| true) {
+            let _kept_for_unstored = self.commit(&writer, Heard::ByNobody).await;
         }
-        if let Some(log) = &self.write_config.write_back_log {
+        if let Some(log) = &self.config.write.write_back_log {
             log.remove_done_segments();
         }
     }
@@ -783,56 +720,38 @@ impl Fs {
     }
 
     pub fn files_open_for_writing(&self) -> usize {
-        self.writers.lock().len()
+        self.writers.count()
     }
 
-    /// Files closed whose upload is still running (`--write-back`: the upload holds the
-    /// writer's `background` lock), and their bytes.
+    /// Files closed whose upload is still running (`--write-back`), and their bytes.
     pub fn uploads_after_close(&self) -> (usize, u64) {
-        let running: Vec<Ino> = self
-            .writers_where(|w| w.handed_off.load(Ordering::Acquire) && w.background.try_lock().is_err())
-            .iter()
-            .map(|w| w.ino)
-            .collect();
+        let running = self.writers.uploads_pending();
         let bytes = running.iter().filter_map(|&ino| self.namespace.node(ino).ok()).map(|node| node.size).sum();
         (running.len(), bytes)
     }
 
     /// The mount's data cache, if it has one.
     pub fn data_cache(&self) -> Option<&Arc<DataCache>> {
-        self.data_cache.as_ref()
+        self.cache.as_ref().map(|cache| &cache.data)
     }
 
     /// Files whose upload failed where no caller could hear of it, and why (key, error),
     /// and how many more failed past the ones kept: what the daemon reports as it exits.
     pub fn unstored(&self) -> (Vec<(String, String)>, usize) {
-        let unstored = self.unstored.lock();
-        (unstored.failed.iter().map(|(k, e)| (k.clone(), e.clone())).collect(), unstored.more)
+        self.writers.unstored()
     }
 
-    /// Commits `writer` for a caller who gets the outcome (`close`, `fsync`).
-    async fn commit_heard(&self, writer: &Writer) -> Result<(), FsError> {
-        let result = self.commit_writer(writer).await;
-        if result.is_err() {
-            writer.failure_reported.store(true, Ordering::Release);
-        }
-        result
-    }
-
-    /// Commits `writer` where nobody waits for the outcome: a failure is kept for
-    /// [`Fs::unstored`] (and logged by `commit_writer`), unless one was reported already.
-    /// Returns the outcome for a caller that keeps more (the write-back log).
-    async fn commit_unheard(&self, writer: &Writer) -> Result<(), FsError> {
-        let result = self.commit_writer(writer).await;
+    /// Commits `writer`. Heard by a caller (`close`, `fsync`): a failure is the caller's
+    /// answer. Heard by nobody (release, an upload after close, unmount): a failure is
+    /// kept for [`Fs::unstored`] (and logged), unless a caller heard of one already; the
+    /// outcome is returned for a caller that keeps more (the write-back log).
+    async fn commit(&self, writer: &Writer, heard: Heard) -> Result<(), FsError> {
+        let result = self.store_writer(writer).await;
         if let Err(error) = &result {
-            if writer.failure_reported.load(Ordering::Acquire) {
-                return result;
-            }
-            let mut unstored = self.unstored.lock();
-            if unstored.failed.len() < Unstored::KEPT {
-                unstored.failed.insert(writer.output.key(), error.to_string());
-            } else {
-                unstored.more += 1;
+            match heard {
+                Heard::ByCaller => writer.failure_reported.store(true, Ordering::Release),
+                Heard::ByNobody if writer.failure_reported.load(Ordering::Acquire) => {}
+                Heard::ByNobody => self.writers.note_unstored(writer.output.key(), error.to_string()),
             }
         }
         result
@@ -841,11 +760,11 @@ impl Fs {
     /// The opener's `close()` (without `--write-back`), `fsync()` and release: the object
     /// is in the bucket when this returns `Ok`. A new file whose upload failed disappears
     /// from the directory (no phantom entries).
-    async fn commit_writer(&self, writer: &Writer) -> Result<(), FsError> {
+    async fn store_writer(&self, writer: &Writer) -> Result<(), FsError> {
         // Unlinked while open: nothing is stored (its output was discarded), so nothing
         // can fail; `fsync` and `close` succeed as on a local disk, and its bytes stay
         // readable through its descriptors until the last one closes.
-        if self.unlinked.lock().contains_key(&writer.ino) {
+        if self.handles.unlinked.lock().contains_key(&writer.ino) {
             return Ok(());
         }
         // The time the file showed since its last write (with nanoseconds) goes with the
@@ -856,11 +775,11 @@ impl Fs {
         }
         let committed = writer.output.commit().await;
         if writer.output.moved().await {
-            return Ok(()); // the output it moved to stores the file (see `Fs::stage_past_one_part`)
+            return Ok(()); // the output it moved to stores the file (see `Fs::staged_past_one_part`)
         }
         match committed {
             Ok(stored) => {
-                self.unstored.lock().failed.remove(&writer.output.key());
+                self.writers.no_longer_unstored(&writer.output.key());
                 // What is written through a mount with `--cache` enters the cache once
                 // stored, so reading it back costs no GET: files of one PUT (a larger
                 // file's parts were freed as they were sent).
@@ -895,7 +814,7 @@ impl Fs {
 
     /// Puts `bytes`, just stored at `key` as `etag`, into the data cache, in the background.
     fn cache_written(&self, ino: Ino, key: String, bytes: Bytes, etag: String) {
-        let (Some(cache), Ok(node)) = (self.data_cache.clone(), self.namespace.node(ino)) else { return };
+        let (Some(cache), Ok(node)) = (self.data_cache().cloned(), self.namespace.node(ino)) else { return };
         let Location::File { source, .. } = node.location else { return };
         let location = self.namespace.store(source).location();
         let id = ObjectId { location, key, etag, size: bytes.len() as u64 };
@@ -903,57 +822,47 @@ impl Fs {
     }
 
     pub async fn release(self: &Arc<Self>, handle: u64) {
-        let reader = self.files.lock().remove(&handle).map(|(ino, _)| ino);
-        let writer = self.writers.lock().get(&handle).cloned();
+        let reader = self.handles.files.lock().remove(&handle).map(|(ino, _)| ino);
+        let writer = self.writers.get(handle);
         if let Some(ino) = reader.or(writer.as_ref().map(|w| w.ino)) {
-            if self.unlinked.lock().contains_key(&ino) {
+            if self.handles.unlinked.lock().contains_key(&ino) {
                 // Without this handle (a writer's is removed below) is anything still open?
-                let others = self.files.lock().values().any(|(open, _)| *open == ino)
-                    || self.writers.lock().of(ino).any(|(h, _)| h != handle);
+                let others = self.handles.is_reading(ino) || self.writers.open_beyond(ino, handle);
                 if !others {
-                    self.unlinked.lock().remove(&ino);
+                    self.handles.unlinked.lock().remove(&ino);
                 }
             }
         }
-        if let Some(writer) = writer {
-            self.write_openers.lock().remove(&handle);
-            // Another handle still shares the writer: this one goes, and the last one's
-            // release commits (decided under the lock, so that of two releases at once
-            // exactly one is the last).
-            {
-                let mut writers = self.writers.lock();
-                if writers.of(writer.ino).any(|(h, w)| h != handle && Arc::ptr_eq(w, &writer)) {
-                    writers.remove(&handle);
-                    return;
-                }
-            }
-            if writer.handed_off.load(Ordering::Acquire) {
-                // Its upload runs on (`--write-back`): the kernel's RELEASE is answered
-                // now rather than held for it (an unmount with uploads left would abort
-                // every RELEASE held), and the handle stays known until the upload ends,
-                // for `settle`.
-                let fs = self.clone();
-                tokio::spawn(async move {
-                    let _ = writer.background.lock().await;
-                    // A staging file takes writes after its commit (through a duplicate
-                    // of the descriptor); a close commits them, but none may come.
-                    if writer.output.is_staged() {
-                        let _kept_for_unstored = fs.commit_unheard(&writer).await;
-                    }
-                    fs.writers.lock().remove(&handle);
-                    // Unlinked meanwhile: this was its last handle, unless one opened since.
-                    if !fs.is_open(writer.ino) {
-                        fs.unlinked.lock().remove(&writer.ino);
-                    }
-                });
-                return;
-            } else {
-                // Usually committed at the last flush already; if not, nobody is left to
-                // hear of an error, so it is logged and kept.
-                let _kept_for_unstored = self.commit_unheard(&writer).await;
-            }
-            self.writers.lock().remove(&handle);
+        let Some(writer) = writer else { return };
+        // Another handle still shares the writer: this one goes, and the last one's
+        // release commits.
+        if self.writers.release_shared(handle, &writer) {
+            return;
         }
+        if writer.is_handed_off() {
+            // Its upload runs on (`--write-back`): the kernel's RELEASE is answered now
+            // rather than held for it (an unmount with uploads left would abort every
+            // RELEASE held), and the handle stays known until the upload ends, for `settle`.
+            let fs = self.clone();
+            tokio::spawn(async move {
+                writer.upload_ended().await;
+                // A staging file takes writes after its commit (through a duplicate of the
+                // descriptor); a close commits them, but none may come.
+                if writer.output.is_staged() {
+                    let _kept_for_unstored = fs.commit(&writer, Heard::ByNobody).await;
+                }
+                fs.writers.remove(handle);
+                // Unlinked meanwhile: this was its last handle, unless one opened since.
+                if !fs.is_open(writer.ino) {
+                    fs.handles.unlinked.lock().remove(&writer.ino);
+                }
+            });
+            return;
+        }
+        // Usually committed at the last flush already; if not, nobody is left to hear of
+        // an error, so it is logged and kept.
+        let _kept_for_unstored = self.commit(&writer, Heard::ByNobody).await;
+        self.writers.remove(handle);
     }
 
     pub async fn mkdir(&self, parent: Ino, name: &str, mode: u32, caller: Caller) -> Result<FileAttr, FsError> {
@@ -990,19 +899,19 @@ impl Fs {
         // nothing is sent, and the log notes it (a replay does not store it). A new file
         // then holds nothing at its key, and nothing is deleted either: builds and
         // `configure` scripts write temporary files and remove them at once.
-        let writers = self.writers_of(node.ino);
+        let writers = self.writers.of(node.ino);
         let mut unstored = None;
         if let [writer] = writers.as_slice() {
-            if writer.handed_off.load(Ordering::Acquire) {
+            if writer.is_handed_off() {
                 unstored = writer.output.discard_unstored().await;
-                if let (Some(_), Some(record)) = (unstored, writer.write_back_record.lock().clone()) {
+                if let (Some(_), Some(record)) = (unstored, writer.record()) {
                     record.amend(Amendment { discarded: true, ..Amendment::default() });
                 }
             }
         }
         if unstored.is_none() {
             self.settle(node.ino).await;
-            for writer in &self.writers_of(node.ino) {
+            for writer in &self.writers.of(node.ino) {
                 writer.output.discard().await;
             }
         }
@@ -1014,7 +923,7 @@ impl Fs {
             self.delete_entry((parent, name), *source, key, node.etag.clone()).await?;
         }
         if let Some(attr) = still_open {
-            self.unlinked.lock().insert(node.ino, attr);
+            self.handles.unlinked.lock().insert(node.ino, attr);
         }
         self.namespace.touch_dir(parent);
         Ok(())
@@ -1111,11 +1020,11 @@ impl Fs {
 
     /// Where multipart uploads are recorded (see `write::journal`).
     fn journal(&self) -> Option<&Journal> {
-        self.write_config.journal.as_deref()
+        self.config.write.journal.as_deref()
     }
 
     fn check_writable(&self) -> Result<(), FsError> {
-        if self.write_config.read_only {
+        if self.config.write.read_only {
             Err(FsError::ReadOnly)
         } else {
             Ok(())
@@ -1133,20 +1042,19 @@ impl Fs {
 
     fn new_upload(&self, source: usize, key: String, create_only: bool, metadata: Metadata) -> Upload {
         let store = self.namespace.store(source).clone();
-        let config = &self.write_config;
+        let config = &self.config.write;
         let part_size = config.part_size.max(crate::write::MIN_PART);
         Upload::new(store, key, create_only, config.part_size, self.memory.clone(), config.staging.clone(), metadata)
-            .keeping_stored_bytes(self.data_cache.is_some())
-            // Staged past one part under `--write-back` (see `Fs::stage_past_one_part`), where
+            .keeping_stored_bytes(self.cache.is_some())
+            // Staged past one part under `--write-back` (see `Fs::staged_past_one_part`), where
             // more than a part may be staged.
-            .one_part_only(self.write_back.is_some() && self.staged_at_most().is_some_and(|most| most > part_size))
+            .one_part_only(self.config.write.write_back && self.staged_at_most().is_some_and(|most| most > part_size))
     }
 
     /// A new handle of `writer`, opened by process `opener`.
     fn add_writer(&self, writer: Arc<Writer>, opener: u32) -> Opened {
-        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        self.write_openers.lock().insert(handle, opener);
-        self.writers.lock().insert(handle, writer);
+        let handle = self.handles.next();
+        self.writers.add(handle, writer, opener);
         Opened { handle, keep_cache: false, backing: None }
     }
 
@@ -1184,7 +1092,7 @@ impl Fs {
         is_dir: bool,
         stored: StoredAttrs,
     ) -> FileAttr {
-        let p = &self.presentation;
+        let p = &self.config.presentation;
         let kind = match stored.mode.map(|mode| mode & S_IFMT) {
             _ if is_dir => FileType::Directory,
             Some(S_IFLNK) => FileType::Symlink,

@@ -1,7 +1,6 @@
 //! `rename()`: S3 has none, so a file is copied inside the store and the old key deleted,
 //! and a directory is moved key by key (not atomic; see SEMANTICS.md).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
@@ -72,7 +71,7 @@ impl Fs {
         to_key: String,
         replaced: Option<&Node>,
     ) -> Result<(), FsError> {
-        let writers = self.writers_of(node.ino);
+        let writers = self.writers.of(node.ino);
         // What a replay after a crash finds at the new name if the rename is all that
         // happened: the object replaced (stored: `rename` settled it), or nothing.
         // (An ETag not known leaves it unsaid: a replay then makes a conflict copy.)
@@ -90,7 +89,7 @@ impl Fs {
                 pending = Some(pending.unwrap_or(false) | old_key_holds);
                 // Closed with --write-back, its upload not started: a replay after a
                 // crash must store it under the new name too, in place of what is there.
-                if let Some(record) = writer.write_back_record.lock().clone() {
+                if let Some(record) = writer.record() {
                     record.amend(Amendment::renamed(to_key.clone(), over.clone()));
                 }
             }
@@ -108,12 +107,12 @@ impl Fs {
         } else {
             // Stored, or being stored right now by close()'s upload (--write-back): the
             // copy starts from what that upload stored.
-            if writers.iter().any(|w| w.handed_off.load(Ordering::Acquire)) {
+            if writers.iter().any(|w| w.is_handed_off()) {
                 self.settle(node.ino).await;
             }
             let node = &self.namespace.node(node.ino)?;
             let mut metadata = self.stored_metadata(node.clone()).await?;
-            if self.write_config.content_type_from_name {
+            if self.config.write.content_type_from_name {
                 content_type::follow_rename(&mut metadata, from.1, to.1);
             }
             let etag =
@@ -144,11 +143,11 @@ impl Fs {
     /// fail), and `fstat` of a descriptor still open shows it with no link, as `unlink`
     /// leaves it.
     async fn discard_replaced(&self, replaced: &Node) {
-        for writer in &self.writers_of(replaced.ino) {
+        for writer in &self.writers.of(replaced.ino) {
             writer.output.discard().await;
         }
         if let Some(attr) = self.attr_once_unlinked(replaced) {
-            self.unlinked.lock().insert(replaced.ino, attr);
+            self.handles.unlinked.lock().insert(replaced.ino, attr);
         }
     }
 
@@ -169,7 +168,7 @@ impl Fs {
         // at its new key first (waiting for a commit in progress), so it cannot land
         // under the old prefix after the listing below; one already stored is in that
         // listing, copied with the rest, and told where it went.
-        let below = self.writers_where(|w| w.output.key().starts_with(prefix));
+        let below = self.writers.all_where(|w| w.output.key().starts_with(prefix));
         let mut stored_writers = Vec::new();
         let mut redirected = Vec::new();
         for writer in below {
@@ -279,6 +278,7 @@ impl Fs {
     /// original is gone or its ETag changed. A reader of another version stays pinned.
     pub(super) fn follow_copies(&self, copied: &[Copied]) {
         let readers: Vec<_> = self
+            .handles
             .files
             .lock()
             .values()

@@ -4,17 +4,16 @@
 //! upload past the log's limit), and what an operator does with the files the store
 //! refused (`bucketfs write-back`, through the root's attribute [`WRITE_BACK`]).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
 use super::error::FsError;
-use super::handles::Writer;
-use super::Fs;
+use super::writers::Writer;
+use super::{Fs, Heard};
 use crate::namespace::Location;
 use crate::write::write_back::{FailedFile, PendingFile, Recorded};
-use crate::write::{Output, WriteError};
+use crate::write::Output;
 
 /// Bytes copied at a time from a staging file into the streamed upload that goes on from it.
 const STREAM_CHUNK: u64 = 1 << 20;
@@ -54,16 +53,13 @@ impl Fs {
     pub(super) async fn hand_off(
         self: &Arc<Self>,
         writer: Arc<Writer>,
-        uploads: &Arc<Semaphore>,
+        uploads: Arc<Semaphore>,
     ) -> Result<(), FsError> {
         let Some(recorded) = self.record_write_back(&writer).await else {
-            return self.commit_heard(&writer).await;
+            return self.commit(&writer, Heard::ByCaller).await;
         };
-        let busy = writer.background.clone().lock_owned().await;
-        *writer.write_back_record.lock() = Some(recorded.handle());
-        writer.handed_off.store(true, Ordering::Release);
+        let running = writer.hand_off(recorded.handle()).await;
         let fs = self.clone();
-        let uploads = uploads.clone();
         tokio::spawn(async move {
             let longest = tokio::time::sleep(LONGEST_GRACE);
             tokio::pin!(longest);
@@ -76,12 +72,14 @@ impl Fs {
                 }
             }
             let room = uploads.acquire_owned().await;
-            if let Err(FsError::Store(error)) = fs.commit_unheard(&writer).await {
+            writer.start_upload();
+            if let Err(FsError::Store(error)) = fs.commit(&writer, Heard::ByNobody).await {
                 // Refused after the store's own retries: kept and reported until stored
                 // (`bucketfs write-back retry`, or the next mount) or discarded.
                 recorded.fail(error.to_string()).await;
             }
-            drop((busy, room));
+            writer.end_upload();
+            drop((running, room));
         });
         Ok(())
     }
@@ -91,13 +89,13 @@ impl Fs {
     /// staging file that holds what was written, so that its close logs it whole and
     /// returns before its upload, up to half the write-back limit; its full parts are sent
     /// meanwhile (`write::early_parts`), so the upload after close sends only the rest.
-    /// Past that limit it streams again ([`Fs::stream_staged`]).
-    pub(super) async fn stage_past_one_part(&self, handle: u64, writer: &Arc<Writer>) -> Result<Arc<Writer>, FsError> {
-        let _moving = self.moving_output.lock().await;
+    /// Past that limit it streams again ([`Fs::streamed_past_limit`]).
+    pub(super) async fn staged_past_one_part(&self, handle: u64, writer: &Arc<Writer>) -> Result<Arc<Writer>, FsError> {
+        let _moving = self.writers.moving().await;
         if let Some(moved) = self.moved_already(handle, writer)? {
             return Ok(moved);
         }
-        let Output::Streamed(upload) = &writer.output else { return Err(WriteError::PastOnePart.into()) };
+        let Output::Streamed(upload) = &writer.output else { return Ok(writer.clone()) };
         let source = self.source_of(writer.ino).ok_or(FsError::NotFound)?;
         let (create_only, replaces) = upload.replaced().await;
         let Some((written, metadata)) = upload.hand_over_unsent().await else {
@@ -111,12 +109,12 @@ impl Fs {
             if let Some(most) = self.staged_at_most() {
                 staged = staged.staging_at_most(most);
                 // Parts sized so that the largest staged file fits in S3's 10,000.
-                staged.send_parts_early(self.write_config.part_size.max(most.div_ceil(9_000))).await?;
+                staged.send_parts_early(self.config.write.part_size.max(most.div_ceil(9_000))).await?;
             }
             if !create_only {
                 staged.replacing(replaces).await;
             }
-            staged.write(0, &written).await?;
+            staged.write(0, &written).await?.size()?;
             Ok::<_, FsError>(staged)
         }
         .await;
@@ -129,12 +127,12 @@ impl Fs {
     /// with what was written (this write waits for those parts to go, as writes of a
     /// streamed file do), and is stored as without the option, its close waiting for the
     /// last parts.
-    pub(super) async fn stream_staged(&self, handle: u64, writer: &Arc<Writer>) -> Result<Arc<Writer>, FsError> {
-        let _moving = self.moving_output.lock().await;
+    pub(super) async fn streamed_past_limit(&self, handle: u64, writer: &Arc<Writer>) -> Result<Arc<Writer>, FsError> {
+        let _moving = self.writers.moving().await;
         if let Some(moved) = self.moved_already(handle, writer)? {
             return Ok(moved);
         }
-        let Output::Staged(staged) = &writer.output else { return Err(WriteError::TooLargeToStage.into()) };
+        let Output::Staged(staged) = &writer.output else { return Ok(writer.clone()) };
         let source = self.source_of(writer.ino).ok_or(FsError::NotFound)?;
         let Some((create_only, replaces, metadata, size)) = staged.hand_over_to_stream().await else {
             return Ok(writer.clone()); // stored meanwhile: the write goes on from the object
@@ -146,7 +144,7 @@ impl Fs {
             let mut offset = 0;
             while offset < size {
                 let bytes = staged.read(offset, STREAM_CHUNK).await?;
-                upload.write(offset, &bytes).await?;
+                upload.write(offset, &bytes).await?.size()?;
                 offset += bytes.len() as u64;
             }
             Ok::<_, FsError>(())
@@ -167,23 +165,18 @@ impl Fs {
     /// `None` without a write-back log.
     pub(super) fn staged_at_most(&self) -> Option<u64> {
         let (_, limit) = self.write_back_usage()?;
-        Some((limit / 2).min(self.write_config.staging.limit.limit()))
+        Some((limit / 2).min(self.config.write.staging.limit.limit()))
     }
 
     /// The writer that `handle` moved to while the caller waited to move `writer`, if any.
     fn moved_already(&self, handle: u64, writer: &Arc<Writer>) -> Result<Option<Arc<Writer>>, FsError> {
-        match self.writers.lock().get(&handle) {
-            Some(current) if Arc::ptr_eq(current, writer) => Ok(None),
-            Some(current) => Ok(Some(current.clone())),
-            None => Err(FsError::BadHandle),
-        }
+        self.writers.moved_already(handle, writer).map_err(|_| FsError::BadHandle)
     }
 
     /// Every handle of `writer` goes on with `output` instead.
     fn move_output(&self, writer: &Arc<Writer>, output: Output) -> Arc<Writer> {
-        let times_kept = writer.times_kept.load(Ordering::Acquire);
-        let next = Arc::new(Writer::new(writer.created, writer.ino, output, times_kept));
-        self.writers.lock().replace_shared(writer, &next);
+        let next = Arc::new(writer.moved_to(output));
+        self.writers.move_on(writer, &next);
         next
     }
 
@@ -200,28 +193,28 @@ impl Fs {
 
     /// `file`, to be stored in `source`, appended to the write-back log and synced.
     pub(super) async fn record_in_write_back_log(&self, source: usize, file: PendingFile) -> Option<Recorded> {
-        let log = self.write_config.write_back_log.as_ref()?;
+        let log = self.config.write.write_back_log.as_ref()?;
         log.record(self.namespace.store(source).location(), file).await
     }
 
     /// Files closed with `--write-back` that the store refused, kept in the log.
     pub fn write_back_failed(&self) -> Vec<FailedFile> {
-        self.write_config.write_back_log.as_ref().map(|log| log.failed()).unwrap_or_default()
+        self.config.write.write_back_log.as_ref().map(|log| log.failed()).unwrap_or_default()
     }
 
     /// Where the write-back log is.
     pub fn write_back_dir(&self) -> Option<&std::path::Path> {
-        self.write_config.write_back_log.as_ref().map(|log| log.dir())
+        self.config.write.write_back_log.as_ref().map(|log| log.dir())
     }
 
     /// `--write-back`: close() returns before the upload.
     pub fn write_back_on(&self) -> bool {
-        self.write_config.write_back
+        self.config.write.write_back
     }
 
     /// The write-back log's bytes not stored yet (failed ones included), and its limit.
     pub fn write_back_usage(&self) -> Option<(u64, u64)> {
-        self.write_config.write_back_log.as_ref().map(|log| log.usage())
+        self.config.write.write_back_log.as_ref().map(|log| log.usage())
     }
 
     /// Reading [`WRITE_BACK`]: a line per failed file, `KEY (BYTES bytes): ERROR` (control
@@ -240,7 +233,7 @@ impl Fs {
     /// (see `write::write_back`), `discard` drops those of the keys that follow, one per
     /// line (every one without keys).
     pub async fn write_back_command(&self, command: &str) -> Result<(), FsError> {
-        let log = self.write_config.write_back_log.as_ref().ok_or(FsError::ReadOnly)?;
+        let log = self.config.write.write_back_log.as_ref().ok_or(FsError::ReadOnly)?;
         let mut lines = command.lines();
         let gone = match lines.next().map(str::trim) {
             Some("retry") => {
@@ -257,9 +250,8 @@ impl Fs {
             _ => return Err(FsError::Invalid("write-back command: retry, or discard [keys]")),
         };
         // Stored or dropped: no longer reported at exit.
-        let mut unstored = self.unstored.lock();
         for key in gone {
-            unstored.failed.remove(&key);
+            self.writers.no_longer_unstored(&key);
         }
         Ok(())
     }

@@ -10,15 +10,15 @@
 //! Nothing is visible in the bucket until [`Upload::commit`] (at `close`/`fsync`), which
 //! returns only once the object is durable, or with the error the store gave. After a
 //! commit of an empty file, writes from offset 0 start over (shells close a duplicate
-//! descriptor before writing); other writes after a commit fail with
-//! [`WriteError::Committed`], and the caller goes on in a staging file that starts as the
+//! descriptor before writing); other writes after a commit are refused
+//! ([`Move::StagedFromStored`]), and the caller goes on in a staging file that starts as the
 //! stored object (`Upload::stored`), so a write after `fsync` never shrinks the file. A
 //! failed or discarded upload is aborted, so no multipart upload is left behind.
 //!
 //! Writes may land anywhere at or after the first byte not yet sent (programs that seek
-//! back a little, or leave holes, work); a write over bytes already sent to S3 fails with
-//! [`WriteError::RewriteOfSentBytes`], on which the caller stores what was written and
-//! goes on in a staging file (`Fs::store_and_continue_staged`).
+//! back a little, or leave holes, work); a write over bytes already sent to S3 is refused
+//! ([`Move::StoreThenStaged`]), on which the caller stores what was written and
+//! goes on in a staging file (`Fs::store_then_staged`).
 //!
 //! The object's metadata (modes, owners, times set while the file is open, as `tar`
 //! does with `fchmod`/`futimens` before `close`) goes with the upload; if it changes after
@@ -78,6 +78,56 @@ const MAX_SINGLE_COPY: u64 = COPY_PART;
 pub fn part_size_for(base: u64, number: i32) -> u64 {
     let doublings = ((number.max(1) - 1) / PARTS_PER_STEP) as u32;
     base.max(MIN_PART).checked_shl(doublings).unwrap_or(MAX_PART).min(MAX_PART)
+}
+
+/// What a write did to a file's output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// Taken: the file's size now.
+    Size(u64),
+    /// Not taken: this kind of output cannot take it. The file moves on to another
+    /// output, which can (`Fs::write` makes the move and writes again).
+    Refused(Move),
+}
+
+impl Written {
+    /// The size, for a write the caller knows the output takes (a fresh output fed in
+    /// order); a refusal is then a broken rule, said as such.
+    pub fn size(self) -> Result<u64, WriteError> {
+        match self {
+            Written::Size(size) => Ok(size),
+            Written::Refused(change) => Err(WriteError::Local(format!("a fresh output refused a write: {change:?}"))),
+        }
+    }
+}
+
+/// Where a file open for writing goes on when its output refuses a write. Each move goes
+/// forward (see `Fs::write`), and the write is tried again in the new output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Move {
+    /// A streamed upload stored its object already (after `fsync`, or a close while
+    /// another descriptor stays open): go on in a staging file that starts as that object.
+    StagedFromStored,
+    /// A write over bytes a streamed upload already sent as parts (which a multipart
+    /// upload cannot take back): store what was written, then go on staged from it.
+    StoreThenStaged,
+    /// `--write-back`: a streamed file written past its first part goes on in a staging
+    /// file, so that its close can log it whole.
+    StagedPastOnePart,
+    /// `--write-back`: a staging file written past half the log's limit goes on as a
+    /// streamed upload, as without the option.
+    StreamedPastLimit,
+}
+
+/// What a streamed upload holds of a range a reader asks for.
+#[derive(Debug)]
+pub enum HeldBytes {
+    /// The bytes, still here.
+    Here(Bytes),
+    /// The upload stored its object: read that instead.
+    Stored,
+    /// Sent as parts already, which S3 gives back only once the upload completes.
+    Sent,
 }
 
 struct Part {
@@ -147,7 +197,7 @@ pub struct Upload {
     staging: StagingConfig,
     /// Keep the bytes of a file stored in one PUT for [`Upload::take_stored_bytes`].
     keep_stored_bytes: bool,
-    /// Send no part: a write past the first part fails with [`WriteError::PastOnePart`]
+    /// Send no part: a write past the first part is refused ([`Move::StagedPastOnePart`])
     /// (`--write-back`, which stages such a file and uploads it after close).
     one_part_only: bool,
     /// Signalled when a hand-over to a staging file ends ([`Upload::handed_over`]).
@@ -199,8 +249,8 @@ impl Upload {
     }
 
     /// Hands what was written over to the caller, who goes on in a staging file
-    /// ([`WriteError::PastOnePart`]): the bytes and the metadata. Until the caller says how
-    /// that went ([`Upload::handed_over`]), writes fail with `PastOnePart` too (the caller
+    /// ([`Move::StagedPastOnePart`]): the bytes and the metadata. Until the caller says how
+    /// that went ([`Upload::handed_over`]), writes are refused the same way (the caller
     /// holds them back). `None` if it stored or sent anything, or is being handed over.
     pub async fn hand_over_unsent(&self) -> Option<(Bytes, Metadata)> {
         let mut state = self.state.lock().await;
@@ -213,7 +263,7 @@ impl Upload {
     }
 
     /// After [`Upload::hand_over_unsent`]: the staging file took the bytes (`true`: this
-    /// upload stores nothing, and its writes keep failing with `PastOnePart`), or could
+    /// upload stores nothing, and its writes are refused), or could
     /// not (`false`: it goes on as before).
     pub async fn handed_over(&self, taken: bool) {
         let mut state = self.state.lock().await;
@@ -337,16 +387,16 @@ impl Upload {
     }
 
     /// Accepts `data` at `offset`; returns the file size so far.
-    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<u64, WriteError> {
+    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<Written, WriteError> {
         let mut state = self.state.lock().await;
         let end = offset + data.len() as u64;
         if state.handed_over || (self.one_part_only && end > self.part_size && state.outcome.is_none()) {
-            return Err(WriteError::PastOnePart);
+            return Ok(Written::Refused(Move::StagedPastOnePart));
         }
         if state.discarded {
             // Unlinked while open: nothing will be stored, the writes go nowhere (as on a
             // local disk, where they go to a file no name reaches).
-            return Ok(end);
+            return Ok(Written::Size(end));
         }
         match &state.outcome {
             None => {}
@@ -358,10 +408,10 @@ impl Upload {
                 state.replace = true;
             }
             // Anything else builds on the stored object, which only a staging file can do.
-            Some(Ok(_)) => return Err(WriteError::Committed),
+            Some(Ok(_)) => return Ok(Written::Refused(Move::StagedFromStored)),
         }
         if offset < state.sent {
-            return Err(WriteError::RewriteOfSentBytes);
+            return Ok(Written::Refused(Move::StoreThenStaged));
         }
         let mut position = (offset - state.sent) as usize;
         let mut data = data;
@@ -387,7 +437,7 @@ impl Upload {
                 position -= part_end;
             }
         }
-        Ok(state.sent + state.buffer.len() as u64)
+        Ok(Written::Size(state.sent + state.buffer.len() as u64))
     }
 
     /// Makes the object durable in the bucket (or reports why it is not). Idempotent.
@@ -529,22 +579,20 @@ impl Upload {
         self.state.lock().await.discarded = true;
     }
 
-    /// Bytes of the file while they are still here, for readers of a file being written:
-    /// `None` once committed (read the object instead); [`WriteError::ReadOfSentBytes`] for
-    /// bytes already sent as parts, which S3 cannot give back before the upload completes.
-    pub async fn read(&self, offset: u64, len: u64) -> Result<Option<Bytes>, WriteError> {
+    /// Bytes of the file while they are still here, for readers of a file being written.
+    pub async fn read(&self, offset: u64, len: u64) -> Result<HeldBytes, WriteError> {
         let state = self.state.lock().await;
         if state.outcome.is_some() {
-            return Ok(None);
+            return Ok(HeldBytes::Stored);
         }
         let end = offset.saturating_add(len).min(state.sent + state.buffer.len() as u64);
         if offset >= end {
-            return Ok(Some(Bytes::new()));
+            return Ok(HeldBytes::Here(Bytes::new()));
         }
         if offset < state.sent {
-            return Err(WriteError::ReadOfSentBytes);
+            return Ok(HeldBytes::Sent);
         }
-        Ok(Some(state.buffer.read((offset - state.sent) as usize..(end - state.sent) as usize)?))
+        Ok(HeldBytes::Here(state.buffer.read((offset - state.sent) as usize..(end - state.sent) as usize)?))
     }
 
     async fn finish(&self, state: &mut State) -> Result<Option<String>, StoreError> {
@@ -745,8 +793,9 @@ pub enum Output {
 }
 
 impl Output {
-    /// Accepts `data` at `offset`; returns the file size.
-    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<u64, WriteError> {
+    /// Accepts `data` at `offset` (the file's size after it), or refuses it for another
+    /// kind of output to take.
+    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<Written, WriteError> {
         match self {
             Output::Streamed(upload) => upload.write(offset, data).await,
             Output::Staged(staged) => staged.write(offset, data).await,
@@ -1190,8 +1239,8 @@ mod tests {
         let upload = new_upload(store, false, MemoryLimiter::new(64 * MIB));
         rt.block_on(async {
             upload.write(0, &vec![1; 6 * MIB as usize]).await.expect("write");
-            let error = upload.write(10, b"x").await.expect_err("already sent");
-            assert!(matches!(error, WriteError::RewriteOfSentBytes), "{error:?}");
+            let refused = upload.write(10, b"x").await.expect("write");
+            assert_eq!(refused, Written::Refused(Move::StoreThenStaged), "already sent");
         });
     }
 }

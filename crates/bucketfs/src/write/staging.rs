@@ -26,7 +26,7 @@ use super::early_parts::{self, EarlyParts, Sent};
 use super::journal::Journal;
 use super::multipart::MultipartUpload;
 use super::write_back::Contents;
-use super::{WriteError, COPY_PART, MAX_PARTS, MIN_PART, UPLOAD_CONCURRENCY};
+use super::{Move, WriteError, Written, COPY_PART, MAX_PARTS, MIN_PART, UPLOAD_CONCURRENCY};
 use crate::memory::{MemoryLimiter, Reservation};
 use crate::store::{Metadata, ObjectStore, StoreError, WriteCondition};
 
@@ -77,7 +77,7 @@ pub struct Staged {
     part_size: u64,
     memory: Arc<MemoryLimiter>,
     /// A new file staged under `--write-back` may not grow past this (half the write-back
-    /// limit, see `Fs::staged_at_most`): a write past it fails with [`WriteError::TooLargeToStage`].
+    /// limit, see `Fs::staged_at_most`): a write past it is refused ([`Move::StreamedPastLimit`]).
     stage_at_most: Option<u64>,
     /// Signalled when a hand-over to a streamed upload ends ([`Staged::handed_over`]).
     hand_over_ended: tokio::sync::Notify,
@@ -168,10 +168,10 @@ impl Staged {
     }
 
     /// Hands the file over to a streamed upload that goes on from it
-    /// ([`WriteError::TooLargeToStage`]): whether it is a new file, the ETag it replaces,
+    /// ([`Move::StreamedPastLimit`]): whether it is a new file, the ETag it replaces,
     /// its metadata and size; the caller reads its bytes ([`Staged::read`]) and then says
-    /// how that went ([`Staged::handed_over`]); meanwhile writes fail with
-    /// `TooLargeToStage` too (the caller holds them back). `None` if it is being handed
+    /// how that went ([`Staged::handed_over`]); meanwhile writes are refused the same way
+    /// (the caller holds them back). `None` if it is being handed
     /// over, or is not a file starting from nothing.
     pub async fn hand_over_to_stream(&self) -> Option<(bool, Option<String>, Metadata, u64)> {
         let mut state = self.state.lock().await;
@@ -280,13 +280,14 @@ impl Staged {
         true
     }
 
-    /// Writes `data` at `offset`; returns the file size.
-    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<u64, WriteError> {
+    /// Writes `data` at `offset` (the file's size after it), or refuses it past the
+    /// write-back limit.
+    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<Written, WriteError> {
         let mut state = self.state.lock().await;
         let end = offset + data.len() as u64;
         let too_large = self.stage_at_most.is_some_and(|most| end > most && state.base.is_none() && !state.discarded);
         if state.handed_over || too_large {
-            return Err(WriteError::TooLargeToStage);
+            return Ok(Written::Refused(Move::StreamedPastLimit));
         }
         self.grow_to(&mut state, end)?;
         state.file.write_all_at(data, offset).map_err(local_error)?;
@@ -302,7 +303,7 @@ impl Staged {
             early.written(offset, size);
         }
         state.changed = true;
-        Ok(state.size)
+        Ok(Written::Size(state.size))
     }
 
     /// The whole file, if it is a file not stored yet that starts from nothing (nothing
