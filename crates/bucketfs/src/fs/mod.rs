@@ -632,7 +632,7 @@ impl Fs {
         let next = Arc::new(Writer::new(false, writer.ino, Output::Staged(staged), false));
         // Every handle sharing the writer goes on with the staging file, unless another
         // write of this handle got here first.
-        let moved = self.writers.move_on_from(handle, writer, &next).map_err(|_| FsError::BadHandle)?;
+        let moved = self.writers.move_on_from(handle, writer, &next)?;
         if !Arc::ptr_eq(&moved, &next) {
             return Ok(moved);
         }

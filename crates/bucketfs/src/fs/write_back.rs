@@ -92,7 +92,7 @@ impl Fs {
     /// Past that limit it streams again ([`Fs::streamed_past_limit`]).
     pub(super) async fn staged_past_one_part(&self, handle: u64, writer: &Arc<Writer>) -> Result<Arc<Writer>, FsError> {
         let _moving = self.writers.moving().await;
-        if let Some(moved) = self.moved_already(handle, writer)? {
+        if let Some(moved) = self.writers.moved_already(handle, writer)? {
             return Ok(moved);
         }
         let Output::Streamed(upload) = &writer.output else { return Ok(writer.clone()) };
@@ -129,7 +129,7 @@ impl Fs {
     /// last parts.
     pub(super) async fn streamed_past_limit(&self, handle: u64, writer: &Arc<Writer>) -> Result<Arc<Writer>, FsError> {
         let _moving = self.writers.moving().await;
-        if let Some(moved) = self.moved_already(handle, writer)? {
+        if let Some(moved) = self.writers.moved_already(handle, writer)? {
             return Ok(moved);
         }
         let Output::Staged(staged) = &writer.output else { return Ok(writer.clone()) };
@@ -166,11 +166,6 @@ impl Fs {
     pub(super) fn staged_at_most(&self) -> Option<u64> {
         let (_, limit) = self.write_back_usage()?;
         Some((limit / 2).min(self.config.write.staging.limit.limit()))
-    }
-
-    /// The writer that `handle` moved to while the caller waited to move `writer`, if any.
-    fn moved_already(&self, handle: u64, writer: &Arc<Writer>) -> Result<Option<Arc<Writer>>, FsError> {
-        self.writers.moved_already(handle, writer).map_err(|_| FsError::BadHandle)
     }
 
     /// Every handle of `writer` goes on with `output` instead.

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
+use super::error::FsError;
 use crate::namespace::Ino;
 use crate::write::write_back::RecordHandle;
 use crate::write::Output;
@@ -148,7 +149,7 @@ impl Writer {
 
     /// Handed off and its upload not ended yet.
     fn upload_pending(&self) -> bool {
-        self.is_handed_off() && self.upload_running.try_lock().is_err()
+        matches!(*self.phase.lock(), Phase::HandedOff { .. } | Phase::Uploading { .. })
     }
 
     /// Waits until the upload after close ended (at once if there is none).
@@ -225,6 +226,20 @@ impl Table {
         let open = self.by_handle.remove(&handle)?;
         self.forget(open.writer.ino, handle);
         Some(open.writer)
+    }
+
+    fn moved_already(&self, handle: u64, writer: &Arc<Writer>) -> Result<Option<Arc<Writer>>, NotOpen> {
+        match self.by_handle.get(&handle) {
+            Some(open) if Arc::ptr_eq(&open.writer, writer) => Ok(None),
+            Some(open) => Ok(Some(open.writer.clone())),
+            None => Err(NotOpen),
+        }
+    }
+
+    fn move_on(&mut self, writer: &Arc<Writer>, next: &Arc<Writer>) {
+        for open in self.by_handle.values_mut().filter(|open| Arc::ptr_eq(&open.writer, writer)) {
+            open.writer = next.clone();
+        }
     }
 
     fn forget(&mut self, ino: Ino, handle: u64) {
@@ -340,33 +355,22 @@ impl Writers {
     /// The writer `handle` moved to while the caller waited to move `writer`: `None` if it
     /// still writes through `writer`.
     pub fn moved_already(&self, handle: u64, writer: &Arc<Writer>) -> Result<Option<Arc<Writer>>, NotOpen> {
-        match self.table.lock().by_handle.get(&handle) {
-            Some(open) if Arc::ptr_eq(&open.writer, writer) => Ok(None),
-            Some(open) => Ok(Some(open.writer.clone())),
-            None => Err(NotOpen),
-        }
+        self.table.lock().moved_already(handle, writer)
     }
 
     /// Every handle of `writer` goes on with `next` (a writer of the same file).
     pub fn move_on(&self, writer: &Arc<Writer>, next: &Arc<Writer>) {
-        let mut table = self.table.lock();
-        for open in table.by_handle.values_mut().filter(|open| Arc::ptr_eq(&open.writer, writer)) {
-            open.writer = next.clone();
-        }
+        self.table.lock().move_on(writer, next);
     }
 
-    /// [`Writers::move_on`] if `handle` still writes through `writer`: the writer it
-    /// writes through now otherwise (another write moved it first).
+    /// [`Writers::move_on`] if `handle` still writes through `writer`, as one step: else
+    /// the writer it writes through now (another write moved it first).
     pub fn move_on_from(&self, handle: u64, writer: &Arc<Writer>, next: &Arc<Writer>) -> Result<Arc<Writer>, NotOpen> {
         let mut table = self.table.lock();
-        match table.by_handle.get(&handle) {
-            Some(open) if Arc::ptr_eq(&open.writer, writer) => {}
-            Some(open) => return Ok(open.writer.clone()),
-            None => return Err(NotOpen),
+        if let Some(current) = table.moved_already(handle, writer)? {
+            return Ok(current);
         }
-        for open in table.by_handle.values_mut().filter(|open| Arc::ptr_eq(&open.writer, writer)) {
-            open.writer = next.clone();
-        }
+        table.move_on(writer, next);
         Ok(next.clone())
     }
 
@@ -426,6 +430,12 @@ impl Writers {
 /// The handle is not open for writing (any more).
 #[derive(Debug)]
 pub(super) struct NotOpen;
+
+impl From<NotOpen> for FsError {
+    fn from(_: NotOpen) -> Self {
+        FsError::BadHandle
+    }
+}
 
 #[cfg(test)]
 mod tests {
