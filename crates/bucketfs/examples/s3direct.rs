@@ -20,7 +20,7 @@
 //!
 //! Build: `cargo build --release -p bucketfs --example s3direct`
 
-use bucketfs::cli::args::parse_size;
+use bucketfs::mount_args::parse_size;
 use std::fmt::Write as _;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};

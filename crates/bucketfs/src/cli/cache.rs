@@ -33,7 +33,8 @@ pub fn run(action: CacheAction) -> Result<()> {
         }
         CacheAction::Status(target) => {
             let dir = local_dir(&target)?;
-            let status = crate::datacache::status(&dir).with_context(|| format!("reading {}", dir.display()))?;
+            let status =
+                bucketfs_core::datacache::status(&dir).with_context(|| format!("reading {}", dir.display()))?;
             let cap = status.cap.map_or("not set".to_owned(), |cap| format!("{cap} bytes"));
             let _ = writeln!(
                 out,
@@ -46,7 +47,7 @@ pub fn run(action: CacheAction) -> Result<()> {
         }
         CacheAction::Clear(target) => {
             let dir = local_dir(&target)?;
-            crate::datacache::clear(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+            bucketfs_core::datacache::clear(&dir).with_context(|| format!("clearing {}", dir.display()))?;
             let _ = writeln!(out, "{}: cleared", dir.display());
         }
     }
@@ -70,7 +71,7 @@ fn local_dir(target: &CacheTarget) -> Result<std::path::PathBuf> {
 /// mount given the same options would use.
 fn with_shared_cache<T, F, W>(target: CacheTarget, work: W) -> Result<T>
 where
-    W: FnOnce(std::sync::Arc<crate::datacache::SharedCache>) -> F,
+    W: FnOnce(std::sync::Arc<bucketfs_core::datacache::SharedCache>) -> F,
     F: std::future::Future<Output = Result<T>>,
 {
     let mut flags = Vec::new();
@@ -80,11 +81,11 @@ where
     if target.force_path_style {
         flags.push("--force-path-style".into());
     }
-    let args = super::mount::mount_args_for(flags, &target.target)?;
+    let args = crate::mount_args::mount_args_for(flags, &target.target)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         // Status and clear read names only: no block is opened or sealed.
-        let key = crate::datacache::TierKey::unheld().map_err(anyhow::Error::msg)?;
+        let key = bucketfs_core::datacache::TierKey::unheld().map_err(anyhow::Error::msg)?;
         let tier = super::mount::shared_cache(&args, &target.target, None, key).await?;
         let location = tier.location();
         work(tier).await.with_context(|| location)

@@ -16,7 +16,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Layer, Registry};
 
-use super::args::{LogFormat, MountArgs};
+use crate::mount_args::{LogFormat, MountArgs};
 
 /// Where a daemon's logs go when `--log-file` does not say: journald where it runs,
 /// else a file (rotated daily, 7 kept) under the cache directory, named after the mount
@@ -98,7 +98,7 @@ pub(super) fn init(args: &MountArgs, destination: &LogDestination) -> Result<Log
         }
         LogDestination::File(path) => {
             let (dir, name) = (path.parent().unwrap_or(Path::new(".")), path.file_name().unwrap_or_default());
-            crate::private_dir::ensure(dir).with_context(|| format!("the log directory {}", dir.display()))?;
+            bucketfs_core::private_dir::ensure(dir).with_context(|| format!("the log directory {}", dir.display()))?;
             let appender = tracing_appender::rolling::Builder::new()
                 .rotation(tracing_appender::rolling::Rotation::DAILY)
                 .filename_prefix(name.to_string_lossy())

@@ -2,9 +2,7 @@
 //! signals, `unmount` and `refresh`.
 
 pub mod args;
-mod attributes;
 mod cache;
-pub mod credentials;
 mod logging;
 pub mod mount;
 mod mount_options;
@@ -38,7 +36,7 @@ pub fn main() -> i32 {
     let cli = Cli::parse_from(args);
     let result = match cli.command {
         Command::Mount(args) => mount::run(*args),
-        Command::Unmount { mountpoint } => mount::unmount(&mountpoint),
+        Command::Unmount { mountpoint } => crate::mounts::unmount(&mountpoint),
         Command::Refresh { mountpoint } => mount::refresh(&mountpoint),
         Command::LogLevel { mountpoint, level } => mount::set_log_level(&mountpoint, &level),
         Command::Status { mountpoint } => status::run(mountpoint.as_deref()),

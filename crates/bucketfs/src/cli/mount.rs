@@ -5,11 +5,9 @@
 //! a script can use the mount as soon as the command returns. The re-exec, rather than
 //! `fork()`, keeps the tokio runtime and the AWS SDK out of a forked child.
 
-use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsFd as _;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -19,26 +17,27 @@ use anyhow::{bail, Context, Result};
 use fuser::{Config, MountOption, SessionACL};
 use sd_notify::NotifyState;
 
-use super::args::{FuseTransportArg, MountArgs};
-use super::attributes;
 use super::logging::LogDestination;
 use super::source::{check_layout, SourceSpec};
 use super::status::MountState;
-use crate::datacache::DataCache;
-use crate::fs::INDEX_REFRESH;
-use crate::fs::{Fs, Presentation, WriteConfig};
 use crate::fuse::{ring, DevFuse, FuseAdapter};
-use crate::memory::MemoryLimiter;
-use crate::namespace::index::{IndexOptions, Indexes};
-use crate::namespace::{Namespace, Source};
-use crate::read::ReadConfig;
-use crate::store::request_options::{CustomerKey, Encryption, RequestOptions, UploadChecksums};
-use crate::store::s3::{S3Store, StaticCredentials, StoreConfig};
-use crate::store::{ObjectStore, StoreError};
-use crate::write::journal::Journal;
-use crate::write::recovery;
-use crate::write::staging::StagingConfig;
-use crate::write::write_back::WriteBackLog;
+use crate::mount_args::{store_config, FuseTransportArg, MountArgs};
+use crate::mounts::attributes;
+use crate::mounts::{is_mount_point, mount_device};
+use bucketfs_client::store::request_options::RequestOptions;
+use bucketfs_client::store::s3::{S3Store, StaticCredentials, StoreConfig};
+use bucketfs_client::store::{ObjectStore, StoreError};
+use bucketfs_core::datacache::DataCache;
+use bucketfs_core::fs::INDEX_REFRESH;
+use bucketfs_core::fs::{Fs, Presentation, WriteConfig};
+use bucketfs_core::memory::MemoryLimiter;
+use bucketfs_core::namespace::index::{IndexOptions, Indexes};
+use bucketfs_core::namespace::{Namespace, Source};
+use bucketfs_core::read::ReadConfig;
+use bucketfs_core::write::journal::Journal;
+use bucketfs_core::write::recovery;
+use bucketfs_core::write::staging::StagingConfig;
+use bucketfs_core::write::write_back::WriteBackLog;
 
 /// Set in the environment of the daemon child: write "ready" to stdout once mounted.
 const READY_ENV: &str = "BUCKETFS_NOTIFY_READY";
@@ -51,11 +50,11 @@ pub fn run(mut args: MountArgs) -> Result<()> {
         // Before the key is in memory: no core dump, no ptrace or /proc/PID/mem by
         // processes of the same user.
         nix::sys::prctl::set_dumpable(false).context("making the process non-dumpable")?;
-        args.credentials = Some(super::credentials::read_stdin()?);
+        args.credentials = Some(crate::mount_args::credentials::read_stdin()?);
     }
     let (mountpoint, sources) = split_arguments(&args.sources_and_mountpoint)?;
     let mountpoint = check_mountpoint(Path::new(mountpoint))?;
-    crate::private_dir::prepare_cache_dir(&args.cache_dir)
+    bucketfs_core::private_dir::prepare_cache_dir(&args.cache_dir)
         .with_context(|| format!("cache directory {}", args.cache_dir.display()))?;
     if !args.read_only {
         // A staging directory we cannot write to would only show up at the first append.
@@ -119,7 +118,7 @@ pub fn run(mut args: MountArgs) -> Result<()> {
     let indexes = namespace.indexes().cloned();
     let memory = MemoryLimiter::new(memory_limit);
     let budget = memory.clone();
-    crate::store::buffer_pool::POOL
+    bucketfs_client::store::buffer_pool::POOL
         .set_limit((memory_limit / 8) as usize, move || budget.limit().saturating_sub(budget.used()));
     let mut fs = Fs::new(namespace, presentation, read_config, write_config, memory.clone());
     if let Some(dir) = &args.cache {
@@ -134,11 +133,11 @@ pub fn run(mut args: MountArgs) -> Result<()> {
     let fs = Arc::new(fs);
     let sweeper = fs.clone();
     runtime.spawn(async move {
-        let mut every = tokio::time::interval(crate::namespace::SWEEP_INTERVAL);
+        let mut every = tokio::time::interval(bucketfs_core::namespace::SWEEP_INTERVAL);
         loop {
             every.tick().await;
             sweeper.sweep();
-            crate::store::buffer_pool::POOL.release_idle();
+            bucketfs_client::store::buffer_pool::POOL.release_idle();
             // glibc keeps freed small blocks (the entries just dropped) for reuse; give
             // what it can back, so a mount that walked a huge tree once shrinks again.
             // SAFETY: malloc_trim only returns free heap pages to the system.
@@ -148,7 +147,7 @@ pub fn run(mut args: MountArgs) -> Result<()> {
         }
     });
     if let Some(address) = args.metrics_addr {
-        crate::metrics::serve(address).map_err(anyhow::Error::msg)?;
+        bucketfs_client::metrics::serve(address).map_err(anyhow::Error::msg)?;
     }
     let fsname = sources.iter().map(SourceSpec::describe).collect::<Vec<_>>().join(",");
     let state = MountState::new(fs.clone(), memory, fsname.clone(), stores);
@@ -219,8 +218,7 @@ pub fn run(mut args: MountArgs) -> Result<()> {
     let served = session.run();
     match &served {
         Ok(()) => tracing::info!("unmounted"),
-        // The kernel aborts the connection when it is unmounted with requests pending.
-        Err(error) if error.kind() == std::io::ErrorKind::ConnectionAborted => tracing::info!("unmounted ({error})"),
+        Err(error) if ended_by_unmount(error) => tracing::info!("unmounted ({error})"),
         Err(error) => tracing::error!("the mount ended: {error}"),
     }
     notify_service_manager(&[NotifyState::Stopping, NotifyState::Status("storing files still uploading")]);
@@ -237,9 +235,17 @@ pub fn run(mut args: MountArgs) -> Result<()> {
     }
     report_unstored(&fs)?;
     match served {
-        Err(error) if error.kind() != std::io::ErrorKind::ConnectionAborted => Err(error).context("serving the mount"),
+        Err(error) if !ended_by_unmount(&error) => Err(error).context("serving the mount"),
         _ => Ok(()),
     }
+}
+
+/// Whether the session's error is only the mount going away: the kernel aborts the
+/// connection when it is unmounted with requests pending, and the device is gone
+/// (ENODEV, fuser's `NotConnected`) when it is unmounted before INIT arrived, as a
+/// `fusermount3 -u` right after the mount can be.
+fn ended_by_unmount(error: &std::io::Error) -> bool {
+    matches!(error.kind(), std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::NotConnected)
 }
 
 /// Fails (so the daemon exits non-zero: `bucketfs run` tells its caller) if files were
@@ -391,120 +397,6 @@ pub fn refresh(mountpoint: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `bucketfs unmount`: detaches the mount, then waits for the daemon that served it to
-/// exit, because it first stores what is still being uploaded (files still open, and
-/// with `--write-back` files already closed): once this returns, they are in the bucket.
-pub fn unmount(mountpoint: &Path) -> Result<()> {
-    wait_for_uploads_after_close(mountpoint);
-    let daemons = daemons_serving(mountpoint);
-    let started = std::time::Instant::now();
-    loop {
-        let output = Command::new("fusermount3")
-            .arg("-u")
-            .arg(mountpoint)
-            .output()
-            .context("running fusermount3 (is fuse3 installed?)")?;
-        if output.status.success() {
-            break;
-        }
-        let reason = String::from_utf8_lossy(&output.stderr).trim().to_owned();
-        // Busy for a moment (a file closed as the command started, a `df` passing by, a
-        // process forked with a file of the mount open and not yet exec'd): try again.
-        if reason.contains("busy") && started.elapsed() < UNMOUNT_BUSY_RETRIES {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            continue;
-        }
-        bail!("cannot unmount {}: {reason}", mountpoint.display());
-    }
-    wait_for_exit(&daemons);
-    Ok(())
-}
-
-/// How long `bucketfs unmount` tries again while the mount is busy.
-const UNMOUNT_BUSY_RETRIES: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Shows the uploads `close()` left running (`--write-back`) while they end, before the
-/// unmount (which would wait for them without a word): a bar on a terminal, a line per
-/// change otherwise. Best effort: a mount that does not answer is unmounted at once.
-fn wait_for_uploads_after_close(mountpoint: &Path) {
-    use std::io::IsTerminal as _;
-    let left = || super::status::read_status(mountpoint).ok().as_deref().and_then(super::status::uploads_left);
-    let Some((files, bytes)) = left().filter(|(files, _)| *files > 0) else { return };
-    let total = bytes.max(1);
-    let bar = indicatif::ProgressBar::new(total);
-    let terminal = std::io::stderr().is_terminal();
-    if terminal {
-        let style = indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes}");
-        bar.set_style(style.unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
-    }
-    let mut shown = None;
-    let mut now = (files, bytes);
-    while now.0 > 0 {
-        let files = if now.0 == 1 { "1 file".to_owned() } else { format!("{} files", now.0) };
-        let message = format!("bucketfs: storing {files} closed before the unmount");
-        if terminal {
-            bar.set_length(total.max(now.1));
-            bar.set_position(total.saturating_sub(now.1));
-            bar.set_message(message);
-        } else if shown != Some(now) {
-            eprintln!("{message} ({} bytes left)", now.1);
-            shown = Some(now);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        match left() {
-            Some(next) => now = next,
-            None => break,
-        }
-    }
-    bar.finish_and_clear();
-}
-
-/// The `bucketfs mount` processes whose mount point (their last argument) is `mountpoint`.
-fn daemons_serving(mountpoint: &Path) -> Vec<i32> {
-    let Some(wanted) = resolve_parent(mountpoint) else { return Vec::new() };
-    let Ok(processes) = std::fs::read_dir("/proc") else { return Vec::new() };
-    processes
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| pid != std::process::id() as i32)
-        .filter(|pid| {
-            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
-            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).filter(|a| !a.is_empty()).collect();
-            let is_mount = args.first().is_some_and(|a| Path::new(OsStr::from_bytes(a)).ends_with("bucketfs"))
-                && args.get(1).is_some_and(|a| *a == b"mount");
-            let Some(last) = args.last().filter(|_| is_mount) else { return false };
-            let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd")) else { return false };
-            resolve_parent(&cwd.join(OsStr::from_bytes(last))).as_ref() == Some(&wanted)
-        })
-        .collect()
-}
-
-/// `path` with its parent directory resolved, without touching `path` itself (a mount
-/// point whose daemon is stuck would not answer).
-fn resolve_parent(path: &Path) -> Option<PathBuf> {
-    let name = path.file_name()?;
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    Some(parent.canonicalize().ok()?.join(name))
-}
-
-/// Waits until none of `pids` runs any more (a zombie counts as gone).
-fn wait_for_exit(pids: &[i32]) {
-    let running = |pid: &i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|stat| stat.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
-            .unwrap_or(false)
-    };
-    let started = std::time::Instant::now();
-    let mut told = false;
-    while pids.iter().any(running) {
-        if !told && started.elapsed() > std::time::Duration::from_secs(1) {
-            eprintln!("bucketfs: waiting for the daemon to store the files still being uploaded");
-            told = true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 fn split_arguments(all: &[String]) -> Result<(&str, Vec<SourceSpec>)> {
     let Some((mountpoint, sources)) = all.split_last() else {
         bail!("usage: bucketfs mount SOURCE... MOUNTPOINT");
@@ -545,34 +437,13 @@ fn check_mountpoint(path: &Path) -> Result<PathBuf> {
     Ok(canonical)
 }
 
-pub(crate) fn is_mount_point(path: &Path) -> Result<bool> {
-    Ok(mount_device(path)?.is_some())
-}
-
-/// The device (`MAJOR:MINOR`) of the newest mount on `path`, if any.
-fn mount_device(path: &Path) -> Result<Option<String>> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
-    let wanted = path.to_string_lossy();
-    let device = mountinfo.lines().rev().find_map(|line| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        (fields.len() > 4 && unescape_mountinfo(fields[4]) == wanted).then(|| fields[2].to_owned())
-    });
-    Ok(device)
-}
-
-/// Sets the read-ahead of the new mount to the largest read request (1 MiB). The kernel
-/// cuts reads of a FUSE file into requests no larger than its read-ahead, 128 KiB by
-/// default, and INIT can only lower it: a 256 KiB random read then came as two requests,
-/// the second of which looked sequential and started read-ahead (40 random 256 KiB
-/// reads of a 1 GiB object: 394 GETs and 410 MB fetched, 0.40 s; with 1 MiB: 40 GETs,
-/// 10.6 MB, 0.047 s). The setting is root's to change; for others it stays as it is.
 /// Whether to ask the kernel for FUSE over io_uring (`--fuse-transport`): `uring` turns
 /// the kernel's switch on if it is off, or fails saying why.
 fn ring_wanted(transport: FuseTransportArg) -> Result<bool> {
-    match transport {
-        FuseTransportArg::DevFuse => Ok(false),
-        FuseTransportArg::Auto => Ok(ring::kernel_allows()),
-        FuseTransportArg::Uring if ring::kernel_allows() => Ok(true),
+    let wanted = match transport {
+        FuseTransportArg::DevFuse => false,
+        FuseTransportArg::Auto => ring::kernel_allows(),
+        FuseTransportArg::Uring if ring::kernel_allows() => true,
         FuseTransportArg::Uring => {
             ring::allow_in_kernel().with_context(|| {
                 format!(
@@ -582,9 +453,16 @@ fn ring_wanted(transport: FuseTransportArg) -> Result<bool> {
                 )
             })?;
             tracing::info!("turned on {} for --fuse-transport uring", ring::KERNEL_SWITCH);
-            Ok(true)
+            true
         }
+    };
+    // Only where this process can make an io_uring: otherwise nothing could register the
+    // ring's queues, or give up on them, and requests would wait forever.
+    if let (true, Err(error)) = (wanted, ring::usable()) {
+        tracing::warn!("FUSE over io_uring could not start (io_uring: {error}); requests go through /dev/fuse");
+        return Ok(false);
     }
+    Ok(wanted)
 }
 
 /// Starts the ring's queues if the kernel was asked for io_uring at INIT; otherwise, or if
@@ -598,6 +476,12 @@ fn start_ring(adapter: &Arc<FuseAdapter>) {
     }
 }
 
+/// Sets the read-ahead of the new mount to the largest read request (1 MiB). The kernel
+/// cuts reads of a FUSE file into requests no larger than its read-ahead, 128 KiB by
+/// default, and INIT can only lower it: a 256 KiB random read then came as two requests,
+/// the second of which looked sequential and started read-ahead (40 random 256 KiB
+/// reads of a 1 GiB object: 394 GETs and 410 MB fetched, 0.40 s; with 1 MiB: 40 GETs,
+/// 10.6 MB, 0.047 s). The setting is root's to change; for others it stays as it is.
 fn raise_read_ahead(mountpoint: &Path) {
     let device = match mount_device(mountpoint) {
         Ok(Some(device)) => device,
@@ -611,24 +495,6 @@ fn raise_read_ahead(mountpoint: &Path) {
             "read-ahead left at the kernel's default ({setting}: {error}): reads arrive in pieces of 128 KiB"
         ),
     }
-}
-
-/// mountinfo writes space, tab, newline and backslash as `\ooo` octal escapes.
-pub(super) fn unescape_mountinfo(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 3 < bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
-            let value = bytes[i + 1..i + 4].iter().fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0'));
-            out.push(value as u8);
-            i += 4;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// What stopped daemons left in these sources' buckets, dealt with before the mount
@@ -663,8 +529,8 @@ fn recover_stopped_daemons(
     if recovered.stored > 0 {
         tracing::info!("stored {} files closed with --write-back by stopped daemons", recovered.stored);
     }
-    if args.cache_dir == crate::private_dir::default_cache_dir() {
-        if let Some(earlier) = crate::private_dir::earlier_default_cache_dir() {
+    if args.cache_dir == bucketfs_core::private_dir::default_cache_dir() {
+        if let Some(earlier) = bucketfs_core::private_dir::earlier_default_cache_dir() {
             recover_from_earlier_default(&earlier, args, runtime, &stores);
         }
     }
@@ -680,7 +546,7 @@ fn recover_from_earlier_default(
     earlier: &std::path::Path,
     args: &MountArgs,
     runtime: &tokio::runtime::Runtime,
-    stores: &[Arc<dyn crate::store::ObjectStore>],
+    stores: &[Arc<dyn bucketfs_client::store::ObjectStore>],
 ) {
     use std::os::unix::fs::MetadataExt;
     let me = nix::unistd::geteuid().as_raw();
@@ -725,59 +591,12 @@ async fn connect_sources(args: &MountArgs, specs: &[SourceSpec]) -> Result<Vec<S
 
 /// The store settings of every source (each then names its bucket); reads the SSE-C key
 /// and CA bundle files.
-pub(crate) fn store_config(args: &MountArgs) -> Result<StoreConfig> {
-    use super::args::UploadChecksumsArg;
-    let encryption = if let Some(file) = &args.sse_c_key_file {
-        let content = std::fs::read(file).with_context(|| format!("reading the SSE-C key file {}", file.display()))?;
-        let key = CustomerKey::from_file_content(&content)
-            .map_err(|error| anyhow::anyhow!("SSE-C key file {}: {error}", file.display()))?;
-        Some(Encryption::Customer(key))
-    } else {
-        match (args.sse.as_deref(), &args.sse_kms_key_id) {
-            (Some("AES256"), None) => Some(Encryption::S3),
-            (Some("AES256"), Some(_)) => bail!("--sse-kms-key-id goes with --sse aws:kms"),
-            (Some(_), key_id) | (None, key_id @ Some(_)) => Some(Encryption::Kms { key_id: key_id.clone() }),
-            (None, None) => None,
-        }
-    };
-    let ca_bundle = match &args.ca_bundle {
-        Some(file) => Some(std::fs::read(file).with_context(|| format!("reading the CA bundle {}", file.display()))?),
-        None => None,
-    };
-    Ok(StoreConfig {
-        bucket: String::new(),
-        endpoint_urls: args.endpoint_url.clone(),
-        region: args.region.clone(),
-        profile: args.profile.clone(),
-        force_path_style: args.force_path_style,
-        max_concurrent_requests: args.max_concurrent_requests,
-        read_timeout: args.read_timeout,
-        retry_window: args.retry_window,
-        listing_metadata: !args.no_listing_metadata,
-        options: RequestOptions {
-            encryption,
-            storage_class: args.storage_class.clone(),
-            requester_pays: args.requester_pays,
-            expected_bucket_owner: args.expected_bucket_owner.clone(),
-        },
-        upload_checksums: match args.upload_checksums {
-            UploadChecksumsArg::Crc32 => UploadChecksums::Crc32,
-            UploadChecksumsArg::Crc32c => UploadChecksums::Crc32c,
-            UploadChecksumsArg::Crc64nvme => UploadChecksums::Crc64Nvme,
-            UploadChecksumsArg::Off => UploadChecksums::Off,
-        },
-        no_sign_request: args.no_sign_request,
-        ca_bundle,
-        credentials: args.credentials.clone(),
-    })
-}
-
 /// The `--shared-cache` tier, if asked for. Its requests fail fast (2 s without data, no
 /// retries past 1 s): a slow or absent shared cache must not slow reads, which then go
 /// to the source. Checked with one LIST: a bucket that does not exist or refuses us
 /// fails the mount (a mistake in the command line); one that does not answer now is
 /// said in the log, and used once it answers.
-async fn connect_shared_cache(args: &MountArgs) -> Result<Option<Arc<crate::datacache::SharedCache>>> {
+async fn connect_shared_cache(args: &MountArgs) -> Result<Option<Arc<bucketfs_core::datacache::SharedCache>>> {
     let Some(location) = &args.shared_cache else { return Ok(None) };
     let key = shared_cache_key(args, location).context("--shared-cache")?;
     let endpoint_url = args.shared_cache_endpoint_url.as_ref();
@@ -794,8 +613,8 @@ pub(crate) async fn shared_cache(
     args: &MountArgs,
     location: &str,
     endpoint_url: Option<&String>,
-    key: crate::datacache::TierKey,
-) -> Result<Arc<crate::datacache::SharedCache>> {
+    key: bucketfs_core::datacache::TierKey,
+) -> Result<Arc<bucketfs_core::datacache::SharedCache>> {
     let spec = SourceSpec::parse(location).map_err(|error| anyhow::anyhow!("{location}: {error}"))?;
     let mut config = store_config(args)?;
     config.bucket = spec.bucket.clone();
@@ -810,12 +629,12 @@ pub(crate) async fn shared_cache(
     config.options =
         RequestOptions { encryption: None, storage_class: None, requester_pays: false, expected_bucket_owner: None };
     let store = S3Store::new(&config).await.map_err(|error| anyhow::anyhow!("{location}: {error}"))?;
-    Ok(crate::datacache::SharedCache::new(store, &spec.prefix, key))
+    Ok(bucketfs_core::datacache::SharedCache::new(store, &spec.prefix, key))
 }
 
 /// The key of the shared cache at `location` (`--shared-cache-key-file`), which a tier
 /// cannot go without.
-fn shared_cache_key(args: &MountArgs, location: &str) -> Result<crate::datacache::TierKey> {
+fn shared_cache_key(args: &MountArgs, location: &str) -> Result<bucketfs_core::datacache::TierKey> {
     let Some(key_file) = &args.shared_cache_key_file else {
         bail!(
             "{location} needs --shared-cache-key-file: without a key, whoever can write the cache bucket could \
@@ -823,21 +642,8 @@ fn shared_cache_key(args: &MountArgs, location: &str) -> Result<crate::datacache
         );
     };
     let key = std::fs::read(key_file).with_context(|| format!("reading the key file {}", key_file.display()))?;
-    crate::datacache::TierKey::from_file_content(&key)
+    bucketfs_core::datacache::TierKey::from_file_content(&key)
         .map_err(|error| anyhow::anyhow!("the key file {}: {error}", key_file.display()))
-}
-
-/// The `MountArgs` of `bucketfs mount FLAGS... SOURCE /`: for commands that reach a store
-/// with the settings a mount given the same flags would use (`bucketfs cache`, the CSI
-/// controller).
-pub(crate) fn mount_args_for(flags: Vec<String>, source: &str) -> Result<Box<MountArgs>, clap::Error> {
-    use clap::Parser as _;
-    let line =
-        ["bucketfs".to_owned(), "mount".to_owned()].into_iter().chain(flags).chain([source.to_owned(), "/".into()]);
-    match super::args::Cli::try_parse_from(line)?.command {
-        super::args::Command::Mount(args) => Ok(args),
-        _ => Err(clap::Error::new(clap::error::ErrorKind::InvalidSubcommand)),
-    }
 }
 
 /// Checks with one LIST that the source's bucket exists and can be read.
@@ -910,7 +716,7 @@ fn spawn_daemon(mountpoint: &Path, credentials: Option<&StaticCredentials>) -> R
     let mut child = child.spawn().context("starting the bucketfs daemon")?;
     if let (Some(credentials), Some(mut stdin)) = (credentials, child.stdin.take()) {
         // A daemon that fails before reading its input says why on stderr, read below.
-        let _ = stdin.write_all(super::credentials::text(credentials).as_bytes());
+        let _ = stdin.write_all(crate::mount_args::credentials::text(credentials).as_bytes());
     }
     let stdout = child.stdout.take().context("daemon stdout")?;
     let mut stderr = child.stderr.take().context("daemon stderr")?;

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 
-use super::args::{MountArgs, RunArgs};
-use super::mount::{is_mount_point, unmount};
+use super::args::RunArgs;
+use crate::mount_args::MountArgs;
+use crate::mounts::{is_mount_point, unmount};
 
 /// How long the mount may take to answer.
 const MOUNT_TIMEOUT: Duration = Duration::from_secs(60);

@@ -1,6 +1,6 @@
 //! Parsing of `s3://BUCKET[/PREFIX][=DIR]` source arguments.
 
-use crate::namespace::names::check_component;
+use bucketfs_core::namespace::names::check_component;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourceSpec {

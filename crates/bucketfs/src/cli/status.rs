@@ -4,18 +4,21 @@
 //! and read by `bucketfs status [MOUNTPOINT]` from every bucketfs mount.
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use bytesize::ByteSize;
 use parking_lot::Mutex;
 
-use crate::fs::Fs;
-use crate::memory::MemoryLimiter;
-use crate::store::ObjectStore;
+use bucketfs_client::store::ObjectStore;
+use bucketfs_core::fs::Fs;
+use bucketfs_core::memory::MemoryLimiter;
+
+use crate::mounts::attributes::read_status;
+use crate::mounts::bucketfs_mounts;
 
 /// How far back the request rate looks.
 const RATE_WINDOW: usize = 10;
@@ -42,7 +45,7 @@ impl MountState {
         stores: Vec<Arc<dyn ObjectStore>>,
     ) -> Arc<Self> {
         let started = Instant::now();
-        let requests = Mutex::new(VecDeque::from([(started, crate::metrics::s3_requests_so_far())]));
+        let requests = Mutex::new(VecDeque::from([(started, bucketfs_client::metrics::s3_requests_so_far())]));
         Arc::new(Self { fs, memory, sources, stores, started, requests, cache_bytes: AtomicU64::new(0) })
     }
 
@@ -60,7 +63,7 @@ impl MountState {
     fn tick(&self) {
         {
             let mut requests = self.requests.lock();
-            requests.push_back((Instant::now(), crate::metrics::s3_requests_so_far()));
+            requests.push_back((Instant::now(), bucketfs_client::metrics::s3_requests_so_far()));
             while requests.len() > RATE_WINDOW + 1 {
                 requests.pop_front();
             }
@@ -69,7 +72,7 @@ impl MountState {
         if let Some(cache) = cache {
             self.cache_bytes.store(cache.bytes(), Ordering::Relaxed);
         }
-        crate::metrics::sample(crate::metrics::Sample {
+        bucketfs_client::metrics::sample(bucketfs_client::metrics::Sample {
             memory_used: self.memory.used(),
             memory_limit: self.memory.limit(),
             files_open_for_writing: self.fs.files_open_for_writing(),
@@ -132,8 +135,8 @@ impl MountState {
             format!(
                 "S3 requests: {:.1}/s over the last {RATE_WINDOW} s, {} in all, {} retried",
                 self.request_rate(),
-                crate::metrics::s3_requests_so_far(),
-                crate::metrics::s3_retries_so_far()
+                bucketfs_client::metrics::s3_requests_so_far(),
+                bucketfs_client::metrics::s3_retries_so_far()
             ),
         ]
         .into_iter()
@@ -208,38 +211,4 @@ pub fn run(mountpoint: Option<&Path>) -> Result<()> {
         let _ = write!(out, "{}\n{indented}", mount.display());
     }
     Ok(())
-}
-
-/// The mount points of type `fuse.bucketfs` in this namespace.
-fn bucketfs_mounts() -> Result<Vec<PathBuf>> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
-    Ok(mountinfo
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            let separator = fields.iter().position(|f| *f == "-")?;
-            let mountpoint = fields.get(4)?;
-            (fields.get(separator + 1) == Some(&"fuse.bucketfs"))
-                .then(|| PathBuf::from(super::mount::unescape_mountinfo(mountpoint)))
-        })
-        .collect())
-}
-
-/// From a status report: the files closed whose upload is still running, and their bytes.
-pub(super) fn uploads_left(report: &str) -> Option<(u64, u64)> {
-    let line = report.lines().find_map(|line| line.strip_prefix("uploads after close: "))?;
-    let files = line.split(' ').next()?.parse().ok()?;
-    let bytes = line.rsplit_once('(')?.1.strip_suffix(" bytes)")?.parse().ok()?;
-    Some((files, bytes))
-}
-
-pub(super) fn read_status(mountpoint: &Path) -> Result<String> {
-    let report = super::attributes::get(mountpoint, crate::fuse::STATUS).map_err(|error| {
-        if super::attributes::not_bucketfs(&error) {
-            anyhow::anyhow!("{} is not a bucketfs mount", mountpoint.display())
-        } else {
-            anyhow::Error::new(error).context(format!("asking {}", mountpoint.display()))
-        }
-    })?;
-    Ok(String::from_utf8_lossy(&report).into_owned())
 }

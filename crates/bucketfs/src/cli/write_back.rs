@@ -8,8 +8,8 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::args::WriteBackAction;
-use super::attributes;
-use crate::fs::WRITE_BACK;
+use crate::mounts::attributes;
+use bucketfs_core::fs::WRITE_BACK;
 
 pub fn run(action: WriteBackAction) -> Result<()> {
     let (mountpoint, command) = match &action {

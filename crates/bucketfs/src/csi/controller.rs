@@ -19,8 +19,8 @@ use super::proto::controller_server::Controller;
 use super::proto::controller_service_capability::{rpc, Rpc, Type};
 use super::proto::*;
 use super::volume::{self, check_capability, VolumeSecret, VolumeSpec};
-use crate::store::s3::S3Store;
-use crate::store::{Metadata, ObjectStore, StoreError, WriteCondition, MAX_DELETED_AT_ONCE};
+use bucketfs_client::store::s3::S3Store;
+use bucketfs_client::store::{Metadata, ObjectStore, StoreError, WriteCondition, MAX_DELETED_AT_ONCE};
 
 /// The mark's user metadata (`x-amz-meta-bucketfs-csi-capacity`): the bytes asked for.
 const CAPACITY_METADATA: &str = "bucketfs-csi-capacity";
@@ -360,9 +360,9 @@ async fn store_for(
         flags.extend(["--endpoint-url".into(), url, "--force-path-style".into()]);
     }
     flags.extend(region.into_iter().flat_map(|region| ["--region".to_owned(), region]));
-    let args = crate::cli::mount::mount_args_for(flags, &format!("s3://{bucket}/"))
+    let args = crate::mount_args::mount_args_for(flags, &format!("s3://{bucket}/"))
         .map_err(|error| Status::invalid_argument(error.to_string()))?;
-    let mut config = crate::cli::mount::store_config(&args).map_err(|error| Status::internal(format!("{error:#}")))?;
+    let mut config = crate::mount_args::store_config(&args).map_err(|error| Status::internal(format!("{error:#}")))?;
     config.bucket = bucket.to_owned();
     config.credentials = secret.credentials;
     S3Store::new(&config).await.map_err(Status::internal)

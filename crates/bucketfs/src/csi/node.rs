@@ -163,7 +163,7 @@ async fn publish(
     let mut command = Command::new(bucketfs);
     command.arg("mount").args(&publication.arguments).envs(secret.environment());
     // The key goes through a pipe: in the environment, /proc/PID/environ would show it.
-    let key = secret.credentials.as_ref().map(crate::cli::credentials::text);
+    let key = secret.credentials.as_ref().map(crate::mount_args::credentials::text);
     if key.is_some() {
         command.arg("--credentials-from-stdin");
     }
@@ -202,7 +202,7 @@ async fn unpublish(publications: &Publications, volume_id: &str, target: &Path) 
         TargetState::Mounted => {
             // Returns once the daemon has stored every file and exited.
             let unmount_target = target.to_owned();
-            blocking(move || crate::cli::mount::unmount(&unmount_target))
+            blocking(move || crate::mounts::unmount(&unmount_target))
                 .await?
                 .map_err(|error| Status::internal(format!("{error:#}")))?;
         }
@@ -260,8 +260,7 @@ async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) 
 async fn target_state(target: &Path) -> Result<TargetState, Status> {
     let target = target.to_owned();
     blocking(move || {
-        let mounted =
-            crate::cli::mount::is_mount_point(&target).map_err(|error| Status::internal(format!("{error:#}")))?;
+        let mounted = crate::mounts::is_mount_point(&target).map_err(|error| Status::internal(format!("{error:#}")))?;
         if !mounted {
             return Ok(TargetState::NotMounted);
         }

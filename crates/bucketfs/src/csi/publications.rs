@@ -34,7 +34,7 @@ impl Publications {
     /// buckets, logs name keys, work files hold what pods wrote).
     pub fn open(state_dir: &Path) -> std::io::Result<Self> {
         for dir in ["volumes", "logs", "work"] {
-            crate::private_dir::ensure(&state_dir.join(dir))?;
+            bucketfs_core::private_dir::ensure(&state_dir.join(dir))?;
         }
         Ok(Self { dir: state_dir.to_owned(), locks: parking_lot::Mutex::new(HashMap::new()) })
     }
@@ -80,7 +80,7 @@ impl Publications {
     /// Made (private) if missing.
     pub fn work_dir(&self, volume_id: &str) -> std::io::Result<PathBuf> {
         let dir = self.dir.join("work").join(Self::name(Path::new(volume_id)));
-        crate::private_dir::ensure(&dir)?;
+        bucketfs_core::private_dir::ensure(&dir)?;
         Ok(dir)
     }
 

@@ -10,8 +10,8 @@ use std::path::Path;
 use super::proto::volume_capability::access_mode::Mode;
 use super::proto::volume_capability::AccessType;
 use super::proto::VolumeCapability;
-use crate::cli::credentials::{ACCESS_KEY_ID, SECRET_ACCESS_KEY, SESSION_TOKEN};
-use crate::store::s3::StaticCredentials;
+use crate::mount_args::credentials::{ACCESS_KEY_ID, SECRET_ACCESS_KEY, SESSION_TOKEN};
+use bucketfs_client::store::s3::StaticCredentials;
 
 /// Volume attributes (a PV's `volumeAttributes`, or a StorageClass's `parameters`).
 pub const BUCKET: &str = "bucket";

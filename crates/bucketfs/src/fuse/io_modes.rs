@@ -25,8 +25,8 @@ use std::os::fd::{AsRawFd as _, OwnedFd};
 
 use parking_lot::Mutex;
 
-use crate::fs::error::FsError;
-use crate::fs::Backing;
+use bucketfs_core::fs::error::FsError;
+use bucketfs_core::fs::Backing;
 
 /// How long an open for writing waits for the RELEASE of passed-through handles closed
 /// just before (the kernel sends it a moment after `close` returned) before ETXTBSY.

@@ -9,7 +9,7 @@ use fuser::INodeNo;
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
-use crate::fs::Fs;
+use bucketfs_core::fs::Fs;
 
 /// How far the kernel's kept listings have caught up with the index refreshes.
 pub struct KeptListings {

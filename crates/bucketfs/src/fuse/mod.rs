@@ -1,4 +1,4 @@
-//! The thin adapter from kernel requests to [`Fs`](crate::fs::Fs), over two transports.
+//! The thin adapter from kernel requests to [`Fs`](bucketfs_core::fs::Fs), over two transports.
 //!
 //! `operations.rs` runs each request (decoded arguments in, an `answer` out);
 //! `dev_fuse.rs` feeds it what fuser's session reads from `/dev/fuse`, and `ring/`

@@ -28,9 +28,9 @@ use super::io_modes::{IoModes, KernelBacking, Mode};
 use super::kept_listings::KeptListings;
 use super::names_only::NamesOnly;
 use super::{SetLogLevel, Status, LOG_LEVEL, MAX_REQUEST, STATUS, UNDELETE};
-use crate::fs::error::FsError;
-use crate::fs::{AttrChange, Caller, DirEntry, Fs, INDEX_REFRESH, WRITE_BACK};
-use crate::store::StoreError;
+use bucketfs_client::store::StoreError;
+use bucketfs_core::fs::error::FsError;
+use bucketfs_core::fs::{AttrChange, Caller, DirEntry, Fs, INDEX_REFRESH, WRITE_BACK};
 
 /// The root directory's inode.
 const ROOT: u64 = INodeNo::ROOT.0;
@@ -170,7 +170,9 @@ impl FuseAdapter {
         let _context = self.runtime.enter();
         let mut task = Box::pin(work(self.fs.clone()).instrument(span));
         let waker = futures::task::noop_waker();
-        if crate::disk_wait::on_request_thread(|| task.as_mut().poll(&mut Context::from_waker(&waker))).is_pending() {
+        if bucketfs_core::disk_wait::on_request_thread(|| task.as_mut().poll(&mut Context::from_waker(&waker)))
+            .is_pending()
+        {
             self.runtime.spawn(task);
         }
     }
@@ -223,7 +225,7 @@ fn time_or_now(time: TimeOrNow) -> SystemTime {
 /// A request's span (at debug level: free unless debug logs are on): what every log line
 /// of its work carries, operation, inode and caller (`pid`: FUSE's, the calling thread).
 fn request_span(op: &'static str, ino: u64, req: &Requester) -> tracing::Span {
-    crate::metrics::fuse_request(op);
+    bucketfs_client::metrics::fuse_request(op);
     tracing::debug_span!("fuse", op, ino, pid = req.pid)
 }
 
@@ -253,7 +255,7 @@ fn log_error(op: &'static str, error: &FsError) -> Errno {
         other => tracing::debug!("{op}: {other}"),
     }
     let errno = error.errno();
-    crate::metrics::fuse_error(op, errno.code());
+    bucketfs_client::metrics::fuse_error(op, errno.code());
     errno
 }
 
@@ -300,19 +302,11 @@ impl FuseAdapter {
         // Offered only while the kernel's switch is on. Asked for, the kernel holds every
         // request from now until all the ring's queues are registered (`ring::serve`, or
         // `ring::give_up` if they cannot be), and the connection keeps the ring if the
-        // switch is turned off meanwhile. Only where this process can make an io_uring:
-        // otherwise nothing could register, or give up, and requests would wait forever.
+        // switch is turned off meanwhile. Wanted only where this process can make an
+        // io_uring (the mount checks): otherwise requests would wait forever.
         if self.ring_wanted {
             let offered = config.capabilities().contains(InitFlags::FUSE_OVER_IO_URING);
-            let usable = offered
-                && super::ring::usable()
-                    .map_err(|error| {
-                        tracing::warn!(
-                            "FUSE over io_uring could not start (io_uring: {error}); requests go through /dev/fuse"
-                        )
-                    })
-                    .is_ok();
-            if usable && config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok() {
+            if offered && config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok() {
                 let _ = self.ring_asked.set(max_write);
             }
             if !offered {
@@ -357,7 +351,7 @@ impl FuseAdapter {
     }
 
     pub fn forget(&self, ino: u64, nlookup: u64) {
-        crate::metrics::fuse_request("forget");
+        bucketfs_client::metrics::fuse_request("forget");
         self.fs.forget(ino, nlookup);
     }
 
@@ -448,7 +442,7 @@ impl FuseAdapter {
     }
 
     pub fn opendir(&self, ino: u64, reply: impl OpenAnswer) {
-        crate::metrics::fuse_request("opendir");
+        bucketfs_client::metrics::fuse_request("opendir");
         // The kernel takes ENOSYS as "no OPENDIR/RELEASEDIR from now on" and opens every
         // directory itself, keeping its listing (FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE): what
         // an indexed directory gets below anyway. A mount still building its first index
@@ -518,7 +512,7 @@ impl FuseAdapter {
             match fs.readdir(ino, fh, offset, add).await {
                 Ok(()) => {
                     names_only.gave(caller, ino, given);
-                    crate::metrics::names_only_entries(given);
+                    bucketfs_client::metrics::names_only_entries(given);
                     reply.ok()
                 }
                 Err(e) => reply.error(log_error("readdirplus", &e)),
@@ -527,13 +521,13 @@ impl FuseAdapter {
     }
 
     pub fn releasedir(&self, fh: u64, reply: impl EmptyAnswer) {
-        crate::metrics::fuse_request("releasedir");
+        bucketfs_client::metrics::fuse_request("releasedir");
         self.fs.releasedir(fh);
         reply.ok();
     }
 
     pub fn statfs(&self, reply: impl StatfsAnswer) {
-        crate::metrics::fuse_request("statfs");
+        bucketfs_client::metrics::fuse_request("statfs");
         // S3 has no capacity; report a large, constant one so that tools checking free
         // space (cp, rsync, installers) proceed.
         const BLOCK: u32 = 4096;

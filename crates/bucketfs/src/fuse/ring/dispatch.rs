@@ -25,7 +25,7 @@ pub(super) fn dispatch(adapter: &FuseAdapter, queue: &Arc<QueueShared>, delivere
             return RingAnswer::new(queue.clone(), delivered.entry, unique).error(Errno::EIO);
         }
     };
-    crate::metrics::fuse_ring_request();
+    bucketfs_client::metrics::fuse_ring_request();
     let reply = RingAnswer::new(queue.clone(), delivered.entry, header.unique);
     let req = Requester { uid: header.uid, gid: header.gid, pid: header.pid };
     let ino = header.nodeid;
