@@ -88,6 +88,11 @@ impl Fs {
         if change.size.is_some() {
             self.settle(ino).await;
         }
+        // No name reaches the file any more: the namespace no longer has it, and nothing
+        // of it will be stored.
+        if self.handles.unlinked.lock().contains_key(&ino) {
+            return self.change_unlinked(ino, change).await;
+        }
         Self::check_changeable(&self.namespace.node(ino)?)?;
         let mut current = self.getattr(ino).await?;
         if let Some(size) = change.size {
@@ -121,6 +126,37 @@ impl Fs {
         wanted.ctime = Some(SystemTime::now());
         self.change_metadata(ino, |metadata| wanted.apply_to(metadata)).await?;
         Ok(self.attr(&self.namespace.node(ino)?))
+    }
+
+    /// `setattr` through a descriptor of a file unlinked (or renamed over) while open: it
+    /// succeeds, as on a local disk. Only the descriptors still open see the change: a new
+    /// size cuts or extends the file's staging file (a streamed one stores nothing and
+    /// keeps no bytes to read), and what `fstat` shows changes.
+    async fn change_unlinked(&self, ino: Ino, change: AttrChange) -> Result<FileAttr, FsError> {
+        self.check_writable()?;
+        if let Some(size) = change.size {
+            let through = change.handle.and_then(|handle| self.writers.get(handle)).filter(|w| w.ino == ino);
+            if let Some(Output::Staged(staged)) =
+                through.or_else(|| self.writers.current(ino)).as_ref().map(|w| &w.output)
+            {
+                staged.truncate(size).await?;
+            }
+        }
+        let now = SystemTime::now();
+        let mut unlinked = self.handles.unlinked.lock();
+        let attr = unlinked.get_mut(&ino).ok_or(FsError::NotFound)?;
+        if let Some(size) = change.size {
+            (attr.size, attr.blocks, attr.mtime) = (size, size.div_ceil(512), now);
+        }
+        let perm =
+            if change.drop_set_id { Some(without_set_id_bits(change.mode.unwrap_or(attr.perm))) } else { change.mode };
+        attr.perm = perm.unwrap_or(attr.perm);
+        attr.uid = change.uid.unwrap_or(attr.uid);
+        attr.gid = change.gid.unwrap_or(attr.gid);
+        attr.mtime = change.mtime.unwrap_or(attr.mtime);
+        attr.atime = change.atime.unwrap_or(attr.atime);
+        attr.ctime = now;
+        Ok(*attr)
     }
 
     /// A write by a caller without CAP_FSETID, or an `open(O_TRUNC)` by one: the file

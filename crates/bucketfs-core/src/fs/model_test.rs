@@ -64,10 +64,6 @@ const WRITE_BACK_SYNC: Duration = Duration::from_secs(3600);
 /// of [`KNOWN_BUGS`] to see its failure.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Bug {
-    /// TODO(bug): `ftruncate` through a descriptor whose file no name reaches any more
-    /// (unlinked, or renamed over) fails with ENOENT (`Fs::setattr` asks the namespace for
-    /// the inode first); on a local disk it succeeds. Skipped: such a truncation.
-    FtruncateOfAFileUnlinked,
     /// TODO(bug): a file streamed, stored by `fsync` (or by the opener's `flush`; with
     /// `--write-back`, by the upload a flush left in the background) and renamed while
     /// still open keeps its old key in its upload (`Output::relocated` moves only a staging
@@ -163,7 +159,6 @@ enum Bug {
 }
 
 const KNOWN_BUGS: &[Bug] = &[
-    Bug::FtruncateOfAFileUnlinked,
     Bug::RenameOfAStoredStream,
     Bug::OpenOfAStoredStream,
     Bug::RecordLeftBehindByAFlush,
@@ -843,9 +838,6 @@ impl Life {
                     Target::Handle(n) => {
                         let Some(i) = model.pick(n) else { return Ok(()) };
                         let Some(path) = model.open[i].path.clone() else {
-                            if setup.around(Bug::FtruncateOfAFileUnlinked) {
-                                return Ok(());
-                            }
                             let change = AttrChange {
                                 size: Some(size),
                                 handle: Some(model.open[i].fh),
