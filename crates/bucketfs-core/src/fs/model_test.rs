@@ -150,12 +150,6 @@ enum Bug {
     /// listing, kept for the TTL, went without it). Skipped: `readdir` of its parent once
     /// that happened (`Model::keyless`), until the next crash.
     ImplicitDirectoryEmptied,
-    /// TODO(bug): a listing that lags behind this mount's own `truncate` by name of an
-    /// existing file gives the file the older version's ETag and size back: the next open
-    /// reads "object changed since it was opened" (ESTALE), a rename fails so too.
-    /// Skipped: `readdir` of a directory whose files the frozen listing holds were written
-    /// since the freeze (`Model::rewritten`).
-    ListingLagsBehindAWrite,
 }
 
 const KNOWN_BUGS: &[Bug] = &[
@@ -169,7 +163,6 @@ const KNOWN_BUGS: &[Bug] = &[
     Bug::RmdirOfADirectoryNotListed,
     Bug::FlatListingBringsBackRemovedNames,
     Bug::ImplicitDirectoryEmptied,
-    Bug::ListingLagsBehindAWrite,
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -432,11 +425,6 @@ struct Model {
     open: Vec<Handle>,
     /// The store's listings are frozen (`Op::FreezeListings`).
     frozen: bool,
-    /// The files the frozen listings hold.
-    frozen_keys: BTreeSet<String>,
-    /// Files of `frozen_keys` written since the freeze, or their names renamed over (see
-    /// [`Bug::ListingLagsBehindAWrite`]).
-    rewritten: BTreeSet<String>,
     /// Directories the bucket held when this life began (after a crash), neither listed
     /// (`readdir`) nor made since (see [`Bug::RmdirOfADirectoryNotListed`]).
     unlisted: BTreeSet<String>,
@@ -513,17 +501,8 @@ impl Model {
         self.contents.insert(path, bytes);
     }
 
-    /// `path` is written to (or its writer committed): noted if the frozen listing holds
-    /// it (see [`Bug::ListingLagsBehindAWrite`]).
-    fn touched(&mut self, path: &str) {
-        if self.frozen && self.frozen_keys.contains(path) {
-            self.rewritten.insert(path.to_owned());
-        }
-    }
-
     /// `data` written at `offset` of file `path` (zeros fill a hole before it).
     fn write(&mut self, path: &str, offset: u64, data: &[u8]) {
-        self.touched(path);
         let bytes = self.contents.get_mut(path).expect("a file");
         let end = offset as usize + data.len();
         if bytes.len() < end {
@@ -533,15 +512,7 @@ impl Model {
     }
 
     fn truncate(&mut self, path: &str, size: u64) {
-        self.touched(path);
         self.contents.get_mut(path).expect("a file").resize(size as usize, 0);
-    }
-
-    /// What handle `i` writes was committed (a close, a flush, `fsync`).
-    fn committed(&mut self, i: usize) {
-        if let Some(path) = self.open[i].path.clone() {
-            self.touched(&path);
-        }
     }
 
     /// `path` goes (unlinked, or renamed over): its descriptors reach no name.
@@ -564,7 +535,6 @@ impl Model {
         // what it had: counted unknown still, to be safe.
         let unknown = self.etag_unknown.remove(from);
         self.remove_file(to);
-        self.touched(to);
         self.create(to.to_owned(), bytes);
         if unknown {
             self.etag_unknown.insert(to.to_owned());
@@ -607,7 +577,6 @@ impl Model {
             self.removed_dir(&dir);
         }
         self.frozen = false;
-        self.rewritten.clear();
         self.keyless.clear();
         self.etag_unknown.clear();
         let dirs = self.entries.iter().filter(|(_, kind)| **kind == Kind::Dir);
@@ -800,7 +769,6 @@ impl Life {
                 if mode != OpenMode::Truncate || model.is_open(&path) {
                     model.etag_unknown.insert(path.clone());
                 }
-                model.touched(&path);
                 if mode.truncates() {
                     model.truncate(&path, 0);
                 }
@@ -896,7 +864,6 @@ impl Life {
                 let (fh, path) = (model.open[i].fh, model.open[i].path.clone());
                 prop_assert_eq!(errno_of(self.fs.fsync(fh).await), Ok(()), "step {}: {:?}", step, op);
                 model.open[i].synced = true;
-                model.committed(i);
                 if let Some(path) = path {
                     check_stored(store, model, &path, step, op).await?;
                 }
@@ -907,7 +874,6 @@ impl Life {
                 let flushed = self.fs.flush(fh, self.caller.thread).await;
                 prop_assert_eq!(errno_of(flushed), Ok(()), "step {}: {:?}", step, op);
                 model.open[i].synced = true;
-                model.committed(i);
                 if setup.write_back() {
                     model.open[i].flushed = true;
                     model.records_left_behind = true;
@@ -917,7 +883,6 @@ impl Life {
             }
             Op::Close(n) => {
                 let Some(i) = model.pick(n) else { return Ok(()) };
-                model.committed(i);
                 let handle = model.open.remove(i);
                 let flushed = self.fs.flush(handle.fh, self.caller.thread).await;
                 prop_assert_eq!(errno_of(flushed), Ok(()), "step {}: {:?}", step, op);
@@ -1013,12 +978,6 @@ impl Life {
                 {
                     return Ok(());
                 }
-                if setup.around(Bug::ListingLagsBehindAWrite)
-                    && model.frozen
-                    && model.rewritten.iter().any(|path| split(path).0 == parent)
-                {
-                    return Ok(());
-                }
                 let got = self.readdir(dir).await.map_err(failed)?;
                 prop_assert_eq!(got, model.children(parent), "step {}: readdir of '{}'", step, parent);
                 model.unlisted.remove(parent);
@@ -1029,13 +988,10 @@ impl Life {
                 }
                 store.freeze_listings();
                 model.frozen = true;
-                model.frozen_keys = store.list_keys().into_iter().collect();
-                model.rewritten.clear();
             }
             Op::ThawListings => {
                 store.thaw_listings();
                 model.frozen = false;
-                model.rewritten.clear();
             }
             Op::Pause => {
                 tokio::time::sleep(PAUSE).await;

@@ -380,13 +380,25 @@ impl DirState {
     }
 
     /// `ino` is no longer being written: its name comes from listings again, once a TTL
-    /// has passed if it was `stored` (a LIST sent before its upload ended, answered
-    /// after, lacks it); at once if not (a replacement that failed leaves the object).
+    /// has passed if it was `stored` ([`DirState::stored_here`]); at once if not (a
+    /// replacement that failed leaves the object).
     pub fn settled(&mut self, ino: Ino, stored: bool) {
         if let Some((parent, name)) = self.inodes.get(ino).map(Node::parent_and_name) {
-            if self.remove_pending(parent, &name) && stored {
-                self.note_created(parent, &name);
-            }
+            self.remove_pending(parent, &name);
+        }
+        if stored {
+            self.stored_here(ino);
+        }
+    }
+
+    /// This mount stored a new version of `ino` (a commit, also of a file that was not
+    /// being written, as after a `truncate` by name; a metadata rewrite): for the TTL no
+    /// listing replaces its attributes, as for a name made here, since a LIST sent before
+    /// the store ended, or one that lags, shows the version replaced, whose ETag the next
+    /// open would pin (ESTALE).
+    pub fn stored_here(&mut self, ino: Ino) {
+        if let Some((parent, name)) = self.inodes.get(ino).map(Node::parent_and_name) {
+            self.note_created(parent, &name);
         }
     }
 

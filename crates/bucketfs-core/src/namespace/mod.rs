@@ -596,7 +596,11 @@ impl Namespace {
             if let Some(etag) = &etag {
                 node.etag = etag.clone();
             }
-            node.location.clone()
+            let location = node.location.clone();
+            if etag.is_some() {
+                state.stored_here(ino); // a new version in the store (see `DirState::stored_here`)
+            }
+            location
         };
         if let Location::File { source, key } = location {
             self.record(source, || Change::Attributes { key, metadata: Some(metadata), etag });
