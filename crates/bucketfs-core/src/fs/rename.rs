@@ -318,12 +318,21 @@ impl Fs {
             }
             self.deletes.settle_at(*source, prefix).await; // a page of them: wait, then ask again
         }
-        // Two keys are enough to tell: the marker `dir/` itself, and anything else.
-        let page = store.list(prefix, None, Some(2), false).await?;
-        let only_marker = page.prefixes.is_empty() && page.objects.iter().all(|o| o.key == *prefix);
-        if !only_marker {
-            return Err(FsError::NotEmpty);
+        // Two keys are usually enough to tell: the marker `dir/` itself, and anything else.
+        // Names this mount removed do not count: a listing that lags still shows them.
+        let mut page = store.list(prefix, None, Some(2), false).await?;
+        loop {
+            let objects = page.objects.iter().map(|o| o.key.as_str()).filter(|key| key != prefix);
+            let mut names = objects.chain(page.prefixes.iter().map(String::as_str)).map(|key| {
+                let below = key.strip_prefix(prefix.as_str()).unwrap_or(key);
+                below.strip_suffix('/').unwrap_or(below)
+            });
+            if names.any(|name| !self.namespace.removed_here(node.ino, name)) {
+                return Err(FsError::NotEmpty);
+            }
+            // Only names removed here so far: the rest is asked for in whole pages.
+            let Some(token) = page.next_token else { return Ok(()) };
+            page = store.list(prefix, Some(token), None, false).await?;
         }
-        Ok(())
     }
 }
