@@ -136,14 +136,6 @@ enum Bug {
     /// listed first (now and then). Skipped: `FreezeListings` where walks list flat
     /// (`Setup::flat_listing`), and flat listings with `--write-back`.
     FlatListingBringsBackRemovedNames,
-    /// TODO(bug): an implicit directory (keys below it, no marker) left without a key
-    /// below it through this mount (its last stored file unlinked or renamed away, or
-    /// renamed while open with `O_TRUNC`, which deletes the old key at once) is still
-    /// found by `lookup`, and can be read and written in, but its parent's `readdir` no
-    /// longer lists it, also once a file created in it since is stored (the parent's
-    /// listing, kept for the TTL, went without it). Skipped: `readdir` of its parent once
-    /// that happened (`Model::keyless`), until the next crash.
-    ImplicitDirectoryEmptied,
 }
 
 const KNOWN_BUGS: &[Bug] = &[
@@ -155,7 +147,6 @@ const KNOWN_BUGS: &[Bug] = &[
     Bug::EmptyStreamStoredThenWritten,
     Bug::EtagLostByAnOpenForWriting,
     Bug::FlatListingBringsBackRemovedNames,
-    Bug::ImplicitDirectoryEmptied,
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -422,9 +413,6 @@ struct Model {
     /// Files whose ETag this mount may no longer know: opened for writing in this life,
     /// other than into a stream of their own (see [`Bug::EtagLostByAnOpenForWriting`]).
     etag_unknown: BTreeSet<String>,
-    /// Directories of `implied` the bucket held no key below at some point of this life
-    /// (see [`Bug::ImplicitDirectoryEmptied`]).
-    keyless: BTreeSet<String>,
 }
 
 impl Model {
@@ -562,7 +550,6 @@ impl Model {
         for dir in gone {
             self.removed_dir(&dir);
         }
-        self.keyless.clear();
         self.etag_unknown.clear();
     }
 }
@@ -954,10 +941,6 @@ impl Life {
             Op::Readdir(p) => {
                 let parent = PARENTS[p];
                 let Some(dir) = self.dir_in(model, parent).await.map_err(failed)? else { return Ok(()) };
-                if setup.around(Bug::ImplicitDirectoryEmptied) && model.keyless.iter().any(|dir| split(dir).0 == parent)
-                {
-                    return Ok(());
-                }
                 let got = self.readdir(dir).await.map_err(failed)?;
                 prop_assert_eq!(got, model.children(parent), "step {}: readdir of '{}'", step, parent);
             }
@@ -1050,14 +1033,6 @@ impl Harness {
         }
         let life = self.life();
         life.runtime.block_on(life.apply(self.setup, &self.store, model, step, op))?;
-        if self.setup.around(Bug::ImplicitDirectoryEmptied) {
-            let keys = self.store.list_keys();
-            for dir in &model.implied {
-                if model.is_dir(dir) && !keys.iter().any(|key| key.starts_with(&format!("{dir}/"))) {
-                    model.keyless.insert(dir.clone());
-                }
-            }
-        }
         // Write-through: every file closed is stored (and nothing else), every step.
         // With --write-back, once the background is done.
         if !self.setup.write_back() || matches!(op, Op::Pause) {

@@ -21,7 +21,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::inode::{shrink_if_mostly_empty, Attributes, ChildName, Ino, InodeTable, Location, Node};
+use super::inode::{shrink_if_mostly_empty, Attributes, ChildName, Ino, InodeTable, Location, Node, ROOT_INO};
 use super::subtree::SubtreeJobs;
 use bucketfs_client::store::Metadata;
 
@@ -482,6 +482,7 @@ impl DirState {
     /// Forgets (parent, name) after it was deleted (or its creation failed): it is
     /// missing until `missing_until`.
     pub fn remove_entry(&mut self, parent: Ino, name: &str, missing_until: Instant) {
+        self.entry_left(parent);
         self.update_listing(parent, name, false);
         if let Some(ino) = self.inodes.remove(parent, name) {
             self.listings.remove(ino);
@@ -489,6 +490,23 @@ impl DirState {
         self.remove_pending(parent, name);
         self.created.remove(parent, name);
         self.mark_missing(parent, name, missing_until, true);
+    }
+
+    /// An entry left directory `dir` through this mount (removed, or renamed away): `dir`
+    /// stays as it is in its parent for the TTL, listed and found as a name made here. An
+    /// implicit directory (no marker) so emptied has no key left for a LIST to show, yet
+    /// it is there until `rmdir`, as on a local disk (a new mount no longer finds it).
+    fn entry_left(&mut self, dir: Ino) {
+        let Some(node) = self.inodes.get_mut(dir) else { return };
+        let Location::Dir { prefix, .. } = &node.location else { return };
+        if dir == ROOT_INO || prefix.is_empty() {
+            return; // a source's root is no entry of a listed directory
+        }
+        if node.valid_until.is_some() {
+            node.valid_until = Some(Instant::now() + self.ttl);
+        }
+        let (parent, name) = node.parent_and_name();
+        self.note_created(parent, &name);
     }
 
     /// The kernel dropped `count` references to `ino`: once it holds none, the inode and
@@ -548,6 +566,7 @@ impl DirState {
     ) {
         self.touch(from.0);
         self.touch(to.0);
+        self.entry_left(from.0);
         self.update_listing(from.0, from.1, false);
         self.update_listing(to.0, to.1, true);
         if let Some((_, Some(replaced))) = self.inodes.rename(from, to, old_key, new_key) {
