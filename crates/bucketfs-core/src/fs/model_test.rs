@@ -102,14 +102,6 @@ enum Bug {
     /// fails: "object changed since it was opened"), or stores its bytes over the cut.
     /// Skipped: such a truncation.
     TruncateByNameAfterAFlush,
-    /// TODO(bug): with `--write-back`, a file still open for writing renamed over another
-    /// file, then closed, is logged as replacing no known version (its upload's `replaces`
-    /// is the ETag of what it replaced at its old name, or none for a new file; the
-    /// target's is not kept): killed before its upload, the next mount's replay finds the
-    /// target's object there and stores the file as `KEY.conflict-TIME`, the name keeping
-    /// the replaced bytes. (Renamed after its close, the record is amended with the
-    /// target's ETag: that works.) Skipped: such a rename.
-    RenameOverAnotherWhileOpen,
     /// TODO(bug): with `--write-back`, a stream stored empty (`fsync`) and written again
     /// from offset 0 starts over (the shells' `dup2` rule of `Upload::write`) but keeps
     /// the ETag it meant to replace before: its close logs it as replacing that older
@@ -143,7 +135,6 @@ const KNOWN_BUGS: &[Bug] = &[
     Bug::OpenOfAStoredStream,
     Bug::RecordLeftBehindByAFlush,
     Bug::TruncateByNameAfterAFlush,
-    Bug::RenameOverAnotherWhileOpen,
     Bug::EmptyStreamStoredThenWritten,
     Bug::EtagLostByAnOpenForWriting,
     Bug::FlatListingBringsBackRemovedNames,
@@ -977,10 +968,6 @@ impl Life {
             return Ok(());
         }
         if setup.around(Bug::RenameOfAStoredStream) && model.handles_of(from).any(|h| h.synced || h.flushed) {
-            return Ok(());
-        }
-        let over_a_file = model.is_file(to) && from != to;
-        if setup.around(Bug::RenameOverAnotherWhileOpen) && setup.write_back() && over_a_file && model.is_open(from) {
             return Ok(());
         }
         if setup.around(Bug::EtagLostByAnOpenForWriting)

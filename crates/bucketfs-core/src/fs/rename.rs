@@ -84,8 +84,12 @@ impl Fs {
         };
         // Some(old key holds an object to delete) if the file is not stored yet.
         let mut pending: Option<bool> = None;
+        let replaces = match &over {
+            Some(RenamedOver::Object(etag)) => Some(etag.clone()),
+            Some(RenamedOver::Nothing) | None => None,
+        };
         for writer in &writers {
-            if let Renamed::Pending { old_key_holds } = writer.output.rename(to_key.clone()).await {
+            if let Renamed::Pending { old_key_holds } = writer.output.rename(to_key.clone(), replaces.clone()).await {
                 pending = Some(pending.unwrap_or(false) | old_key_holds);
                 // Closed with --write-back, its upload not started: a replay after a
                 // crash must store it under the new name too, in place of what is there.
@@ -174,7 +178,8 @@ impl Fs {
         for writer in below {
             let old_key = writer.output.key();
             let new_key = format!("{to_prefix}{}", &old_key[prefix.len()..]);
-            if matches!(writer.output.rename(new_key.clone()).await, Renamed::Pending { .. }) {
+            // The new prefix is empty (or an empty directory replaced).
+            if matches!(writer.output.rename(new_key.clone(), None).await, Renamed::Pending { .. }) {
                 redirected.push((writer, old_key));
             } else {
                 stored_writers.push((writer, old_key));
@@ -186,7 +191,7 @@ impl Fs {
             Err(error) => {
                 // The directory stays where it was: so do its files being written.
                 for (writer, old_key) in redirected {
-                    writer.output.rename(old_key).await;
+                    writer.output.rename(old_key, None).await; // what it replaced there is not known any more
                 }
                 return Err(error);
             }

@@ -162,6 +162,9 @@ struct State {
     /// Write without If-None-Match: the key holds our own (empty) object, or the file was
     /// renamed over whatever holds it.
     replace: bool,
+    /// The ETag of the object this file replaces (`O_TRUNC`, a rename over a stored file,
+    /// our own empty object written again), for a write-back log replay.
+    replaces: Option<String>,
     /// The metadata the object is to have.
     metadata: Metadata,
     /// The metadata the multipart upload was started with.
@@ -189,8 +192,6 @@ pub struct Upload {
     key: parking_lot::Mutex<String>,
     /// Create-only (If-None-Match): a new file must not replace one another client created.
     create_only: bool,
-    /// The ETag of the object this file replaces (`O_TRUNC`), for a write-back log replay.
-    replaces: Option<String>,
     part_size: u64,
     memory: Arc<MemoryLimiter>,
     /// Where part buffers spill when memory is short, and where uploads are recorded.
@@ -223,7 +224,6 @@ impl Upload {
             store,
             key,
             create_only,
-            replaces: None,
             part_size,
             memory,
             staging,
@@ -245,7 +245,7 @@ impl Upload {
     pub async fn replaced(&self) -> (bool, Option<String>) {
         let state = self.state.lock().await;
         let create_only = self.create_only && !state.replace;
-        (create_only, if create_only { None } else { self.replaces.clone() })
+        (create_only, if create_only { None } else { state.replaces.clone() })
     }
 
     /// Hands what was written over to the caller, who goes on in a staging file
@@ -293,7 +293,7 @@ impl Upload {
 
     /// The file replaces the object at ETag `etag` (`O_TRUNC` of an existing file).
     pub fn replacing(mut self, etag: Option<String>) -> Self {
-        self.replaces = etag;
+        self.state.get_mut().replaces = etag;
         self
     }
 
@@ -306,7 +306,7 @@ impl Upload {
         }
         let data = state.buffer.read(0..state.buffer.len()).ok()?;
         let create_only = self.create_only && !state.replace;
-        let replaces = if create_only { None } else { self.replaces.clone() };
+        let replaces = if create_only { None } else { state.replaces.clone() };
         Some(PendingFile {
             key: self.key(),
             data: write_back::Contents::Memory(data),
@@ -354,15 +354,17 @@ impl Upload {
     }
 
     /// The file was renamed to `key` while open (or closed, not stored yet): the object
-    /// goes there (replacing what is there), unless it was already committed: then it is
-    /// in the store to move.
-    pub async fn rename(&self, key: String) -> Renamed {
+    /// goes there (replacing what is there, the object of ETag `replaces` if known),
+    /// unless it was already committed: then it is in the store to move.
+    pub async fn rename(&self, key: String, replaces: Option<String>) -> Renamed {
         let mut state = self.state.lock().await;
         if state.outcome.is_some() {
             return Renamed::Stored;
         }
         let old_key_holds = self.key_may_hold_object(&state);
         state.replace = true;
+        // What the file replaced was at its old key.
+        state.replaces = replaces;
         *self.key.lock() = key;
         Renamed::Pending { old_key_holds }
     }
@@ -875,13 +877,14 @@ impl Output {
         }
     }
 
-    /// The file was renamed to `key`. Pending if the output takes care of it (nothing of
-    /// it is in the store yet); stored if the stored object must be moved by the caller,
-    /// who then calls [`Output::relocated`].
-    pub async fn rename(&self, key: String) -> Renamed {
+    /// The file was renamed to `key`, where the object of ETag `replaces` is (`None`:
+    /// nothing, or not known). Pending if the output takes care of it (nothing of it is
+    /// in the store yet); stored if the stored object must be moved by the caller, who
+    /// then calls [`Output::relocated`].
+    pub async fn rename(&self, key: String, replaces: Option<String>) -> Renamed {
         match self {
-            Output::Streamed(upload) => upload.rename(key).await,
-            Output::Staged(staged) => staged.rename_unstored(key).await,
+            Output::Streamed(upload) => upload.rename(key, replaces).await,
+            Output::Staged(staged) => staged.rename_unstored(key, replaces).await,
         }
     }
 

@@ -204,15 +204,16 @@ impl Staged {
     }
 
     /// Renamed to `key` while nothing of it is stored yet: pending, the first commit goes
-    /// there (replacing what is there). Stored if an object is stored (to be moved).
-    pub async fn rename_unstored(&self, key: String) -> super::Renamed {
+    /// there (replacing what is there, the object of ETag `replaces` if known). Stored if
+    /// an object is stored (to be moved).
+    pub async fn rename_unstored(&self, key: String, replaces: Option<String>) -> super::Renamed {
         let mut state = self.state.lock().await;
         if state.base.is_some() {
             return super::Renamed::Stored;
         }
         let old_key_holds = !state.create_only;
         state.create_only = false;
-        state.replaces = None; // the replaced object was at the old key
+        state.replaces = replaces; // what it replaced before was at the old key
         if let Some(early) = &mut state.early {
             early.spoil(); // started for the old key
         }
