@@ -404,9 +404,10 @@ impl Upload {
             None => {}
             Some(Err(error)) => return Err(error.clone().into()),
             // Shells open a file, dup2() it and close the first descriptor before writing:
-            // that close committed an empty object, which the writes now replace.
+            // that close committed an empty object, which the writes now replace (the
+            // version a write-back log replay must find there).
             Some(Ok(_)) if state.stored_size == 0 && offset == 0 => {
-                state.outcome = None;
+                state.replaces = state.outcome.take().and_then(Result::ok).flatten();
                 state.replace = true;
             }
             // Anything else builds on the stored object, which only a staging file can do.
