@@ -102,17 +102,6 @@ enum Bug {
     /// fails: "object changed since it was opened"), or stores its bytes over the cut.
     /// Skipped: such a truncation.
     TruncateByNameAfterAFlush,
-    /// TODO(bug): opening an existing file for writing enters it as pending
-    /// (`Namespace::enter_pending_file`: no ETag), and a close that stores nothing (a
-    /// staging file unchanged, as after `O_RDWR` and no write, or one that went on from
-    /// what an earlier descriptor's stream stored) keeps the node's ETag, now none; a
-    /// file open for writing has none either. With `--write-back`, what then names the
-    /// object a file replaces is unsaid: an `O_TRUNC` open of such a file logs its file
-    /// as replacing no known version, a file renamed over it after its close amends its
-    /// record so; killed before the upload, the next mount's replay stores the file as
-    /// `KEY.conflict-TIME`. Skipped, with `--write-back`: an `O_TRUNC` (streamed) open of,
-    /// and a rename over, a file of `Model::etag_unknown` or a file open for writing.
-    EtagLostByAnOpenForWriting,
     /// TODO(bug): a subtree listed flat in the background for a walk (`namespace/subtree.rs`)
     /// from a store whose listing lags enters names this mount removed, which a delimited
     /// listing leaves out (after `rmdir d/x`, `mkdir d/x` fails with EEXIST once a walk's
@@ -129,7 +118,6 @@ const KNOWN_BUGS: &[Bug] = &[
     Bug::OpenOfAStoredStream,
     Bug::RecordLeftBehindByAFlush,
     Bug::TruncateByNameAfterAFlush,
-    Bug::EtagLostByAnOpenForWriting,
     Bug::FlatListingBringsBackRemovedNames,
 ];
 
@@ -394,9 +382,6 @@ struct Model {
     /// With `--write-back`, a `flush` left its handle open, and no `Pause` came since (see
     /// [`Bug::RecordLeftBehindByAFlush`]).
     records_left_behind: bool,
-    /// Files whose ETag this mount may no longer know: opened for writing in this life,
-    /// other than into a stream of their own (see [`Bug::EtagLostByAnOpenForWriting`]).
-    etag_unknown: BTreeSet<String>,
 }
 
 impl Model {
@@ -479,7 +464,6 @@ impl Model {
     fn remove_file(&mut self, path: &str) {
         self.entries.remove(path);
         self.contents.remove(path);
-        self.etag_unknown.remove(path);
         for handle in &mut self.open {
             if handle.path.as_deref() == Some(path) {
                 handle.path = None;
@@ -491,14 +475,8 @@ impl Model {
     fn rename_file(&mut self, from: &str, to: &str) {
         let bytes = self.contents.remove(from).expect("a file");
         self.entries.remove(from);
-        // A stored file is copied, and known by the copy's ETag; one not stored yet keeps
-        // what it had: counted unknown still, to be safe.
-        let unknown = self.etag_unknown.remove(from);
         self.remove_file(to);
         self.create(to.to_owned(), bytes);
-        if unknown {
-            self.etag_unknown.insert(to.to_owned());
-        }
         for handle in &mut self.open {
             if handle.path.as_deref() == Some(from) {
                 handle.path = Some(to.to_owned());
@@ -534,7 +512,6 @@ impl Model {
         for dir in gone {
             self.removed_dir(&dir);
         }
-        self.etag_unknown.clear();
     }
 }
 
@@ -709,20 +686,8 @@ impl Life {
                 {
                     return Ok(());
                 }
-                if setup.around(Bug::EtagLostByAnOpenForWriting)
-                    && setup.write_back()
-                    && mode == OpenMode::Truncate
-                    && model.etag_unknown.contains(&path)
-                {
-                    return Ok(());
-                }
                 let ino = self.file(&path).await.map_err(failed)?;
                 let opened = self.fs.open(ino, mode.flags(), self.caller).await.map_err(failed)?;
-                // Only a stream of its own (`O_WRONLY | O_TRUNC`, nothing else open) surely
-                // stores something at its close.
-                if mode != OpenMode::Truncate || model.is_open(&path) {
-                    model.etag_unknown.insert(path.clone());
-                }
                 if mode.truncates() {
                     model.truncate(&path, 0);
                 }
@@ -795,11 +760,7 @@ impl Life {
                         tokio::task::yield_now().await;
                     }
                 }
-                let stored_anew = !model.is_open(&path) && model.contents[&path].len() as u64 != size;
                 model.truncate(&path, size);
-                if stored_anew {
-                    model.etag_unknown.remove(&path);
-                }
                 if !model.is_open(&path) {
                     // Nothing open to store it at close: stored at once.
                     check_stored(store, model, &path, step, op).await?;
@@ -953,12 +914,6 @@ impl Life {
             return Ok(());
         }
         if setup.around(Bug::RenameOfAStoredStream) && model.handles_of(from).any(|h| h.synced || h.flushed) {
-            return Ok(());
-        }
-        if setup.around(Bug::EtagLostByAnOpenForWriting)
-            && setup.write_back()
-            && (model.etag_unknown.contains(to) || model.is_open(to))
-        {
             return Ok(());
         }
         let failed = |error: FsError| fail(step, op, error);

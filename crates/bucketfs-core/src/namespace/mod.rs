@@ -562,9 +562,16 @@ impl Namespace {
         key: String,
         metadata: Arc<Metadata>,
     ) -> Node {
+        let location = Location::File { source, key };
+        let mut state = self.state.lock();
+        // An existing file opened for writing keeps the ETag of its object, which is what
+        // its upload replaces: a close that stores nothing leaves that object as it was, a
+        // rename over the file replaces it, an unlink deletes it.
+        let stored = state.inodes.child(parent, name).filter(|node| node.location == location);
+        let etag = stored.and_then(|node| node.etag.clone());
         let attributes =
-            Attributes { size: 0, mtime: SystemTime::now(), etag: None, metadata: Some(metadata), valid_until: None };
-        self.state.lock().enter_created(parent, name, Location::File { source, key }, attributes, true)
+            Attributes { size: 0, mtime: SystemTime::now(), etag, metadata: Some(metadata), valid_until: None };
+        state.enter_created(parent, name, location, attributes, true)
     }
 
     /// `name` in `parent` (`key` of `source`) exists again in the store through this mount
