@@ -64,14 +64,6 @@ const WRITE_BACK_SYNC: Duration = Duration::from_secs(3600);
 /// of [`KNOWN_BUGS`] to see its failure.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Bug {
-    /// TODO(bug): a file streamed, stored by `fsync` (or by the opener's `flush`; with
-    /// `--write-back`, by the upload a flush left in the background) and renamed while
-    /// still open keeps its old key in its upload (`Output::relocated` moves only a staging
-    /// file): the next write through that descriptor goes on in a staging file of the old
-    /// key, from an object gone, and the close fails with ENOENT (or, after an empty
-    /// stored stream, the file is stored under its old name as well). Skipped: a rename
-    /// of such a file.
-    RenameOfAStoredStream,
     /// TODO(bug): a file streamed and stored by `fsync` (or by the opener's `flush`)
     /// while it stays open gets a second writer of its own at the next open for writing
     /// (`Fs::writer_to_share` leaves a stored stream alone, taking it for one closed), as
@@ -114,7 +106,6 @@ enum Bug {
 }
 
 const KNOWN_BUGS: &[Bug] = &[
-    Bug::RenameOfAStoredStream,
     Bug::OpenOfAStoredStream,
     Bug::RecordLeftBehindByAFlush,
     Bug::TruncateByNameAfterAFlush,
@@ -354,7 +345,7 @@ struct Handle {
     append: bool,
     /// What it wrote was stored while it stays open (`fsync`, or a `flush`: the opener
     /// closed a duplicate), and nothing was written or cut through it since (see
-    /// [`Bug::RenameOfAStoredStream`], [`Bug::OpenOfAStoredStream`]).
+    /// [`Bug::OpenOfAStoredStream`]).
     synced: bool,
     /// With `--write-back`: flushed, so its file counts as closed and handed to the
     /// background, while it stays open (see [`Bug::RecordLeftBehindByAFlush`]).
@@ -829,16 +820,16 @@ impl Life {
             Op::Rename { from: (fp, fn_), to: (tp, tn) } => {
                 let (_, _, from) = named(fp, fn_);
                 let (_, _, to) = named(tp, tn);
-                self.rename_file(setup, model, &from, &to, step, op).await?;
+                self.rename_file(model, &from, &to, step, op).await?;
             }
             Op::RenameFile { file, to: (tp, tn) } => {
                 let Some(from) = model.file(file) else { return Ok(()) };
                 let (_, _, to) = named(tp, tn);
-                self.rename_file(setup, model, &from, &to, step, op).await?;
+                self.rename_file(model, &from, &to, step, op).await?;
             }
             Op::RenameOver { file, over } => {
                 let (Some(from), Some(to)) = (model.file(file), model.file(over)) else { return Ok(()) };
-                self.rename_file(setup, model, &from, &to, step, op).await?;
+                self.rename_file(model, &from, &to, step, op).await?;
             }
             Op::Mkdir(p, n) => {
                 let (parent, name, path) = named(p, n);
@@ -902,7 +893,6 @@ impl Life {
     /// Renames file `from` to `to` (over a file there): the model's answer is `Ok`.
     async fn rename_file(
         &self,
-        setup: Setup,
         model: &mut Model,
         from: &str,
         to: &str,
@@ -911,9 +901,6 @@ impl Life {
     ) -> Result<(), TestCaseError> {
         let ((from_parent, from_name), (to_parent, to_name)) = (split(from), split(to));
         if !model.is_file(from) || !model.is_dir(to_parent) || model.entries.get(to) == Some(&Kind::Dir) {
-            return Ok(());
-        }
-        if setup.around(Bug::RenameOfAStoredStream) && model.handles_of(from).any(|h| h.synced || h.flushed) {
             return Ok(());
         }
         let failed = |error: FsError| fail(step, op, error);

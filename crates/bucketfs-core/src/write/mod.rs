@@ -369,6 +369,17 @@ impl Upload {
         Renamed::Pending { old_key_holds }
     }
 
+    /// The object it stored was moved to `key`, where it has `etag` (a rename of a file
+    /// stored while it stays open, by `fsync` or its opener's `flush`): what is written
+    /// next, starting over or going on in a staging file from that object, goes there.
+    pub async fn relocated(&self, key: String, etag: Option<String>) {
+        let mut state = self.state.lock().await;
+        if let Some(Ok(stored)) = &mut state.outcome {
+            *stored = etag;
+        }
+        *self.key.lock() = key;
+    }
+
     /// Whether the file's key may hold an object while the file is not stored: a new
     /// file holds nothing there; anything else (a replaced object, our own empty one, a
     /// name renamed over) leaves what a rename or unlink must delete.
@@ -891,8 +902,9 @@ impl Output {
 
     /// The stored object was moved to `key`, where it has `etag`.
     pub async fn relocated(&self, key: String, etag: Option<String>) {
-        if let Output::Staged(staged) = self {
-            staged.relocated(key, etag).await;
+        match self {
+            Output::Streamed(upload) => upload.relocated(key, etag).await,
+            Output::Staged(staged) => staged.relocated(key, etag).await,
         }
     }
 
