@@ -909,18 +909,21 @@ impl Fs {
                 }
             }
         }
+        let mut etag = node.etag.clone();
         if unstored.is_none() {
             self.settle(node.ino).await;
             for writer in &self.writers.of(node.ino) {
                 writer.output.discard().await;
             }
+            // What the key holds now: an upload that ended meanwhile stored a new version.
+            etag = self.namespace.node(node.ino).map_or(etag, |now| now.etag);
         }
         // What `fstat` of a descriptor still open shows: taken before the entry goes.
         let still_open = self.attr_once_unlinked(&node);
         if unstored == Some(false) {
             self.namespace.remove_entry(parent, name);
         } else {
-            self.delete_entry((parent, name), *source, key, node.etag.clone()).await?;
+            self.delete_entry((parent, name), *source, key, etag).await?;
         }
         if let Some(attr) = still_open {
             self.handles.unlinked.lock().insert(node.ino, attr);

@@ -101,6 +101,7 @@ impl Fs {
         let Location::File { source, .. } = node.location else { return Err(FsError::IsDir) };
         let store = self.namespace.store(source);
         if let Some(old_key_holds) = pending {
+            self.namespace.set_pending_replaces(node.ino, replaces);
             // The new content goes to the new key at close (or in the background, after
             // one); an object the file is replacing (O_TRUNC) must not stay behind under
             // the old name. A new file holds nothing there: no request (rsync's temporary

@@ -574,6 +574,14 @@ impl Namespace {
         state.enter_created(parent, name, location, attributes, true)
     }
 
+    /// A file being written was renamed: its upload now replaces what its new key holds,
+    /// `etag` (`None`: nothing), which an unlink of it deletes and a replay must find.
+    pub fn set_pending_replaces(&self, ino: Ino, etag: Option<String>) {
+        if let Some(node) = self.state.lock().inodes.get_mut(ino) {
+            node.etag = etag;
+        }
+    }
+
     /// `name` in `parent` (`key` of `source`) exists again in the store through this mount
     /// (an undelete): entered as `info` says, also in kept listings and the index.
     pub fn enter_restored(&self, parent: Ino, name: &str, source: usize, info: ObjectInfo) -> Node {

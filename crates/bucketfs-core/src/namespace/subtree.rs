@@ -217,7 +217,7 @@ impl Job {
     /// most, ends too.
     async fn run(self, progress: watch::Sender<Progress>, mut reached: watch::Receiver<String>) {
         let lists = self.state.lock().subtree_jobs.lists.clone();
-        let mut filler = SubtreeFiller::new(self.dir, self.prefix.clone());
+        let mut filler = SubtreeFiller::new(Some(self.dir), self.prefix.clone());
         let mut token = None;
         // The last key of each page listed, in order.
         let mut page_ends: Vec<String> = Vec::new();
@@ -449,7 +449,9 @@ impl<D> SubtreeFiller<D> {
 }
 
 /// A walk's flat listing fills the namespace's state: directories enter the inode table
-/// as the listing reaches them, files and the kept listing once it has passed them.
+/// as the listing reaches them, files and the kept listing once it has passed them. A
+/// name this mount removed within the TTL is left out with all below it (`None`), as a
+/// delimited listing leaves it out: the LIST was sent before the removal, or lags.
 pub(super) struct IntoDirState<'a> {
     pub state: &'a mut DirState,
     pub source: usize,
@@ -457,22 +459,27 @@ pub(super) struct IntoDirState<'a> {
 }
 
 impl FilledDirs for IntoDirState<'_> {
-    type Dir = Ino;
+    type Dir = Option<Ino>;
 
-    fn open(&mut self, parent: &Ino, name: &str, prefix: &str, valid_until: Instant) -> Ino {
+    fn open(&mut self, parent: &Option<Ino>, name: &str, prefix: &str, valid_until: Instant) -> Option<Ino> {
+        let parent = (*parent)?;
+        if self.state.removed_here(parent, name, Instant::now()) {
+            return None;
+        }
         let location = Location::Dir { source: self.source, prefix: prefix.to_owned() };
         let attributes = Attributes::dir(self.mounted_at, None, Some(valid_until));
-        self.state.enter_found(*parent, name, location, attributes).ino
+        Some(self.state.enter_found(parent, name, location, attributes).ino)
     }
 
     fn close(
         &mut self,
-        dir: Ino,
+        dir: Option<Ino>,
         _prefix: &str,
         entries: BTreeMap<String, EntryKind>,
         marker: Option<ObjectInfo>,
         valid_until: Instant,
     ) {
+        let Some(dir) = dir else { return }; // removed here
         match marker {
             None => self.state.set_metadata_if_unknown(dir, Arc::default()), // nothing stored
             Some(ObjectInfo { metadata: Some(metadata), .. }) => self.state.set_metadata_if_unknown(dir, metadata),
@@ -555,7 +562,7 @@ mod tests {
             page_size in 1usize..7,
         ) {
             let mut state = DirState::new(InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()), Duration::from_secs(60));
-            let mut filler = SubtreeFiller::new(ROOT_INO, String::new());
+            let mut filler = SubtreeFiller::new(Some(ROOT_INO), String::new());
             let mut sink = sink(&mut state);
             let objects: Vec<ObjectInfo> = keys.iter().map(|k| info(k)).collect();
             let until = Instant::now() + Duration::from_secs(60);
@@ -578,7 +585,7 @@ mod tests {
             InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()),
             Duration::from_secs(60),
         );
-        let mut filler = SubtreeFiller::new(ROOT_INO, String::new());
+        let mut filler = SubtreeFiller::new(Some(ROOT_INO), String::new());
         let until = Instant::now() + Duration::from_secs(60);
         filler.push(&mut sink(&mut state), &[info("a/1"), info("a/2"), info("b/"), info("b/x")], until);
         let a = state.inodes.child(ROOT_INO, "a").expect("a").clone();
@@ -611,13 +618,31 @@ mod tests {
             Duration::from_secs(60),
         );
         let until = Instant::now() + Duration::from_secs(60);
-        let mut filler = SubtreeFiller::new(ROOT_INO, String::new());
+        let mut filler = SubtreeFiller::new(Some(ROOT_INO), String::new());
         filler.push(&mut sink(&mut state), &[info("a/1")], until);
         let a = state.inodes.child(ROOT_INO, "a").expect("a").ino;
         state.remove_entry(a, "2", until); // removed here; the LIST below still has it
         filler.push(&mut sink(&mut state), &[info("a/2"), info("b")], until);
         assert_eq!(shown(&state, a).into_keys().collect::<Vec<_>>(), ["1"]);
         assert!(state.inodes.child(a, "2").is_none(), "not entered either");
+    }
+
+    /// A directory this mount removed, which a lagging LIST still holds keys of, stays
+    /// out with all below it: `mkdir` of its name succeeds, as after a delimited listing.
+    #[test]
+    fn a_flat_listing_leaves_out_a_directory_the_mount_removed() {
+        let mut state = DirState::new(
+            InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()),
+            Duration::from_secs(60),
+        );
+        let until = Instant::now() + Duration::from_secs(60);
+        state.remove_entry(ROOT_INO, "c", until); // `rmdir c` (or `rm -r`); the LIST lags
+        let mut filler = SubtreeFiller::new(Some(ROOT_INO), String::new());
+        filler.push(&mut sink(&mut state), &[info("a"), info("c/"), info("c/d/1"), info("e")], until);
+        filler.finish(&mut sink(&mut state));
+        assert_eq!(shown(&state, ROOT_INO).into_keys().collect::<Vec<_>>(), ["a", "e"]);
+        assert!(state.inodes.child(ROOT_INO, "c").is_none(), "not entered");
+        assert!(state.removed_here(ROOT_INO, "c", Instant::now()), "still removed here");
     }
 
     #[test]
