@@ -302,11 +302,16 @@ impl Fs {
             return Ok(self.attr(&node));
         }
         // The descriptors of a file open for writing share its writer: `ftruncate` cuts
-        // that; `truncate` by name one still being written, not one whose upload
-        // `--write-back` runs after its close (kept until released).
-        let writer = match through.and_then(|handle| Some((handle, self.writers.get(handle)?))) {
-            Some((handle, writer)) if writer.ino == ino => Some((handle, writer)),
-            _ => self.writers.open_of(ino).into_iter().next(),
+        // that; `truncate` by name the file's current one if it is still being written,
+        // not one whose upload `--write-back` runs after its close (kept until released).
+        let through = through.filter(|&handle| self.writers.get(handle).is_some_and(|w| w.ino == ino));
+        let writer = match through {
+            Some(handle) => Some((handle, self.writer_to_change(handle).await?)),
+            None => self
+                .writers
+                .current(ino)
+                .filter(|w| !w.is_handed_off())
+                .and_then(|w| Some((self.writers.handle_of(&w)?, w))),
         };
         if let Some((handle, mut writer)) = writer {
             if let Output::Streamed(_) = &writer.output {
@@ -329,6 +334,10 @@ impl Fs {
         };
         self.namespace.set_pending_size(ino, size);
         self.namespace.upload_done(ino, etag, Arc::new(metadata));
+        // Writers closed with --write-back whose descriptors a duplicate keeps open hold
+        // the content from before the cut: reads go to the object, and a write through
+        // such a descriptor goes on from it (see `Fs::writer_to_change`).
+        self.writers.supersede_all(ino);
         Ok(self.attr(&self.namespace.node(ino)?))
     }
 }

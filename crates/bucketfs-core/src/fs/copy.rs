@@ -48,7 +48,7 @@ impl Fs {
         let Some((from_ino, Reader::Object(reader))) = self.handles.files.lock().get(&from).cloned() else {
             return Err(kernels);
         };
-        let Some(writer) = self.writers.get(to) else { return Err(kernels) };
+        let Ok(writer) = self.writer_to_change(to).await else { return Err(kernels) };
         let (key, etag) = reader.object();
         let Some(etag) = etag.filter(|_| !reader.reads_an_older_version()) else { return Err(kernels) };
         let size = reader.size();

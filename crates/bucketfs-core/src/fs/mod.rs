@@ -372,7 +372,7 @@ impl Fs {
         let len = u64::from(size);
         let reader = match self.handles.files.lock().get(&handle) {
             Some((_, reader)) => reader.clone(),
-            None => Reader::Writer(self.writers.get(handle).ok_or(FsError::BadHandle)?),
+            None => Reader::Writer(self.current_writer_of(handle)?),
         };
         let writer = match reader {
             Reader::Object(reader) => return Ok(reader.read(offset, len).await?),
@@ -383,19 +383,23 @@ impl Fs {
             }
             Reader::Writer(writer) => writer,
         };
-        let upload = match &writer.output {
-            Output::Staged(staged) => return Ok(staged.read(offset, len).await?),
-            Output::Streamed(upload) => upload,
-        };
-        match upload.read(offset, len).await? {
-            HeldBytes::Here(bytes) => return Ok(bytes),
-            HeldBytes::Stored => {}
-            // Bytes already sent as parts, which S3 cannot give back before the upload
-            // completes: store what was written and go on in a staging file, which reads
-            // back whole (as a write back over sent bytes does).
-            HeldBytes::Sent => {
-                if let Some(writing) = self.writers.handle_of(&writer) {
-                    self.store_then_staged(writing, &writer).await?;
+        // A writer superseded by a version stored past it holds none of the file: the
+        // object is read (below).
+        if !writer.is_superseded() {
+            let upload = match &writer.output {
+                Output::Staged(staged) => return Ok(staged.read(offset, len).await?),
+                Output::Streamed(upload) => upload,
+            };
+            match upload.read(offset, len).await? {
+                HeldBytes::Here(bytes) => return Ok(bytes),
+                HeldBytes::Stored => {}
+                // Bytes already sent as parts, which S3 cannot give back before the upload
+                // completes: store what was written and go on in a staging file, which reads
+                // back whole (as a write back over sent bytes does).
+                HeldBytes::Sent => {
+                    if let Some(writing) = self.writers.handle_of(&writer) {
+                        self.store_then_staged(writing, &writer).await?;
+                    }
                 }
             }
         }
@@ -478,7 +482,7 @@ impl Fs {
         self.check_writable()?;
         let node = self.namespace.getattr(ino).await?;
         Self::check_changeable(&node)?;
-        let Location::File { source, key } = &node.location else {
+        let Location::File { .. } = &node.location else {
             return Err(FsError::IsDir);
         };
         let truncate = flags & libc::O_TRUNC != 0;
@@ -488,6 +492,17 @@ impl Fs {
             }
             return Ok(self.add_writer(shared, process_of(caller.thread)));
         }
+        let writer = self.writer_over_object(&node, flags).await?;
+        Ok(self.add_writer(writer, process_of(caller.thread)))
+    }
+
+    /// A new writer of the existing file `node`, opened with `flags`: with `O_TRUNC` and
+    /// write-only, streamed; else a staging file that starts as the object.
+    async fn writer_over_object(&self, node: &Node, flags: i32) -> Result<Arc<Writer>, FsError> {
+        let Location::File { source, key } = &node.location else {
+            return Err(FsError::IsDir);
+        };
+        let (ino, truncate) = (node.ino, flags & libc::O_TRUNC != 0);
         // The file keeps its mode and owner. Its times become those of the new content:
         // at once with O_TRUNC, else at the first write (see `Fs::write`).
         let mut metadata = self.stored_metadata(node.clone()).await?;
@@ -507,16 +522,17 @@ impl Fs {
         let (parent, name) = node.parent_and_name();
         self.namespace.enter_pending_file(parent, &name, *source, key.clone(), Arc::new(metadata));
         self.namespace.set_pending_size(ino, if truncate { 0 } else { node.size });
-        Ok(self.add_writer(Arc::new(Writer::new(false, ino, output, !truncate)), process_of(caller.thread)))
+        Ok(Arc::new(Writer::new(false, ino, output, !truncate)))
     }
 
     /// The writer of `ino` that a new descriptor open for writing shares, if the file is
     /// being written here: one still open for writing (not one whose upload
     /// `--write-back` left running after its close, which the open waited for). A stream
     /// has one writer: it stores what was written so far and goes on in a staging file
-    /// ([`Fs::store_then_staged`]). One streamed and stored already (closed, not
-    /// released yet: the kernel releases after `close` returns) is left alone, and the
-    /// new descriptor starts from the stored object, as after its release.
+    /// ([`Fs::store_then_staged`]). One streamed and stored already (by its opener's
+    /// close, or `fsync`) is left alone, and the new descriptor starts from the stored
+    /// object; a descriptor of the old writer still open joins the new one when it is
+    /// used again ([`Fs::current_writer_of`]).
     async fn writer_to_share(&self, ino: Ino) -> Result<Option<Arc<Writer>>, FsError> {
         let mut stream = None;
         for (handle, writer) in self.writers.open_of(ino) {
@@ -529,6 +545,46 @@ impl Fs {
         match stream {
             Some((handle, writer)) => Ok(Some(self.store_then_staged(handle, &writer).await?)),
             None => Ok(None),
+        }
+    }
+
+    /// The writer that `handle` changes the file through (`write`, `ftruncate`). Usually
+    /// its own. One closed by its opener while this descriptor stays open (a shell's
+    /// `dup2`) and handed off under `--write-back`, its upload not started, is taken back
+    /// ([`Writer::take_back`]). One whose upload has started or ended (a truncation by
+    /// name may have stored past it since), or that a newer writer superseded, is left:
+    /// the descriptor goes on in the file's current writer, or in a new one that starts
+    /// from the object as it is now, so that its descriptors keep writing one file.
+    async fn writer_to_change(&self, handle: u64) -> Result<Arc<Writer>, FsError> {
+        let writer = self.current_writer_of(handle)?;
+        if !writer.is_handed_off() && !writer.is_superseded() {
+            return Ok(writer);
+        }
+        if writer.take_back() || self.handles.unlinked.lock().contains_key(&writer.ino) {
+            return Ok(writer); // an unlinked file's writes go nowhere new (see `Fs::unlink`)
+        }
+        Writers::hurry_and_wait(vec![writer.clone()]).await;
+        let node = self.namespace.getattr(writer.ino).await?;
+        let next = self.writer_over_object(&node, libc::O_RDWR).await?;
+        self.writers.join(handle, &next)?;
+        Ok(next)
+    }
+
+    /// The writer `handle` stands for: its own, or, where a newer writer of the file
+    /// superseded it, the file's current one, which the handle joins (the descriptors of
+    /// a file write one file). A superseded writer is left where no current one is (the
+    /// newer one was stored and released).
+    fn current_writer_of(&self, handle: u64) -> Result<Arc<Writer>, FsError> {
+        let writer = self.writers.get(handle).ok_or(FsError::BadHandle)?;
+        if !writer.is_superseded() {
+            return Ok(writer);
+        }
+        match self.writers.current(writer.ino) {
+            Some(current) => {
+                self.writers.join(handle, &current)?;
+                Ok(current)
+            }
+            None => Ok(writer),
         }
     }
 
@@ -547,7 +603,7 @@ impl Fs {
     /// `write()`. `drop_set_id`: the caller may not keep the file's set-ID bits (see
     /// [`Fs::drop_set_id_bits`]).
     pub async fn write(&self, handle: u64, offset: u64, data: &[u8], drop_set_id: bool) -> Result<u32, FsError> {
-        let mut writer = self.writers.get(handle).ok_or(FsError::BadHandle)?;
+        let mut writer = self.writer_to_change(handle).await?;
         // A write the file's output refuses moves the file to another output, and is made
         // there. Each move goes forward; the longest way is streamed, staged past one
         // part, streamed past the write-back limit, staged over bytes already sent: three
@@ -652,10 +708,13 @@ impl Fs {
     /// next operation on the file waits for it ([`Fs::settle`]), and a failure is only
     /// logged (and the entry removed), since nobody is left to hear of it.
     pub async fn flush(self: &Arc<Self>, handle: u64, closer: u32) -> Result<(), FsError> {
-        let Some(writer) = self.writers.get(handle) else {
-            return Ok(()); // a read handle: nothing to do
-        };
         if self.writers.opener(handle) != Some(process_of(closer)) {
+            return Ok(()); // a read handle, or not the opener's close
+        }
+        let writer = self.current_writer_of(handle)?;
+        // Closed before by a duplicate of a descriptor and not changed since (a change
+        // takes it back, or goes on in another writer): logged or stored already.
+        if writer.is_handed_off() || writer.is_superseded() {
             return Ok(());
         }
         match self.writers.upload_slots() {
@@ -674,10 +733,21 @@ impl Fs {
 
     /// `fsync()`: the object is in the bucket when this returns `Ok`.
     pub async fn fsync(&self, handle: u64) -> Result<(), FsError> {
-        let Some(writer) = self.writers.get(handle) else {
+        let Ok(writer) = self.current_writer_of(handle) else {
             return Ok(()); // a read handle: nothing to do
         };
         self.settle(writer.ino).await;
+        // Closed before by a duplicate of a descriptor, and stored in the background
+        // (`--write-back`), or superseded since by a version stored past it: nothing of it
+        // to commit again (that would give the file the ETag of an older object back),
+        // only its outcome to tell.
+        if writer.is_handed_off() || writer.is_superseded() {
+            let key = writer.output.key();
+            return match self.writers.unstored_error(&key) {
+                Some(error) => Err(FsError::Local(format!("{key} was not stored: {error}"))),
+                None => Ok(()),
+            };
+        }
         self.commit(&writer, Heard::ByCaller).await
     }
 
@@ -844,13 +914,10 @@ impl Fs {
             // rather than held for it (an unmount with uploads left would abort every
             // RELEASE held), and the handle stays known until the upload ends, for `settle`.
             let fs = self.clone();
+            // Writes through a duplicate of the descriptor after the close took it back or
+            // went on in another writer (`Fs::writer_to_change`): nothing is left to commit.
             tokio::spawn(async move {
                 writer.upload_ended().await;
-                // A staging file takes writes after its commit (through a duplicate of the
-                // descriptor); a close commits them, but none may come.
-                if writer.output.is_staged() {
-                    let _kept_for_unstored = fs.commit(&writer, Heard::ByNobody).await;
-                }
                 fs.writers.remove(handle);
                 // Unlinked meanwhile: this was its last handle, unless one opened since.
                 if !fs.is_open(writer.ino) {
@@ -860,8 +927,11 @@ impl Fs {
             return;
         }
         // Usually committed at the last flush already; if not, nobody is left to hear of
-        // an error, so it is logged and kept.
-        let _kept_for_unstored = self.commit(&writer, Heard::ByNobody).await;
+        // an error, so it is logged and kept. A writer superseded holds nothing newer
+        // than what is stored (committing it again would give the file its older ETag).
+        if !writer.is_superseded() {
+            let _kept_for_unstored = self.commit(&writer, Heard::ByNobody).await;
+        }
         self.writers.remove(handle);
     }
 

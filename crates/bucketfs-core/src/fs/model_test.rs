@@ -18,7 +18,8 @@
 //! Files stay a few KiB, far below a part (5 MiB, the least S3 takes, the part size here):
 //! multipart uploads are left to the tests of `write`.
 //!
-//! Bugs this test found are stepped around until they are fixed: see [`Bug`].
+//! Each bug this test found is fixed; those the random runs rarely reach are written out
+//! as tests of their own below.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -59,45 +60,6 @@ const PAUSE: Duration = Duration::from_secs(2);
 const WRITE_BACK_LIMIT: u64 = 64 << 20;
 const WRITE_BACK_SYNC: Duration = Duration::from_secs(3600);
 
-/// Bugs this test found in the code it tests, stepped around until they are fixed: the
-/// ops a bug would fail are skipped where it is named (see `Setup::around`). Take one out
-/// of [`KNOWN_BUGS`] to see its failure.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Bug {
-    /// TODO(bug): a file streamed and stored by `fsync` (or by the opener's `flush`)
-    /// while it stays open gets a second writer of its own at the next open for writing
-    /// (`Fs::writer_to_share` leaves a stored stream alone, taking it for one closed), as
-    /// does, with `--write-back`, a file flushed while it stays open (a writer handed off
-    /// is never shared): the two descriptors' writes no longer meet, an `fsync` through
-    /// the first does not store what the second did (its `O_TRUNC`), and the last close
-    /// wins. Skipped: an open of such a file.
-    OpenOfAStoredStream,
-    /// TODO(bug): with `--write-back`, a `flush` that leaves its descriptor open (the
-    /// opener closed a duplicate) logs the file and hands its upload to the background,
-    /// but the file goes on: a later `flush` or the close logs it again (waiting for the
-    /// first upload), a write after the stream was stored or an `ftruncate` goes on in a
-    /// new writer that its close stores at once. Meanwhile the record of the later `flush`
-    /// stays, not done, until its upload's grace is over; that upload then commits the old
-    /// writer again, which answers the ETag it stored before: the file's node takes that
-    /// stale ETag back, and the next open to read fails ("object changed since it was
-    /// opened"). Killed before that upload, the next mount's replay finds the key changed
-    /// and stores the record's older bytes as `KEY.conflict-TIME` (also for an empty file
-    /// flushed twice with nothing written between: an empty object is told by its
-    /// metadata, and the first upload stamped times the second record has not). Skipped:
-    /// a write or truncation through a handle so flushed (`Handle::flushed`), and a crash
-    /// until a `Pause` after such a flush (`Model::records_left_behind`).
-    RecordLeftBehindByAFlush,
-    /// TODO(bug): with `--write-back`, `truncate` by name passes by a writer handed off at
-    /// a `flush` whose descriptor stays open (`Fs::truncate` takes it for closed): the
-    /// object is cut, the writer is not; the next commit of that writer (`fsync`, the
-    /// close) gives the file the ETag of its own, older object back (the next open to read
-    /// fails: "object changed since it was opened"), or stores its bytes over the cut.
-    /// Skipped: such a truncation.
-    TruncateByNameAfterAFlush,
-}
-
-const KNOWN_BUGS: &[Bug] = &[Bug::OpenOfAStoredStream, Bug::RecordLeftBehindByAFlush, Bug::TruncateByNameAfterAFlush];
-
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Variant {
     /// `close` stores the file before it returns.
@@ -113,22 +75,15 @@ struct Setup {
     /// A walk's directories are listed ahead, flat, in the background
     /// (`Namespace::with_flat_listing`, on by default).
     flat_listing: bool,
-    /// The bugs stepped around (see [`Bug`]).
-    around: &'static [Bug],
 }
 
 impl Setup {
     fn new(variant: Variant, flat_listing: bool) -> Self {
-        Self { variant, flat_listing, around: KNOWN_BUGS }
+        Self { variant, flat_listing }
     }
 
     fn write_back(&self) -> bool {
         self.variant == Variant::WriteBack
-    }
-
-    /// Whether `bug` is stepped around.
-    fn around(&self, bug: Bug) -> bool {
-        self.around.contains(&bug)
     }
 }
 
@@ -327,23 +282,16 @@ struct Handle {
     path: Option<String>,
     readable: bool,
     append: bool,
-    /// What it wrote was stored while it stays open (`fsync`, or a `flush`: the opener
-    /// closed a duplicate), and nothing was written or cut through it since (see
-    /// [`Bug::OpenOfAStoredStream`]).
-    synced: bool,
-    /// With `--write-back`: flushed, so its file counts as closed and handed to the
-    /// background, while it stays open (see [`Bug::RecordLeftBehindByAFlush`]).
-    flushed: bool,
 }
 
 impl Handle {
     fn new(fh: u64, ino: Ino, path: String, readable: bool, append: bool) -> Self {
-        Self { fh, ino, path: Some(path), readable, append, synced: false, flushed: false }
+        Self { fh, ino, path: Some(path), readable, append }
     }
 }
 
 /// The reference: a POSIX directory tree, paths without a leading slash, with each
-/// file's bytes; the descriptors open for writing; and what a known bug needs to know.
+/// file's bytes; and the descriptors open for writing.
 #[derive(Default)]
 struct Model {
     entries: BTreeMap<String, Kind>,
@@ -354,9 +302,6 @@ struct Model {
     implied: BTreeSet<String>,
     /// Handles open for writing, oldest first.
     open: Vec<Handle>,
-    /// With `--write-back`, a `flush` left its handle open, and no `Pause` came since (see
-    /// [`Bug::RecordLeftBehindByAFlush`]).
-    records_left_behind: bool,
 }
 
 impl Model {
@@ -656,11 +601,6 @@ impl Life {
             }
             Op::Open { file, mode } => {
                 let Some(path) = model.file(file) else { return Ok(()) };
-                if setup.around(Bug::OpenOfAStoredStream)
-                    && model.handles_of(&path).any(|handle| handle.synced || handle.flushed)
-                {
-                    return Ok(());
-                }
                 let ino = self.file(&path).await.map_err(failed)?;
                 let opened = self.fs.open(ino, mode.flags(), self.caller).await.map_err(failed)?;
                 if mode.truncates() {
@@ -670,9 +610,6 @@ impl Life {
             }
             Op::Write { handle, at, len } => {
                 let Some(i) = model.pick(handle) else { return Ok(()) };
-                if setup.around(Bug::RecordLeftBehindByAFlush) && model.open[i].flushed {
-                    return Ok(());
-                }
                 let (fh, path, append) = (model.open[i].fh, model.open[i].path.clone(), model.open[i].append);
                 let size = path.as_ref().map_or(0, |path| model.contents[path].len() as u64);
                 let offset = match at {
@@ -682,7 +619,6 @@ impl Life {
                 let data = pattern(step, offset, len);
                 let written = errno_of(self.fs.write(fh, offset, &data, false).await);
                 prop_assert_eq!(written, Ok(len as u32), "step {}: {:?} at {}", step, op, offset);
-                model.open[i].synced = false;
                 if let Some(path) = path {
                     model.write(&path, offset, &data);
                 }
@@ -700,22 +636,10 @@ impl Life {
                             self.fs.setattr(model.open[i].ino, change).await.map_err(failed)?;
                             return Ok(());
                         };
-                        if setup.around(Bug::RecordLeftBehindByAFlush) && model.open[i].flushed {
-                            return Ok(());
-                        }
-                        // A cut to the size it has changes nothing.
-                        if model.contents[&path].len() as u64 != size {
-                            model.open[i].synced = false;
-                        }
                         (model.open[i].ino, Some(model.open[i].fh), path)
                     }
                     Target::File(n) => {
                         let Some(path) = model.file(n) else { return Ok(()) };
-                        if setup.around(Bug::TruncateByNameAfterAFlush)
-                            && model.handles_of(&path).any(|handle| handle.flushed)
-                        {
-                            return Ok(());
-                        }
                         (self.file(&path).await.map_err(failed)?, None, path)
                     }
                 };
@@ -745,7 +669,6 @@ impl Life {
                 let Some(i) = model.pick(n) else { return Ok(()) };
                 let (fh, path) = (model.open[i].fh, model.open[i].path.clone());
                 prop_assert_eq!(errno_of(self.fs.fsync(fh).await), Ok(()), "step {}: {:?}", step, op);
-                model.open[i].synced = true;
                 if let Some(path) = path {
                     check_stored(store, model, &path, step, op).await?;
                 }
@@ -755,11 +678,8 @@ impl Life {
                 let (fh, path) = (model.open[i].fh, model.open[i].path.clone());
                 let flushed = self.fs.flush(fh, self.caller.thread).await;
                 prop_assert_eq!(errno_of(flushed), Ok(()), "step {}: {:?}", step, op);
-                model.open[i].synced = true;
-                if setup.write_back() {
-                    model.open[i].flushed = true;
-                    model.records_left_behind = true;
-                } else if let Some(path) = &path {
+                // With --write-back the file is logged, and stored in the background.
+                if let (false, Some(path)) = (setup.write_back(), &path) {
                     check_stored(store, model, path, step, op).await?;
                 }
             }
@@ -864,7 +784,6 @@ impl Life {
             }
             Op::Pause => {
                 tokio::time::sleep(PAUSE).await;
-                model.records_left_behind = false;
             }
             Op::Crash => unreachable!("a crash ends the life (Harness::crash)"),
         }
@@ -920,8 +839,7 @@ impl Harness {
 
     fn apply(&mut self, model: &mut Model, step: usize, op: &Op) -> Result<(), TestCaseError> {
         if let Op::Crash = op {
-            let left_behind = self.setup.around(Bug::RecordLeftBehindByAFlush) && model.records_left_behind;
-            return match model.open.is_empty() && !left_behind {
+            return match model.open.is_empty() {
                 true => self.crash(model, step),
                 false => Ok(()),
             };
@@ -1188,6 +1106,85 @@ fn with_write_back_an_unlink_after_a_rename_is_replayed() -> Result<(), TestCase
     for _ in 0..20 {
         run(Setup::new(Variant::WriteBack, false), renamed_then_unlinked.clone())?;
         run(Setup::new(Variant::WriteBack, false), renamed_over_then_unlinked.clone())?;
+    }
+    Ok(())
+}
+
+/// Descriptors of one file kept open after a close of another (a shell's `dup2`), after
+/// `fsync`, or after a later open: they write one file, as on a local disk, whatever was
+/// stored, logged or cut by name meanwhile; `fsync` and `close` store what the file holds,
+/// and a crash after the last close loses nothing. Rare for the random sequences, so
+/// written out; with `--write-back` the uploads' timing varies, so each runs several times.
+#[test]
+fn descriptors_kept_open_write_one_file() -> Result<(), TestCaseError> {
+    let write = |handle| Op::Write { handle, at: WriteAt::End, len: 3 };
+    let truncate = |file, size| Op::Truncate { target: Target::File(file), size };
+    let open = |mode| Op::Open { file: 0, mode };
+    // Files: `d/n` (once created), `d/old`.
+    let new_file = || Op::Create { at: (1, 2), read_write: false };
+    let cases = [
+        // Stored by fsync, then opened again: the new descriptor shares the file.
+        (
+            Variant::WriteThrough,
+            vec![
+                open(OpenMode::Truncate),
+                write(0),
+                Op::Fsync(0),
+                open(OpenMode::Truncate),
+                write(1),
+                Op::Fsync(0),
+                Op::Close(0),
+                Op::Close(0),
+            ],
+        ),
+        // Closed through one descriptor, opened again, written through the first.
+        (
+            Variant::WriteThrough,
+            vec![
+                open(OpenMode::Truncate),
+                Op::Flush(0),
+                open(OpenMode::Truncate),
+                open(OpenMode::Truncate),
+                Op::Close(1),
+                write(1),
+                Op::Close(1),
+                Op::Close(0),
+                truncate(0, 2),
+            ],
+        ),
+        // Logged by a close, written again through a descriptor still open, opened again.
+        (
+            Variant::WriteBack,
+            vec![
+                new_file(),
+                Op::Flush(0),
+                Op::Write { handle: 0, at: WriteAt::Offset(26), len: 241 },
+                open(OpenMode::Truncate),
+                Op::Close(2),
+                Op::Close(3),
+                Op::Crash,
+            ],
+        ),
+        // Logged by a close, cut by name, read and written through the descriptor still open.
+        (
+            Variant::WriteBack,
+            vec![
+                Op::Create { at: (1, 2), read_write: true },
+                Op::Flush(0),
+                truncate(0, 0),
+                Op::ReadThrough(0),
+                write(0),
+                Op::Close(0),
+                Op::Crash,
+            ],
+        ),
+        // Logged twice by two closes with nothing written between.
+        (Variant::WriteBack, vec![new_file(), Op::Flush(0), Op::Flush(0), Op::Close(0), Op::Crash]),
+    ];
+    for (variant, ops) in cases {
+        for _ in 0..10 {
+            run(Setup::new(variant, false), ops.clone())?;
+        }
     }
     Ok(())
 }

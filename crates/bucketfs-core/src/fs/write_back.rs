@@ -58,7 +58,7 @@ impl Fs {
         let Some(recorded) = self.record_write_back(&writer).await else {
             return self.commit(&writer, Heard::ByCaller).await;
         };
-        let running = writer.hand_off(recorded.handle()).await;
+        let running = writer.hand_off(recorded).await;
         let fs = self.clone();
         tokio::spawn(async move {
             let longest = tokio::time::sleep(LONGEST_GRACE);
@@ -72,7 +72,9 @@ impl Fs {
                 }
             }
             let room = uploads.acquire_owned().await;
-            writer.start_upload();
+            let Some(recorded) = writer.start_upload() else {
+                return; // taken back: written again, and logged again at its next close
+            };
             if let Err(FsError::Store(error)) = fs.commit(&writer, Heard::ByNobody).await {
                 // Refused after the store's own retries: kept and reported until stored
                 // (`bucketfs write-back retry`, or the next mount) or discarded.

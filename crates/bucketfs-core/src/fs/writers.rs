@@ -12,12 +12,19 @@
 //!
 //! ```text
 //!   Open ──close by its opener, --write-back, whole in the log──▶ HandedOff
-//!     │                                                              │ grace over, or hurried
-//!     │ close/fsync without --write-back: committed, a caller        ▼
-//!     │ hears the outcome; the writer stays Open until released   Uploading ──▶ Uploaded
+//!     │  ◀──written or cut again through a descriptor still open──   │ grace over, or hurried
+//!     │     (taken back: its record is dropped, the next close         ▼
+//!     │      logs it anew)                                         Uploading ──▶ Uploaded
+//!     │ close/fsync without --write-back: committed, a caller
+//!     │ hears the outcome; the writer stays Open until released
 //!     ▼
 //!   released (the last handle): committed if it was not, nobody hears ──▶ gone
 //! ```
+//!
+//! A descriptor still open after its file was committed by a close (the opener closed a
+//! duplicate: a shell's `dup2`) or whose writer a newer one superseded goes on in the
+//! file's current writer when it is used again (`Fs::writer_to_change`), so that all the
+//! descriptors of a file keep writing one file, as on a local disk.
 //!
 //! Only the opener's `close()` commits: "opener" is the *process*. The kernel tells FUSE
 //! which thread calls, and Go, Java, Node (libuv), Python thread pools and `tokio::fs`
@@ -35,7 +42,7 @@ use tokio::sync::Semaphore;
 
 use super::error::FsError;
 use crate::namespace::Ino;
-use crate::write::write_back::RecordHandle;
+use crate::write::write_back::{RecordHandle, Recorded};
 use crate::write::Output;
 
 /// Uploads that `close()` may leave running at once with `--write-back`; the next close
@@ -64,6 +71,9 @@ pub(super) struct Writer {
     pub ino: Ino,
     pub output: Output,
     phase: Mutex<Phase>,
+    /// Handed off: its record in the write-back log, which its upload marks done (or
+    /// failed), or a take-back drops at once (see [`Writer::take_back`]).
+    record: Mutex<Option<Recorded>>,
     /// Held from the hand-off at close to the end of the upload after close: who must see
     /// the stored object waits for it by locking this (see `Fs::settle`).
     upload_running: Arc<tokio::sync::Mutex<()>>,
@@ -93,6 +103,7 @@ impl Writer {
             ino,
             output,
             phase: Mutex::new(Phase::Open),
+            record: Mutex::new(None),
             upload_running: Arc::default(),
             hurry: tokio::sync::Notify::new(),
             touched: tokio::sync::Notify::new(),
@@ -114,18 +125,45 @@ impl Writer {
 
     /// `close()` handed it to the background: its upload runs after close (Open →
     /// HandedOff). Returns the guard the upload holds until it ends.
-    pub async fn hand_off(&self, record: RecordHandle) -> tokio::sync::OwnedMutexGuard<()> {
+    pub async fn hand_off(&self, recorded: Recorded) -> tokio::sync::OwnedMutexGuard<()> {
         let running = self.upload_running.clone().lock_owned().await;
-        *self.phase.lock() = Phase::HandedOff { record };
+        let mut phase = self.phase.lock();
+        *phase = Phase::HandedOff { record: recorded.handle() };
+        *self.record.lock() = Some(recorded);
         running
     }
 
-    /// HandedOff → Uploading: the grace is over.
-    pub fn start_upload(&self) {
+    /// HandedOff → Uploading: the grace is over. Returns the record its upload marks
+    /// done or failed; `None` if it was taken back meanwhile ([`Writer::take_back`]):
+    /// no upload.
+    pub fn start_upload(&self) -> Option<Recorded> {
         let mut phase = self.phase.lock();
-        if let Phase::HandedOff { record } = &*phase {
-            *phase = Phase::Uploading { record: record.clone() };
+        let Phase::HandedOff { record } = &*phase else { return None };
+        *phase = Phase::Uploading { record: record.clone() };
+        self.record.lock().take()
+    }
+
+    /// HandedOff → Open: written or cut again through a descriptor still open before its
+    /// upload started. Its record is marked done at once (a replay must not store the
+    /// older content over what follows; the next close logs the file anew) and the upload
+    /// waiting for its grace ends without storing. `false` if it was not waiting (open,
+    /// uploading or uploaded).
+    pub fn take_back(&self) -> bool {
+        let mut phase = self.phase.lock();
+        if !matches!(*phase, Phase::HandedOff { .. }) {
+            return false;
         }
+        *phase = Phase::Open;
+        let record = self.record.lock().take();
+        drop(phase);
+        drop(record); // done in the log
+        self.hurry.notify_one(); // the upload's task wakes, and ends
+        true
+    }
+
+    /// A newer writer of its file was opened since (see [`Writers::current`]).
+    pub fn is_superseded(&self) -> bool {
+        self.superseded.load(Ordering::Acquire)
     }
 
     /// Uploading → Uploaded.
@@ -300,6 +338,14 @@ impl Writers {
         table.of(ino).map(|(_, w)| w).filter(|w| !w.superseded.load(Ordering::Acquire)).last().cloned()
     }
 
+    /// A new version of `ino` was stored past its writers (a truncation by name after
+    /// their close): none of them holds the file's content any more.
+    pub fn supersede_all(&self, ino: Ino) {
+        for (_, writer) in self.table.lock().of(ino) {
+            writer.superseded.store(true, Ordering::Release);
+        }
+    }
+
     /// The distinct writers of `ino`.
     pub fn of(&self, ino: Ino) -> Vec<Arc<Writer>> {
         distinct(self.table.lock().of(ino).map(|(_, w)| w))
@@ -363,6 +409,14 @@ impl Writers {
         self.table.lock().move_on(writer, next);
     }
 
+    /// `handle` goes on with `writer` (of the same file), keeping its opener.
+    pub fn join(&self, handle: u64, writer: &Arc<Writer>) -> Result<(), NotOpen> {
+        let mut table = self.table.lock();
+        let opener = table.by_handle.get(&handle).ok_or(NotOpen)?.opener;
+        table.insert(handle, writer.clone(), opener);
+        Ok(())
+    }
+
     /// [`Writers::move_on`] if `handle` still writes through `writer`, as one step: else
     /// the writer it writes through now (another write moved it first).
     pub fn move_on_from(&self, handle: u64, writer: &Arc<Writer>, next: &Arc<Writer>) -> Result<Arc<Writer>, NotOpen> {
@@ -412,6 +466,11 @@ impl Writers {
         } else {
             unstored.more += 1;
         }
+    }
+
+    /// Why the upload of `key` nobody waited for failed, if it did.
+    pub fn unstored_error(&self, key: &str) -> Option<String> {
+        self.unstored.lock().failed.get(key).cloned()
     }
 
     /// `key` is stored (or was discarded on request): no longer reported.
@@ -509,13 +568,14 @@ mod tests {
         assert!(writers.get(2).is_some(), "the last handle stays until its commit ends");
     }
 
-    /// A writer's phase only moves forward: open, handed off, uploading, uploaded.
+    /// A writer's phase moves forward: open, handed off, uploading, uploaded (or back to
+    /// open when taken back before its upload, see `Fs::writer_to_change`).
     #[test]
     fn a_writers_phase_moves_forward() {
         let w = writer(7);
         assert!(matches!(w.phase(), Phase::Open) && !w.is_handed_off() && w.record().is_none());
-        w.start_upload(); // not handed off: no change
-        assert!(matches!(w.phase(), Phase::Open));
+        assert!(w.start_upload().is_none(), "not handed off: no change");
+        assert!(matches!(w.phase(), Phase::Open) && !w.take_back());
         w.end_upload();
         assert!(matches!(w.phase(), Phase::Uploaded) && w.is_handed_off() && w.record().is_none());
     }

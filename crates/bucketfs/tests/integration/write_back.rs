@@ -226,7 +226,10 @@ fn writes_after_a_handed_off_close_are_kept() {
             None
         });
         assert!(stored.is_some(), "{name}: the mount shows both writes");
-        let in_bucket = wait_until(Duration::from_secs(10), || get(&b, name) == expected);
+        // The last close logged the file: its upload comes after its grace.
+        let in_bucket = wait_until(Duration::from_secs(10), || {
+            list_keys(&b, "").iter().any(|key| key == name) && get(&b, name) == expected
+        });
         assert!(in_bucket, "{name}: stored, 100 bytes, the first 10 new");
     }
     drop(m);
