@@ -19,27 +19,37 @@ pub fn is_mount_point(path: &Path) -> Result<bool> {
 
 /// The device (`MAJOR:MINOR`) of the newest mount on `path`, if any.
 pub fn mount_device(path: &Path) -> Result<Option<String>> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
     let wanted = path.to_string_lossy();
-    let device = mountinfo.lines().rev().find_map(|line| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        (fields.len() > 4 && unescape_mountinfo(fields[4]) == wanted).then(|| fields[2].to_owned())
-    });
-    Ok(device)
+    Ok(mounts()?.into_iter().rev().find(|mount| mount.point == *wanted).map(|mount| mount.device))
 }
 
 /// The mount points of type `fuse.bucketfs` in this namespace.
 pub fn bucketfs_mounts() -> Result<Vec<PathBuf>> {
+    Ok(mounts()?.into_iter().filter(|mount| mount.fs_type == "fuse.bucketfs").map(|mount| mount.point.into()).collect())
+}
+
+/// One line of mountinfo: what `mount_device` and `bucketfs_mounts` need of it.
+struct Mount {
+    device: String,
+    point: String,
+    fs_type: String,
+}
+
+/// The mounts of this namespace, oldest first, as `/proc/self/mountinfo` lists them.
+fn mounts() -> Result<Vec<Mount>> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
-    Ok(mountinfo
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            let separator = fields.iter().position(|f| *f == "-")?;
-            let mountpoint = fields.get(4)?;
-            (fields.get(separator + 1) == Some(&"fuse.bucketfs")).then(|| PathBuf::from(unescape_mountinfo(mountpoint)))
-        })
-        .collect())
+    Ok(mountinfo.lines().filter_map(parse_mountinfo_line).collect())
+}
+
+/// `ID PARENT MAJOR:MINOR ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER_OPTIONS`
+fn parse_mountinfo_line(line: &str) -> Option<Mount> {
+    let fields: Vec<&str> = line.split(' ').collect();
+    let separator = fields.iter().position(|field| *field == "-")?;
+    Some(Mount {
+        device: (*fields.get(2)?).to_owned(),
+        point: unescape_mountinfo(fields.get(4)?),
+        fs_type: (*fields.get(separator + 1)?).to_owned(),
+    })
 }
 
 /// mountinfo writes space, tab, newline and backslash as `\ooo` octal escapes.
@@ -58,4 +68,20 @@ fn unescape_mountinfo(field: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mountinfo_line_gives_its_device_point_and_type() {
+        let line = "36 35 0:52 / /mnt/a\\040b rw,nosuid shared:1 - fuse.bucketfs bucketfs rw,user_id=0";
+        let mount = parse_mountinfo_line(line).expect("a mount");
+        assert_eq!(
+            (mount.device.as_str(), mount.point.as_str(), mount.fs_type.as_str()),
+            ("0:52", "/mnt/a b", "fuse.bucketfs")
+        );
+        assert!(parse_mountinfo_line("36 35 0:52 / /mnt").is_none(), "no separator: not a mount line");
+    }
 }
