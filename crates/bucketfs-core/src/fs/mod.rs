@@ -737,14 +737,13 @@ impl Fs {
             return Ok(()); // a read handle: nothing to do
         };
         self.settle(writer.ino).await;
-        // Closed before by a duplicate of a descriptor, and stored in the background
+        // Closed before by a duplicate of a descriptor and stored in the background
         // (`--write-back`), or superseded since by a version stored past it: nothing of it
         // to commit again (that would give the file the ETag of an older object back),
-        // only its outcome to tell.
+        // only its own upload's outcome to tell.
         if writer.is_handed_off() || writer.is_superseded() {
-            let key = writer.output.key();
-            return match self.writers.unstored_error(&key) {
-                Some(error) => Err(FsError::Local(format!("{key} was not stored: {error}"))),
+            return match writer.upload_failure() {
+                Some(error) => Err(FsError::Local(format!("{} was not stored: {error}", writer.output.key()))),
                 None => Ok(()),
             };
         }

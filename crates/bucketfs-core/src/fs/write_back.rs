@@ -75,12 +75,14 @@ impl Fs {
             let Some(recorded) = writer.start_upload() else {
                 return; // taken back: written again, and logged again at its next close
             };
+            let mut failed = None;
             if let Err(FsError::Store(error)) = fs.commit(&writer, Heard::ByNobody).await {
                 // Refused after the store's own retries: kept and reported until stored
                 // (`bucketfs write-back retry`, or the next mount) or discarded.
+                failed = Some(error.to_string());
                 recorded.fail(error.to_string()).await;
             }
-            writer.end_upload();
+            writer.end_upload(failed);
             drop((running, room));
         });
         Ok(())

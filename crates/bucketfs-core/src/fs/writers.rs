@@ -60,8 +60,9 @@ pub(super) enum Phase {
     /// The upload after close is running (a rename may still redirect it, so the record
     /// stays at hand).
     Uploading { record: RecordHandle },
-    /// The upload after close ended, stored or failed ([`Writers::unstored`] keeps failures).
-    Uploaded,
+    /// The upload after close ended, stored or refused by the store (`failed`, why; the
+    /// log keeps the file, and [`Writers::unstored`] reports it).
+    Uploaded { failed: Option<String> },
 }
 
 /// A file open for writing, through one descriptor or several.
@@ -72,7 +73,8 @@ pub(super) struct Writer {
     pub output: Output,
     phase: Mutex<Phase>,
     /// Handed off: its record in the write-back log, which its upload marks done (or
-    /// failed), or a take-back drops at once (see [`Writer::take_back`]).
+    /// failed), or a take-back drops at once (see [`Writer::take_back`]). Locked only
+    /// with `phase` held (phase first), so that the two change as one.
     record: Mutex<Option<Recorded>>,
     /// Held from the hand-off at close to the end of the upload after close: who must see
     /// the stored object waits for it by locking this (see `Fs::settle`).
@@ -166,9 +168,17 @@ impl Writer {
         self.superseded.load(Ordering::Acquire)
     }
 
-    /// Uploading → Uploaded.
-    pub fn end_upload(&self) {
-        *self.phase.lock() = Phase::Uploaded;
+    /// Uploading → Uploaded; `failed`: why the store refused it.
+    pub fn end_upload(&self, failed: Option<String>) {
+        *self.phase.lock() = Phase::Uploaded { failed };
+    }
+
+    /// Why the store refused its upload after close, if it did.
+    pub fn upload_failure(&self) -> Option<String> {
+        match &*self.phase.lock() {
+            Phase::Uploaded { failed } => failed.clone(),
+            _ => None,
+        }
     }
 
     /// Closed under `--write-back` (handed off, uploading or uploaded): its upload is the
@@ -181,7 +191,7 @@ impl Writer {
     pub fn record(&self) -> Option<RecordHandle> {
         match &*self.phase.lock() {
             Phase::HandedOff { record } | Phase::Uploading { record } => Some(record.clone()),
-            Phase::Open | Phase::Uploaded => None,
+            Phase::Open | Phase::Uploaded { .. } => None,
         }
     }
 
@@ -468,11 +478,6 @@ impl Writers {
         }
     }
 
-    /// Why the upload of `key` nobody waited for failed, if it did.
-    pub fn unstored_error(&self, key: &str) -> Option<String> {
-        self.unstored.lock().failed.get(key).cloned()
-    }
-
     /// `key` is stored (or was discarded on request): no longer reported.
     pub fn no_longer_unstored(&self, key: &str) {
         self.unstored.lock().failed.remove(key);
@@ -576,8 +581,8 @@ mod tests {
         assert!(matches!(w.phase(), Phase::Open) && !w.is_handed_off() && w.record().is_none());
         assert!(w.start_upload().is_none(), "not handed off: no change");
         assert!(matches!(w.phase(), Phase::Open) && !w.take_back());
-        w.end_upload();
-        assert!(matches!(w.phase(), Phase::Uploaded) && w.is_handed_off() && w.record().is_none());
+        w.end_upload(None);
+        assert!(matches!(w.phase(), Phase::Uploaded { .. }) && w.is_handed_off() && w.record().is_none());
     }
 
     /// Past the kept number of failures only their count grows; a later store clears one.

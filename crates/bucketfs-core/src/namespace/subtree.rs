@@ -527,6 +527,12 @@ mod tests {
             .collect()
     }
 
+    /// The state of a mount of an empty root, with a TTL of a minute.
+    fn empty_state() -> DirState {
+        let root = Location::Dir { source: 0, prefix: String::new() };
+        DirState::new(InodeTable::new(root, SystemTime::now()), Duration::from_secs(60))
+    }
+
     fn sink(state: &mut DirState) -> IntoDirState<'_> {
         IntoDirState { state, source: 0, mounted_at: SystemTime::now() }
     }
@@ -561,7 +567,7 @@ mod tests {
             keys in prop::collection::btree_set(key_strategy(), 0..40),
             page_size in 1usize..7,
         ) {
-            let mut state = DirState::new(InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()), Duration::from_secs(60));
+            let mut state = empty_state();
             let mut filler = SubtreeFiller::new(Some(ROOT_INO), String::new());
             let mut sink = sink(&mut state);
             let objects: Vec<ObjectInfo> = keys.iter().map(|k| info(k)).collect();
@@ -581,10 +587,7 @@ mod tests {
     /// one without a marker needs no HEAD for its attributes, one with a marker does.
     #[test]
     fn directories_complete_as_the_listing_passes_them() {
-        let mut state = DirState::new(
-            InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()),
-            Duration::from_secs(60),
-        );
+        let mut state = empty_state();
         let mut filler = SubtreeFiller::new(Some(ROOT_INO), String::new());
         let until = Instant::now() + Duration::from_secs(60);
         filler.push(&mut sink(&mut state), &[info("a/1"), info("a/2"), info("b/"), info("b/x")], until);
@@ -613,10 +616,7 @@ mod tests {
     /// A flat listing whose LIST was sent before this mount removed a file leaves it out.
     #[test]
     fn a_flat_listing_leaves_out_what_the_mount_removed() {
-        let mut state = DirState::new(
-            InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()),
-            Duration::from_secs(60),
-        );
+        let mut state = empty_state();
         let until = Instant::now() + Duration::from_secs(60);
         let mut filler = SubtreeFiller::new(Some(ROOT_INO), String::new());
         filler.push(&mut sink(&mut state), &[info("a/1")], until);
@@ -631,10 +631,7 @@ mod tests {
     /// out with all below it: `mkdir` of its name succeeds, as after a delimited listing.
     #[test]
     fn a_flat_listing_leaves_out_a_directory_the_mount_removed() {
-        let mut state = DirState::new(
-            InodeTable::new(Location::Dir { source: 0, prefix: String::new() }, SystemTime::now()),
-            Duration::from_secs(60),
-        );
+        let mut state = empty_state();
         let until = Instant::now() + Duration::from_secs(60);
         state.remove_entry(ROOT_INO, "c", until); // `rmdir c` (or `rm -r`); the LIST lags
         let mut filler = SubtreeFiller::new(Some(ROOT_INO), String::new());
