@@ -50,6 +50,9 @@ class Profile:
     programs_sqlite_transactions: int = 20
     programs_sqlite_rows: int = 500      # rows inserted by each transaction
     programs_rsync_files: int = 300      # files of the tree `rsync -a` copies
+    # W11 (issue 52): many readers at once through one mount (workloads/many_readers.py)
+    readers_counts: str = "16,64,256"    # one case per count: that many readers at once
+    readers_size: int = 16 * MiB         # bytes of each file a reader hashes
 
     def runs_for(self, workload: str) -> int:
         return self.runs_per_workload.get(workload, self.runs)
@@ -68,7 +71,7 @@ PROFILES = {
         cached_size=4 * MiB, cached_files=20, throttle_readers=4, throttle_writers=2,
         throttle_size=MiB, throttle_timeout=300, programs_tree_scale=0.001, programs_git_commits=3,
         programs_git_files=5, programs_sqlite_transactions=2, programs_sqlite_rows=50,
-        programs_rsync_files=30),
+        programs_rsync_files=30, readers_counts="4,8", readers_size=MiB),
     "quick": Profile(
         name="quick", runs=2, runs_per_workload={"randread": 3},
         large_size=GiB, large_count=2, multi_size=256 * MiB, tree_scale=0.01, rand_size=GiB,

@@ -15,6 +15,7 @@ mod etag;
 mod listing_metadata;
 #[cfg(any(test, feature = "memory-store"))]
 pub mod memory;
+mod ranged_get;
 pub mod request_options;
 pub mod request_window;
 pub mod s3;

@@ -105,7 +105,7 @@ impl RequestOptions {
     }
 
     /// The headers for operation `operation` (the SDK's name, e.g. `PutObject`).
-    fn headers(&self, operation: &str) -> Vec<(&'static str, String)> {
+    pub(super) fn headers(&self, operation: &str) -> Vec<(&'static str, String)> {
         let creates = matches!(operation, "PutObject" | "CreateMultipartUpload" | "CopyObject");
         let copies = matches!(operation, "CopyObject" | "UploadPartCopy");
         let has_content = creates

@@ -26,8 +26,14 @@ use aws_sdk_s3::Client;
 use bytes::Bytes;
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
+use aws_smithy_runtime_api::client::http::HttpConnectorSettings;
+use aws_smithy_runtime_api::client::result::ConnectorError;
+
+use aws_sdk_s3::config::endpoint::{DefaultResolver, ResolveEndpoint};
+
 use super::endpoints::{EndpointReport, Endpoints, PoolResolver};
 use super::listing_metadata::{self, ListingInterceptor};
+use super::ranged_get::{self, RangedGet};
 use super::request_options::{RequestOptions, RequestOptionsInterceptor, UploadChecksums};
 use super::request_window::{RequestWindow, WindowReport};
 use super::server_kind::{ServerKind, Support};
@@ -57,6 +63,8 @@ pub struct StoreConfig {
     pub upload_checksums: UploadChecksums,
     /// Send unsigned requests (public buckets).
     pub no_sign_request: bool,
+    /// Send ranged GETs through the SDK even where `ranged_get` could send them.
+    pub sdk_reads: bool,
     /// PEM certificates to trust besides the system's (a private CA of the endpoint).
     pub ca_bundle: Option<Vec<u8>>,
     /// Sign with this key instead of the credential chain's (the CSI controller, which
@@ -118,6 +126,10 @@ pub struct S3Store {
     /// Whether listings may carry objects' metadata (learnt from the server's answers).
     server: Arc<ServerKind>,
     checksums: UploadChecksums,
+    /// Sends the reads' GETs without the SDK's pipeline, where the store's URL is known.
+    ranged_get: Option<RangedGet>,
+    /// How long a body may receive nothing before the GET is retried.
+    body_stall: Duration,
 }
 
 impl S3Store {
@@ -159,13 +171,18 @@ impl S3Store {
                 "bucketfs-static",
             ));
         }
-        if let Some(pem) = &config.ca_bundle {
-            use aws_smithy_http_client::tls;
-            let trust = tls::TrustStore::default().with_pem_certificate(pem.clone());
-            let context = tls::TlsContext::builder().with_trust_store(trust).build().map_err(|e| e.to_string())?;
+        use aws_smithy_http_client::tls;
+        let trust = match &config.ca_bundle {
+            Some(pem) => {
+                let trust = tls::TrustStore::default().with_pem_certificate(pem.clone());
+                Some(tls::TlsContext::builder().with_trust_store(trust).build().map_err(|e| e.to_string())?)
+            }
+            None => None,
+        };
+        if let Some(context) = &trust {
             let client = aws_smithy_http_client::Builder::new()
                 .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::AwsLc))
-                .tls_context(context)
+                .tls_context(context.clone())
                 .build_https();
             loader = loader.http_client(client);
         }
@@ -184,6 +201,8 @@ impl S3Store {
             s3_config = s3_config.request_checksum_calculation(RequestChecksumCalculation::WhenRequired);
         }
         let s3_config = s3_config.build();
+        let ranged_get =
+            if config.sdk_reads { None } else { Self::ranged_get(config, &shared, trust, read_timeout).await };
         Ok(Arc::new(Self {
             client: Client::from_conf(s3_config),
             bucket: config.bucket.clone(),
@@ -193,6 +212,60 @@ impl S3Store {
             retry_window: config.retry_window,
             server: Arc::new(ServerKind::new(config.listing_metadata)),
             checksums: config.upload_checksums,
+            ranged_get,
+            body_stall: BODY_STALL.min(read_timeout),
+        }))
+    }
+
+    /// A [`RangedGet`] for the reads, with a route for each of the store's URLs, if the
+    /// SDK's endpoint rules resolve every one to a plain SigV4 `s3` endpoint (not S3 Express
+    /// sessions, access point ARNs signed with SigV4a, ...): those keep the SDK.
+    async fn ranged_get(
+        config: &StoreConfig,
+        shared: &aws_config::SdkConfig,
+        trust: Option<aws_smithy_http_client::tls::TlsContext>,
+        read_timeout: Duration,
+    ) -> Option<RangedGet> {
+        let region = shared.region().map_or_else(|| "us-east-1".to_owned(), |region| region.to_string());
+        let urls: Vec<Option<&str>> = match config.endpoint_urls.as_slice() {
+            [_, _, ..] => config.endpoint_urls.iter().map(|url| Some(url.as_str())).collect(),
+            _ => vec![shared.endpoint_url()],
+        };
+        let mut routes = Vec::new();
+        for url in urls {
+            let mut params = aws_sdk_s3::config::endpoint::Params::builder()
+                .bucket(&config.bucket)
+                .region(&region)
+                .use_fips(shared.use_fips().unwrap_or(false))
+                .use_dual_stack(shared.use_dual_stack().unwrap_or(false))
+                .force_path_style(config.force_path_style)
+                .accelerate(false);
+            if let Some(url) = url {
+                params = params.endpoint(url);
+            }
+            let params = params.build().ok()?;
+            let resolved = DefaultResolver::new().resolve_endpoint(&params).await.ok()?;
+            let signing_region = plain_sigv4_region(&resolved, &region)?;
+            routes.push(ranged_get::Route {
+                endpoint: url.filter(|_| config.endpoint_urls.len() > 1).map(str::to_owned),
+                base: resolved.url().to_owned(),
+                signing_region,
+            });
+        }
+        for route in &routes {
+            tracing::debug!(base = %route.base, region = %route.signing_region, "reads' GETs sent without the SDK");
+        }
+        let settings = HttpConnectorSettings::builder()
+            .connect_timeout(CONNECT_TIMEOUT.min(read_timeout))
+            .read_timeout(read_timeout)
+            .build();
+        Some(RangedGet::new(ranged_get::Target {
+            settings,
+            attempt_timeout: read_timeout * 2,
+            trust,
+            routes,
+            credentials: if config.no_sign_request { None } else { shared.credentials_provider() },
+            option_headers: config.options.headers("GetObject"),
         }))
     }
 
@@ -221,51 +294,68 @@ impl S3Store {
         }
     }
 
-    /// Turns any SDK failure into a [`StoreError`]. The only place that reads S3 error codes.
+    /// Turns any SDK failure into a [`StoreError`]: a failure to send through
+    /// [`S3Store::connector_failure`], an answer through [`S3Store::answer_error`].
     fn map_error<E>(&self, err: SdkError<E, aws_sdk_s3::config::http::HttpResponse>) -> StoreError
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        let status = err.raw_response().map(|r| r.status().as_u16());
         match &err {
             SdkError::DispatchFailure(failure) => {
                 if let Some(missing) = missing_credentials(&err) {
                     return StoreError::NoCredentials(missing);
                 }
-                let detail = failure
-                    .as_connector_error()
-                    .and_then(|c| c.source())
-                    .map(innermost_message)
-                    .unwrap_or_else(|| format!("{err}"));
-                if failure.is_timeout() {
-                    return StoreError::Timeout(format!("{} ({detail})", self.endpoint_now()));
-                }
-                // Retrying does not make a certificate trusted: fail now, and say what helps.
-                if detail.contains("certificate") {
-                    let message =
-                        format!("TLS with {} failed: {detail} (a private CA: --ca-bundle)", self.endpoint_now());
-                    return StoreError::Other { message, request_id: None };
-                }
-                return StoreError::Unreachable { endpoint: self.endpoint_now(), detail };
+                return match failure.as_connector_error() {
+                    Some(connector) => self.connector_failure(connector),
+                    None => StoreError::Unreachable { endpoint: self.endpoint_now(), detail: format!("{err}") },
+                };
             }
             SdkError::TimeoutError(_) => return StoreError::Timeout(self.endpoint_now()),
             // An answer that could not be read whole: the connection broke while it came.
             SdkError::ResponseError(_) => return StoreError::Interrupted(innermost_message(&err)),
             _ => {}
         }
+        let status = err.raw_response().map(|r| r.status().as_u16());
         let request_id = err.request_id().map(str::to_owned);
-        let code = err.code().map(str::to_owned);
-        let answer = match (&code, status) {
+        self.answer_error(err.code(), status, err.message(), request_id, || innermost_message(&err))
+    }
+
+    /// A request that got no answer: no connection, or no answer in time.
+    fn connector_failure(&self, failure: &ConnectorError) -> StoreError {
+        let detail = failure.source().map(innermost_message).unwrap_or_else(|| failure.to_string());
+        if failure.is_timeout() {
+            return StoreError::Timeout(format!("{} ({detail})", self.endpoint_now()));
+        }
+        // Retrying does not make a certificate trusted: fail now, and say what helps.
+        if detail.contains("certificate") {
+            let message = format!("TLS with {} failed: {detail} (a private CA: --ca-bundle)", self.endpoint_now());
+            return StoreError::Other { message, request_id: None };
+        }
+        StoreError::Unreachable { endpoint: self.endpoint_now(), detail }
+    }
+
+    /// What an answer other than success means, from its S3 error code and HTTP status.
+    /// The only place that reads S3 error codes. `describe` says what failed when the
+    /// answer has neither.
+    fn answer_error(
+        &self,
+        code: Option<&str>,
+        status: Option<u16>,
+        message: Option<&str>,
+        request_id: Option<String>,
+        describe: impl Fn() -> String,
+    ) -> StoreError {
+        let answer = match (code, status) {
             (Some(code), Some(status)) => format!("{code} (HTTP {status})"),
-            (Some(code), None) => code.clone(),
+            (Some(code), None) => code.to_owned(),
             (None, Some(status)) => format!("HTTP {status}"),
-            _ => innermost_message(&err),
+            _ => describe(),
         };
-        match (code.as_deref(), status) {
+        match (code, status) {
             (Some("NoSuchBucket"), _) => StoreError::NoSuchBucket(self.bucket.clone()),
             (Some("NoSuchKey" | "NotFound"), _) | (None, Some(404)) => StoreError::NotFound,
-            (Some("InvalidAccessKeyId" | "SignatureDoesNotMatch" | "InvalidToken" | "ExpiredToken"), _) => {
-                StoreError::BadCredentials(code.unwrap_or_default())
+            (Some(code @ ("InvalidAccessKeyId" | "SignatureDoesNotMatch" | "InvalidToken" | "ExpiredToken")), _) => {
+                StoreError::BadCredentials(code.to_owned())
             }
             (Some("AccessDenied" | "AllAccessDisabled"), _) | (None, Some(403)) => StoreError::AccessDenied(request_id),
             (Some("PreconditionFailed"), _) | (_, Some(412)) => StoreError::Changed,
@@ -283,11 +373,11 @@ impl S3Store {
             (_, Some(429 | 503)) => StoreError::Throttled { message: answer, request_id },
             (_, Some(500..=599)) => StoreError::Unavailable { message: answer, request_id },
             _ => StoreError::Other {
-                message: match (code, err.message(), status) {
+                message: match (code, message, status) {
                     (Some(code), Some(msg), _) => format!("{code}: {msg}"),
-                    (Some(code), None, _) => code,
+                    (Some(code), None, _) => code.to_owned(),
                     (None, _, Some(status)) => format!("HTTP {status}"),
-                    _ => innermost_message(&err),
+                    _ => describe(),
                 },
                 request_id,
             },
@@ -308,21 +398,55 @@ impl S3Store {
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        let long_component = key.split(['/', '\n']).any(|component| component.len() > 255);
-        let refused_name = long_component
-            && err.raw_response().is_some_and(|response| {
-                let from_minio = response.headers().get("server").is_some_and(|server| server.starts_with("MinIO"));
-                match response.status().as_u16() {
-                    400 => err.code().is_none(),
-                    503 => from_minio,
-                    _ => false,
-                }
-            });
+        let refused_name = err.raw_response().is_some_and(|response| {
+            let from_minio = response.headers().get("server").is_some_and(|server| server.starts_with("MinIO"));
+            refused_long_name(key, response.status().as_u16(), err.code().is_none(), from_minio)
+        });
         if refused_name {
             return StoreError::KeyTooLong;
         }
         self.map_error(err)
     }
+}
+
+/// Whether an answer with `status` (and no error code, if `no_code`) is MinIO refusing
+/// `key` for a path component over 255 bytes (see [`S3Store::map_key_error`]).
+fn refused_long_name(key: &str, status: u16, no_code: bool, from_minio: bool) -> bool {
+    key.split(['/', '\n']).any(|component| component.len() > 255)
+        && match status {
+            400 => no_code,
+            503 => from_minio,
+            _ => false,
+        }
+}
+
+/// The region a resolved endpoint is signed for, if it is signed with plain SigV4 as `s3`
+/// (an endpoint naming no auth scheme is: the client's region then).
+fn plain_sigv4_region(endpoint: &aws_smithy_types::endpoint::Endpoint, region: &str) -> Option<String> {
+    use aws_smithy_types::Document;
+    let Some(schemes) = endpoint.properties().get("authSchemes") else { return Some(region.to_owned()) };
+    let Document::Array(schemes) = schemes else { return None };
+    let Some(Document::Object(first)) = schemes.first() else { return Some(region.to_owned()) };
+    let text = |name: &str| match first.get(name) {
+        Some(Document::String(text)) => Some(text.as_str()),
+        _ => None,
+    };
+    if text("name") != Some("sigv4") || text("signingName").is_some_and(|name| name != "s3") {
+        return None;
+    }
+    Some(text("signingRegion").unwrap_or(region).to_owned())
+}
+
+/// The most of an error answer's body read for its code and message.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// The text of the first `<name>` element of an S3 error answer (flat XML, no entities in
+/// the fields read), if any.
+fn xml_element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
+    let open = format!("<{name}>");
+    let start = xml.find(&open)? + open.len();
+    let len = xml[start..].find(&format!("</{name}>"))?;
+    Some(&xml[start..start + len]).filter(|text| !text.is_empty())
 }
 
 /// The error codes of answers asking the client to slow down, whatever their HTTP status
@@ -606,24 +730,27 @@ impl S3Store {
         }
         let (start, end) = (origin + received, origin + until);
         tracing::debug!(bucket = %self.bucket, key, start, len = end - start, "s3 GET");
-        let response = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .range(format!("bytes={}-{}", start, end - 1))
-            .set_if_match(if_match)
-            .set_version_id(body.version_id().map(str::to_owned))
-            .send()
-            .await
-            .map_err(|e| self.map_key_error(key, e))?;
-        body.pin_etag(response.e_tag());
-        let mut stream = response.body;
-        while let Some(chunk) = stream
-            .try_next()
-            .await
-            .map_err(|e| StoreError::Interrupted(format!("reading {key}: {}", innermost_message(&e))))?
-        {
+        let (etag, mut stream) = match &self.ranged_get {
+            Some(ranged) => {
+                self.send_ranged_get(ranged, key, start..end, if_match.as_deref(), body.version_id()).await?
+            }
+            None => {
+                let response = self
+                    .client
+                    .get_object()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .range(format!("bytes={}-{}", start, end - 1))
+                    .set_if_match(if_match)
+                    .set_version_id(body.version_id().map(str::to_owned))
+                    .send()
+                    .await
+                    .map_err(|e| self.map_key_error(key, e))?;
+                (response.e_tag, response.body)
+            }
+        };
+        body.pin_etag(etag.as_deref());
+        while let Some(chunk) = self.next_chunk(&mut stream, key).await? {
             let room = (until - body.received()) as usize;
             if chunk.len() > room {
                 body.append(&chunk[..room]);
@@ -648,6 +775,64 @@ impl S3Store {
             )));
         }
         Ok(())
+    }
+
+    /// The next bytes of a body; a body that receives nothing for `body_stall` is cut
+    /// (and resumed by a retry).
+    async fn next_chunk(&self, stream: &mut ByteStream, key: &str) -> Result<Option<Bytes>, StoreError> {
+        match tokio::time::timeout(self.body_stall, stream.try_next()).await {
+            Ok(chunk) => {
+                chunk.map_err(|e| StoreError::Interrupted(format!("reading {key}: {}", innermost_message(&e))))
+            }
+            Err(_) => Err(StoreError::Interrupted(format!("reading {key}: no bytes for {:?}", self.body_stall))),
+        }
+    }
+
+    /// One ranged GET through [`RangedGet`], to the endpoint this attempt was given: its
+    /// ETag and body on success, else the failure as the SDK's would be mapped.
+    async fn send_ranged_get(
+        &self,
+        ranged: &RangedGet,
+        key: &str,
+        range: Range<u64>,
+        if_match: Option<&str>,
+        version_id: Option<&str>,
+    ) -> Result<(Option<String>, ByteStream), StoreError> {
+        use aws_credential_types::provider::error::CredentialsError;
+        let endpoint = self.endpoints.as_ref().and_then(|pool| pool.chosen());
+        let answer =
+            ranged.send(endpoint, key, range, if_match, version_id).await.map_err(|failure| match failure {
+                ranged_get::Failure::Connector(error) => self.connector_failure(&error),
+                ranged_get::Failure::Credentials(
+                    error @ (CredentialsError::CredentialsNotLoaded(_) | CredentialsError::InvalidConfiguration(_)),
+                ) => StoreError::NoCredentials(innermost_message(&error)),
+                // A provider that timed out or failed may answer later.
+                ranged_get::Failure::Credentials(error) => StoreError::Unavailable {
+                    message: format!("getting credentials: {}", innermost_message(&error)),
+                    request_id: None,
+                },
+                ranged_get::Failure::Request(message) => StoreError::Other { message, request_id: None },
+            })?;
+        if matches!(answer.status, 200 | 206) {
+            return Ok((answer.etag, answer.body));
+        }
+        let (status, request_id, from_minio) = (answer.status, answer.request_id.clone(), answer.from_minio);
+        let mut stream = answer.body;
+        let mut text = Vec::new();
+        while text.len() < ERROR_BODY_LIMIT {
+            match self.next_chunk(&mut stream, key).await {
+                Ok(Some(chunk)) => text.extend_from_slice(&chunk),
+                _ => break,
+            }
+        }
+        let text = String::from_utf8_lossy(&text);
+        let code = xml_element(&text, "Code");
+        if refused_long_name(key, status, code.is_none(), from_minio) {
+            return Err(StoreError::KeyTooLong);
+        }
+        let request_id = xml_element(&text, "RequestId").map(str::to_owned).or(request_id);
+        Err(self
+            .answer_error(code, Some(status), xml_element(&text, "Message"), request_id, || format!("HTTP {status}")))
     }
 
     async fn put_once(

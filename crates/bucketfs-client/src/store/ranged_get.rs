@@ -1,0 +1,244 @@
+//! The read path's ranged GET, sent without the SDK's request pipeline.
+//!
+//! A read that misses every cache waits for one GET. Through `aws-sdk-s3` a GET costs far
+//! more CPU and latency than the HTTP exchange itself: endpoint rules, a config bag,
+//! interceptors and deserializers run for every request (a 1-byte GET to a local MinIO
+//! took about twice curl's time). The time to first byte of a mount is that GET, so this
+//! module sends it directly: the URL built here, SigV4 headers from `aws-sigv4`, the
+//! request on the SDK's own connector (its connection pool, TLS with the mount's trust
+//! store, connect and read timeouts). Everything around one attempt stays where it was:
+//! retries, throttling and the endpoint pool are `S3Store::retrying`'s, and an answer's
+//! status and code become a [`StoreError`] in `S3Store::answer_error`, the one mapping.
+//!
+//! Used only where the URL is known without the SDK's endpoint rules: a store given by
+//! URL (`--endpoint-url`, several of them, or `AWS_ENDPOINT_URL`). Requests to AWS's own
+//! endpoints keep the SDK.
+
+use std::time::{Duration, SystemTime};
+
+use aws_credential_types::provider::{error::CredentialsError, ProvideCredentials, SharedCredentialsProvider};
+use aws_credential_types::Credentials;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
+use aws_sigv4::sign::v4;
+use aws_smithy_http_client::{tls, Connector};
+use aws_smithy_runtime_api::client::http::{HttpConnector, HttpConnectorSettings};
+use aws_smithy_runtime_api::client::identity::Identity;
+use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
+use aws_smithy_runtime_api::client::result::ConnectorError;
+use aws_smithy_types::body::SdkBody;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+
+/// What a key keeps unencoded in a URL path: S3's unreserved characters and `/`.
+const PATH_KEEP: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~').remove(b'/');
+
+/// Credentials are fetched again this long before they expire.
+const REFRESH_BEFORE_EXPIRY: Duration = Duration::from_secs(300);
+
+/// How one store's ranged GETs are addressed, signed and sent.
+pub struct RangedGet {
+    connector: Connector,
+    attempt_timeout: Duration,
+    routes: Vec<Route>,
+    /// `None`: unsigned requests (a public bucket).
+    credentials: Option<CredentialCache>,
+    /// The store's request options for a GetObject (SSE-C key, requester pays, owner).
+    option_headers: Vec<(&'static str, String)>,
+}
+
+/// Where the GETs sent to one of the store's URLs go, as the SDK's endpoint rules resolve
+/// a GetObject of the bucket there: its base URL (`http://host:9000/bucket` in path style,
+/// `https://bucket.host` otherwise) and the region it is signed for.
+pub struct Route {
+    /// The store's URL this route is for (`--endpoint-url`); `None` for the only one.
+    pub endpoint: Option<String>,
+    pub base: String,
+    pub signing_region: String,
+}
+
+/// Where a store's GETs go and what they carry.
+pub struct Target {
+    /// Connect and read timeouts, as the SDK's client has them.
+    pub settings: HttpConnectorSettings,
+    /// How long one attempt may wait for its answer's status and headers (the SDK's
+    /// attempt timeout).
+    pub attempt_timeout: Duration,
+    /// The TLS context with the mount's CA bundle, if it has one.
+    pub trust: Option<tls::TlsContext>,
+    /// One per URL of the store (see [`Route`]).
+    pub routes: Vec<Route>,
+    /// The credential chain's provider; `None` sends unsigned requests.
+    pub credentials: Option<SharedCredentialsProvider>,
+    pub option_headers: Vec<(&'static str, String)>,
+}
+
+/// What went wrong with one GET before a status came back, or the answer itself.
+pub enum Failure {
+    /// No connection, or none in time.
+    Connector(ConnectorError),
+    Credentials(CredentialsError),
+    /// The request could not be built (a URL the key makes invalid); not retried.
+    Request(String),
+}
+
+/// An answer to a GET: its status, headers and body, read as it arrives.
+pub struct Answer {
+    pub status: u16,
+    pub etag: Option<String>,
+    pub request_id: Option<String>,
+    pub from_minio: bool,
+    pub body: ByteStream,
+}
+
+/// Which credentials sign, kept until shortly before they expire (the chain's providers
+/// may each cost a request: instance metadata, STS).
+struct CredentialCache {
+    provider: SharedCredentialsProvider,
+    current: parking_lot::Mutex<Option<Credentials>>,
+}
+
+impl CredentialCache {
+    async fn get(&self) -> Result<Credentials, CredentialsError> {
+        let fresh = |credentials: &Credentials| {
+            credentials.expiry().is_none_or(|expiry| expiry > SystemTime::now() + REFRESH_BEFORE_EXPIRY)
+        };
+        if let Some(credentials) = self.current.lock().as_ref().filter(|c| fresh(c)) {
+            return Ok(credentials.clone());
+        }
+        let credentials = self.provider.provide_credentials().await?;
+        *self.current.lock() = Some(credentials.clone());
+        Ok(credentials)
+    }
+}
+
+impl RangedGet {
+    pub fn new(target: Target) -> Self {
+        let mut builder = Connector::builder()
+            .connector_settings(target.settings)
+            .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::AwsLc));
+        if let Some(context) = target.trust {
+            builder = builder.tls_context(context);
+        }
+        if let Some(sleep) = aws_smithy_async::rt::sleep::default_async_sleep() {
+            builder = builder.sleep_impl(sleep);
+        }
+        Self {
+            connector: builder.build(),
+            attempt_timeout: target.attempt_timeout,
+            routes: target.routes,
+            credentials: target
+                .credentials
+                .map(|provider| CredentialCache { provider, current: parking_lot::Mutex::new(None) }),
+            option_headers: target.option_headers,
+        }
+    }
+
+    /// Sends `GET key` for bytes `range` to `endpoint` (the store's own URL if `None`; a
+    /// store with several URLs names the one this attempt goes to), pinned to `if_match`
+    /// and `version_id` when given. Returns once the status and headers are in.
+    pub async fn send(
+        &self,
+        endpoint: Option<&str>,
+        key: &str,
+        range: std::ops::Range<u64>,
+        if_match: Option<&str>,
+        version_id: Option<&str>,
+    ) -> Result<Answer, Failure> {
+        let route = endpoint
+            .and_then(|url| self.routes.iter().find(|route| route.endpoint.as_deref() == Some(url)))
+            .or(self.routes.first())
+            .ok_or_else(|| Failure::Request("no route for a GET".to_owned()))?;
+        let url = route_url(route, key, version_id);
+        let mut headers: Vec<(&str, String)> = vec![
+            ("range", format!("bytes={}-{}", range.start, range.end - 1)),
+            // The hash of the empty body, as the SDK sends it on a GET.
+            ("x-amz-content-sha256", EMPTY_SHA256.to_owned()),
+        ];
+        if let Some(etag) = if_match {
+            headers.push(("if-match", etag.to_owned()));
+        }
+        headers.extend(self.option_headers.iter().map(|(name, value)| (*name, value.clone())));
+        if let Some(cache) = &self.credentials {
+            let credentials = cache.get().await.map_err(Failure::Credentials)?;
+            let signed = sign_get(&url, &headers, credentials, &route.signing_region).map_err(Failure::Request)?;
+            headers.extend(signed);
+        }
+        let mut request = HttpRequest::new(SdkBody::empty());
+        request.set_uri(url.as_str()).map_err(|e| Failure::Request(format!("URL {url}: {e}")))?;
+        for (name, value) in headers {
+            request.headers_mut().insert(name, value);
+        }
+        let response = tokio::time::timeout(self.attempt_timeout, self.connector.call(request))
+            .await
+            .map_err(|_| {
+                Failure::Connector(ConnectorError::timeout(format!("no answer in {:?}", self.attempt_timeout).into()))
+            })?
+            .map_err(Failure::Connector)?;
+        let header = |name: &str| response.headers().get(name).map(str::to_owned);
+        let (status, etag, request_id) = (response.status().as_u16(), header("etag"), header("x-amz-request-id"));
+        let from_minio = response.headers().get("server").is_some_and(|server| server.starts_with("MinIO"));
+        Ok(Answer { status, etag, request_id, from_minio, body: ByteStream::new(response.into_body()) })
+    }
+}
+
+/// The URL of `key` (of version `version_id`, if given) on `route`.
+fn route_url(route: &Route, key: &str, version_id: Option<&str>) -> String {
+    let mut url = format!("{}/{}", route.base.trim_end_matches('/'), utf8_percent_encode(key, PATH_KEEP));
+    if let Some(version) = version_id {
+        url.push_str("?versionId=");
+        url.extend(utf8_percent_encode(version, NON_ALPHANUMERIC));
+    }
+    url
+}
+
+/// The SigV4 headers (`authorization`, `x-amz-date`, the session token) for a GET of `url`
+/// with `headers`, as S3 wants them: the path neither normalized nor encoded twice.
+fn sign_get(
+    url: &str,
+    headers: &[(&str, String)],
+    credentials: Credentials,
+    region: &str,
+) -> Result<Vec<(&'static str, String)>, String> {
+    use aws_sigv4::http_request::{PercentEncodingMode, UriPathNormalizationMode};
+    let mut settings = SigningSettings::default();
+    settings.percent_encoding_mode = PercentEncodingMode::Single;
+    settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+    let identity = Identity::from(credentials);
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region(region)
+        .name("s3")
+        .time(SystemTime::now())
+        .settings(settings)
+        .build()
+        .map_err(|e| e.to_string())?
+        .into();
+    let signable = SignableRequest::new(
+        "GET",
+        url,
+        headers.iter().map(|(name, value)| (*name, value.as_str())),
+        SignableBody::Bytes(&[]),
+    )
+    .map_err(|e| format!("signing GET {url}: {e}"))?;
+    let (instructions, _signature) =
+        sign(signable, &params).map_err(|e| format!("signing GET {url}: {e}"))?.into_parts();
+    let (signed, _query) = instructions.into_parts();
+    Ok(signed.into_iter().map(|header| (header.name(), header.value().to_owned())).collect())
+}
+
+const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_encode_the_key_once_and_keep_its_slashes() {
+        let route = Route { endpoint: None, base: "http://h:9/b/".into(), signing_region: "us-east-1".into() };
+        assert_eq!(route_url(&route, "a b/c+d%/ü", None), "http://h:9/b/a%20b/c%2Bd%25/%C3%BC");
+        assert_eq!(route_url(&route, "k", Some("v/1+")), "http://h:9/b/k?versionId=v%2F1%2B");
+        let host =
+            Route { endpoint: None, base: "https://bucket-1.s3.example".into(), signing_region: "eu-west-1".into() };
+        assert_eq!(route_url(&host, "dir/k", None), "https://bucket-1.s3.example/dir/k");
+    }
+}
