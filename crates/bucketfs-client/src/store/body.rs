@@ -73,13 +73,16 @@ struct Arrived {
     etag: Option<String>,
     /// Set once, by [`RangeBody::finish`]; `Ok` only if every byte arrived.
     outcome: Option<Result<(), StoreError>>,
+    /// A store answered the GET (its bytes are on the way), as opposed to a GET still
+    /// waiting for its turn or its answer.
+    answered: bool,
 }
 
 impl RangeBody {
     /// An empty body of `len` bytes, to be fetched from the version `etag` (any version
     /// if `None`: the first answer's is then pinned for the rest).
     pub fn new(len: u64, etag: Option<&str>) -> Self {
-        let arrived = Arrived { received: 0, etag: etag.map(str::to_owned), outcome: None };
+        let arrived = Arrived { received: 0, etag: etag.map(str::to_owned), outcome: None, answered: false };
         Self { buffer: Arc::new(Buffer::new(len as usize)), state: watch::Sender::new(arrived), version_id: None }
     }
 
@@ -109,12 +112,20 @@ impl RangeBody {
         self.state.borrow().etag.clone()
     }
 
-    /// Pins the body to the version the first answer came from, if nothing pinned it yet.
+    /// Whether a store answered the GET filling it (see [`RangeBody::pin_etag`]), or it is
+    /// already whole.
+    pub fn answered(&self) -> bool {
+        let state = self.state.borrow();
+        state.answered || state.outcome.is_some()
+    }
+
+    /// An answer came: pins the body to the version it came from, if nothing pinned it yet.
     pub fn pin_etag(&self, etag: Option<&str>) {
         self.state.send_if_modified(|state| {
             if state.etag.is_none() {
                 state.etag = etag.map(str::to_owned);
             }
+            state.answered = true;
             false
         });
     }

@@ -44,6 +44,8 @@ pub struct MemoryStore {
     /// How long a GET's body pauses after its first piece (a slow transfer, for tests of
     /// what goes on after a read returned).
     pub body_pause: Mutex<Duration>,
+    /// How long a GET's body pauses after each piece (a store slower than its readers).
+    pub chunk_pause: Mutex<Duration>,
     /// Requests for metadata served: HEADs, and GETs of small objects with their metadata.
     pub heads: AtomicUsize,
     versions: AtomicUsize,
@@ -291,7 +293,7 @@ impl ObjectStore for MemoryStore {
         let range = origin + body.received()..origin + until;
         self.gets.lock().push(range.clone());
         // In pieces, as a network delivers a body, so readers of a part see it first.
-        let pause = *self.body_pause.lock();
+        let (pause, chunk_pause) = (*self.body_pause.lock(), *self.chunk_pause.lock());
         for (piece, at) in (range.start..range.end).step_by(BODY_CHUNK).enumerate() {
             if !body.append(&stored.data[at as usize..(at + BODY_CHUNK as u64).min(range.end) as usize]) {
                 return Err(StoreError::Other {
@@ -301,6 +303,7 @@ impl ObjectStore for MemoryStore {
             }
             match piece == 0 && !pause.is_zero() {
                 true => tokio::time::sleep(pause).await,
+                false if !chunk_pause.is_zero() => tokio::time::sleep(chunk_pause).await,
                 false => tokio::task::yield_now().await,
             }
         }

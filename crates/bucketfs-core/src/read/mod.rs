@@ -15,7 +15,9 @@
 //! - **Sequential reads** (within the current window of the furthest byte read so far,
 //!   once the run has read `initial_window` bytes, or from a first read of at least 64 KiB
 //!   at offset 0) grow a **window**, doubling from `initial_window` up to
-//!   `max_window`, and the bytes of the window ahead of the reader are fetched in
+//!   `max_window` with each read that finds its bytes not yet here though the store is
+//!   sending them (a reader slower than the store, or readers queued behind the request
+//!   window, keep a small window), and the bytes of the window ahead of the reader are fetched in
 //!   parallel pieces that grow with it, up to `part_size`. Small first pieces keep the
 //!   first byte fast; big later pieces keep the request count low.
 //! - **Strided reads** (runs of reads starting a fixed distance apart, forwards or
@@ -55,7 +57,7 @@ pub struct ReadConfig {
 }
 
 /// Smallest piece a sequential window is fetched in.
-const MIN_PIECE: u64 = 256 * 1024;
+const MIN_PIECE: u64 = 1024 * 1024;
 /// A first read at offset 0 starts read-ahead at once only if it is at least this large:
 /// `cat` asks the kernel for 128 KiB and the kernel asks us for more, while a program
 /// probing a header (or a time-to-first-byte probe: 1 byte, `O_DIRECT`) reads a little
@@ -254,7 +256,12 @@ impl ReadHandle {
             near && ((state.reads == 0 && len >= FIRST_READ_AHEAD_MIN) || state.run > self.config.initial_window);
         if near {
             state.frontier = state.frontier.max(wanted.end);
-            if sequential && state.reads > 0 {
+            // The window grows only while the reader catches up with the bytes coming in:
+            // a reader slower than the store (a program computing on what it reads, many
+            // readers sharing the CPUs) finds its bytes there, and readers behind a full
+            // request window find theirs queued; both keep a small window, so memory
+            // follows what the readers can use rather than their number.
+            if sequential && state.reads > 0 && Self::outran_the_window(&state.segments, &wanted) {
                 state.window = (state.window * 2).min(self.config.max_window);
             }
         } else {
@@ -317,6 +324,33 @@ impl ReadHandle {
             .into_iter()
             .rev()
             .collect()
+    }
+
+    /// Whether a read of `wanted` shows the window too small: some of its bytes were never
+    /// asked for (the reader outran the read-ahead), or are still on their way from a GET
+    /// the store is answering (more pieces in flight bring them sooner). Bytes all here, or
+    /// waiting on GETs not answered yet (queued behind `--max-concurrent-requests`, or a
+    /// slow store to start), call for no more read-ahead: it would only queue more.
+    fn outran_the_window(segments: &BTreeMap<u64, Segment>, wanted: &Range<u64>) -> bool {
+        let first = segments.range(..=wanted.start).next_back().map_or(wanted.start, |(&start, _)| start);
+        let mut cursor = wanted.start;
+        for segment in segments.range(first..wanted.end).map(|(_, segment)| segment) {
+            if segment.range.end <= cursor {
+                continue;
+            }
+            if segment.range.start > cursor {
+                return true;
+            }
+            let here = segment.range.start + segment.body.received();
+            if here < wanted.end.min(segment.range.end) && segment.body.answered() {
+                return true;
+            }
+            cursor = segment.range.end;
+            if cursor >= wanted.end {
+                return false;
+            }
+        }
+        cursor < wanted.end
     }
 
     /// A run of reads begins at `start`: the step from the last run's start repeats a
@@ -402,10 +436,16 @@ impl ReadHandle {
     /// spent), then, while the handle holds more than twice its maximum window, whatever
     /// is farthest from the current read.
     fn evict(&self, state: &mut State, wanted: &Range<u64>) {
-        // Bytes behind the reader serve short seeks back; they are worth keeping only
-        // while memory is free. Under pressure they would crowd out read-ahead (or, read
-        // on demand past the budget, grow it: 100 readers kept ~8 MiB each behind them).
-        let keep_behind = if self.memory.is_spent() { 0 } else { self.config.part_size };
+        // Bytes behind the reader serve short seeks back (the page cache serves the rest);
+        // they are worth keeping only while memory is free, and then only a window's
+        // first size: a part behind each reader made memory grow with the readers until the
+        // budget was spent (256 readers of 16 MiB files: 2.4 GiB, mostly behind them).
+        // A backward strided scan's next runs are behind it too (see `prefetch_strides`).
+        let strides_behind = match state.stride {
+            Stride { step, repeats: 1.., .. } if step < 0 => step.unsigned_abs() * (STRIDES_AHEAD + 1),
+            _ => 0,
+        };
+        let keep_behind = if self.memory.is_spent() { 0 } else { self.config.initial_window.max(strides_behind) };
         let behind = wanted.start.saturating_sub(keep_behind);
         state.segments.retain(|_, s| s.range.end > behind);
         let budget = 2 * self.config.max_window;
@@ -592,6 +632,8 @@ mod tests {
         let size = 20 * MIB + 123;
         let bytes = data(size as usize);
         let store = Arc::new(MemoryStore::with_keys([("k".to_owned(), bytes.clone())]));
+        // A store slower than the reader: the reads catch up with the window, which grows.
+        *store.chunk_pause.lock() = Duration::from_millis(1);
         let reader = handle(&store, size, config(), 64 * MIB);
         let mut out = Vec::new();
         let mut offset = 0;
@@ -607,6 +649,35 @@ mod tests {
         assert_eq!(fetched, size, "each byte fetched exactly once");
         assert!(gets.iter().any(|r| r.end - r.start == 2 * MIB), "pieces grow to the part size: {gets:?}");
         assert!(gets.len() < 40, "few requests for a sequential read: {}", gets.len());
+    }
+
+    /// The window grows while reads find their bytes still on the way, and stays as it is
+    /// for a reader slower than the store: read-ahead memory follows the readers' pace,
+    /// not their number.
+    #[test]
+    fn the_window_grows_only_while_the_reader_waits_for_it() {
+        let rt = runtime();
+        let size = 64 * MIB;
+        let store = store_of(size);
+        let slow = handle(&store, size, config(), 64 * MIB);
+        for i in 0..32 {
+            rt.block_on(slow.read(i * 128 * KIB, 128 * KIB)).expect("read");
+            // The reader computes on what it read: all asked for is here before it reads on.
+            let bodies: Vec<_> = slow.state.lock().segments.values().map(|s| s.body.clone()).collect();
+            for body in bodies {
+                rt.block_on(body.slice(0..body.len())).expect("fetched");
+            }
+        }
+        assert_eq!(slow.state.lock().window, config().initial_window, "a slow reader's window stays");
+        let ahead: u64 = planned(&slow).iter().map(|r| r.end.saturating_sub(r.start.max(4 * MIB))).sum();
+        assert!(ahead <= MIN_PIECE.max(config().initial_window), "fetched ahead of the reader: {:?}", planned(&slow));
+
+        *store.chunk_pause.lock() = Duration::from_millis(1);
+        let waiting = handle(&store, size, config(), 64 * MIB);
+        for i in 0..32 {
+            rt.block_on(waiting.read(i * 128 * KIB, 128 * KIB)).expect("read");
+        }
+        assert!(waiting.state.lock().window >= 4 * config().initial_window, "a waiting reader's window grows");
     }
 
     /// A small first read at offset 0 (a header probe, a time-to-first-byte probe) fetches
