@@ -4,15 +4,15 @@
 //! more CPU and latency than the HTTP exchange itself: endpoint rules, a config bag,
 //! interceptors and deserializers run for every request (a 1-byte GET to a local MinIO
 //! took about twice curl's time). The time to first byte of a mount is that GET, so this
-//! module sends it directly: the URL built here, SigV4 headers from `aws-sigv4`, the
-//! request on the SDK's own connector (its connection pool, TLS with the mount's trust
-//! store, connect and read timeouts). Everything around one attempt stays where it was:
-//! retries, throttling and the endpoint pool are `S3Store::retrying`'s, and an answer's
-//! status and code become a [`StoreError`] in `S3Store::answer_error`, the one mapping.
+//! module sends it directly: to the base URL the SDK's endpoint rules give the bucket,
+//! resolved once at start ([`route`]), signed with `aws-sigv4`, on the SDK's own connector
+//! (its connection pool, TLS with the mount's trust store, connect and read timeouts).
+//! Everything around one attempt stays where it was: retries, throttling and the endpoint
+//! pool are `S3Store::retrying`'s, and an answer's status and code become a `StoreError`
+//! in `S3Store::answer_error`, the one mapping.
 //!
-//! Used only where the URL is known without the SDK's endpoint rules: a store given by
-//! URL (`--endpoint-url`, several of them, or `AWS_ENDPOINT_URL`). Requests to AWS's own
-//! endpoints keep the SDK.
+//! Endpoints the rules sign otherwise than with plain SigV4 for `s3` (S3 Express sessions,
+//! SigV4a access points) have no route, and their GETs keep the SDK.
 
 use std::time::{Duration, SystemTime};
 
@@ -27,6 +27,8 @@ use aws_smithy_runtime_api::client::identity::Identity;
 use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_runtime_api::client::result::ConnectorError;
 use aws_smithy_types::body::SdkBody;
+use aws_smithy_types::endpoint::Endpoint;
+use aws_smithy_types::Document;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 /// What a key keeps unencoded in a URL path: S3's unreserved characters and `/`.
@@ -54,6 +56,84 @@ pub struct Route {
     pub endpoint: Option<String>,
     pub base: String,
     pub signing_region: String,
+}
+
+/// How the SDK's endpoint rules address a GetObject of `bucket` at `endpoint` (AWS's own
+/// endpoint for `region` if `None`): the route, or `None` where they sign it otherwise than
+/// with plain SigV4 for `s3`. `endpoint_is_one_of_several`: the route answers for that URL
+/// only (see [`RangedGet::send`]).
+pub async fn route(params: aws_sdk_s3::config::endpoint::Params, endpoint_is_one_of_several: bool) -> Option<Route> {
+    use aws_sdk_s3::config::endpoint::{DefaultResolver, ResolveEndpoint};
+    let resolved = DefaultResolver::new().resolve_endpoint(&params).await.ok()?;
+    let region = params.region().unwrap_or("us-east-1");
+    Some(Route {
+        endpoint: params.endpoint().filter(|_| endpoint_is_one_of_several).map(str::to_owned),
+        base: resolved.url().to_owned(),
+        signing_region: plain_sigv4_region(&resolved, region)?,
+    })
+}
+
+/// The region a resolved endpoint is signed for, if it is signed with plain SigV4 as `s3`
+/// and asks for no headers of its own (an endpoint naming no auth scheme is: the client's
+/// region then). The rules name their schemes in `auth_schemes`, older ones in the
+/// `authSchemes` property.
+fn plain_sigv4_region(endpoint: &Endpoint, region: &str) -> Option<String> {
+    if endpoint.headers().next().is_some() {
+        return None;
+    }
+    let text = |value: Option<&Document>| match value {
+        Some(Document::String(text)) => Some(text.clone()),
+        _ => None,
+    };
+    let (name, signing_name, signing_region) = if let Some(first) = endpoint.auth_schemes().first() {
+        (Some(first.name().to_owned()), text(first.get("signingName")), text(first.get("signingRegion")))
+    } else {
+        match endpoint.properties().get("authSchemes") {
+            None => return Some(region.to_owned()),
+            Some(Document::Array(schemes)) => match schemes.first() {
+                None => return Some(region.to_owned()),
+                Some(Document::Object(first)) => {
+                    (text(first.get("name")), text(first.get("signingName")), text(first.get("signingRegion")))
+                }
+                Some(_) => return None,
+            },
+            Some(_) => return None,
+        }
+    };
+    if name.as_deref() != Some("sigv4") || signing_name.is_some_and(|name| name != "s3") {
+        return None;
+    }
+    Some(signing_region.unwrap_or_else(|| region.to_owned()))
+}
+
+/// What an S3 error answer's body says: `<Error><Code>…<Message>…<RequestId>…`.
+#[derive(Debug, Default, PartialEq)]
+pub struct ErrorBody {
+    pub code: Option<String>,
+    pub message: Option<String>,
+    pub request_id: Option<String>,
+}
+
+impl ErrorBody {
+    /// Read with the SDK's XML reader; a body that is not such XML (a proxy's page, a HEAD's
+    /// empty one) says nothing.
+    pub fn parse(body: &[u8]) -> Self {
+        use aws_smithy_xml::decode::try_data;
+        let mut fields = Self::default();
+        let Ok(text) = std::str::from_utf8(body) else { return fields };
+        let mut document = aws_smithy_xml::decode::Document::new(text);
+        let Ok(mut root) = document.root_element() else { return fields };
+        while let Some(mut element) = root.next_tag() {
+            let slot = match element.start_el().local() {
+                "Code" => &mut fields.code,
+                "Message" => &mut fields.message,
+                "RequestId" => &mut fields.request_id,
+                _ => continue,
+            };
+            *slot = try_data(&mut element).ok().map(|text| text.into_owned()).filter(|text| !text.is_empty());
+        }
+        fields
+    }
 }
 
 /// Where a store's GETs go and what they carry.
@@ -231,6 +311,63 @@ const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn params(
+        bucket: &str,
+        region: &str,
+        endpoint: Option<&str>,
+        path_style: bool,
+    ) -> aws_sdk_s3::config::endpoint::Params {
+        let mut params = aws_sdk_s3::config::endpoint::Params::builder()
+            .bucket(bucket)
+            .region(region)
+            .use_fips(false)
+            .use_dual_stack(false)
+            .force_path_style(path_style)
+            .accelerate(false);
+        if let Some(url) = endpoint {
+            params = params.endpoint(url);
+        }
+        params.build().expect("params")
+    }
+
+    fn resolve(params: aws_sdk_s3::config::endpoint::Params) -> Option<(String, String)> {
+        futures::executor::block_on(route(params, false)).map(|route| (route.base, route.signing_region))
+    }
+
+    /// Routes are what the SDK would send to: an IP endpoint keeps the bucket in the path
+    /// even without `--force-path-style` (a host name `bucket.127.0.0.1` does not resolve),
+    /// AWS's own endpoint takes it in the host, and S3 Express has no route.
+    #[test]
+    fn routes_follow_the_sdks_endpoint_rules() {
+        let ip = Some("http://127.0.0.1:9000");
+        assert_eq!(
+            resolve(params("b1", "us-east-1", ip, false)),
+            Some(("http://127.0.0.1:9000/b1".into(), "us-east-1".into()))
+        );
+        assert_eq!(
+            resolve(params("bucket", "us-east-1", Some("https://s3.example"), true)),
+            Some(("https://s3.example/bucket".into(), "us-east-1".into()))
+        );
+        assert_eq!(
+            resolve(params("bucket", "eu-west-1", None, false)),
+            Some(("https://bucket.s3.eu-west-1.amazonaws.com".into(), "eu-west-1".into()))
+        );
+        assert_eq!(resolve(params("b--use1-az4--x-s3", "us-east-1", None, false)), None, "S3 Express");
+    }
+
+    #[test]
+    fn error_bodies_give_their_code_message_and_request_id() {
+        let body = b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>PreconditionFailed</Code>\
+            <Message>At least one of the pre-conditions &amp; more</Message><Key>k</Key>\
+            <RequestId>18A</RequestId></Error>";
+        let parsed = ErrorBody::parse(body);
+        assert_eq!(parsed.code.as_deref(), Some("PreconditionFailed"));
+        assert_eq!(parsed.message.as_deref(), Some("At least one of the pre-conditions & more"));
+        assert_eq!(parsed.request_id.as_deref(), Some("18A"));
+        assert_eq!(ErrorBody::parse(b""), ErrorBody::default());
+        assert_eq!(ErrorBody::parse(b"<html>bad gateway</html>"), ErrorBody::default());
+    }
 
     #[test]
     fn urls_encode_the_key_once_and_keep_its_slashes() {

@@ -23,13 +23,10 @@ use aws_sdk_s3::types::{
     CompletedMultipartUpload, CompletedPart, Delete, EncodingType, MetadataDirective, ObjectIdentifier,
 };
 use aws_sdk_s3::Client;
-use bytes::Bytes;
-use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-
 use aws_smithy_runtime_api::client::http::HttpConnectorSettings;
 use aws_smithy_runtime_api::client::result::ConnectorError;
-
-use aws_sdk_s3::config::endpoint::{DefaultResolver, ResolveEndpoint};
+use bytes::Bytes;
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::endpoints::{EndpointReport, Endpoints, PoolResolver};
 use super::listing_metadata::{self, ListingInterceptor};
@@ -231,6 +228,7 @@ impl S3Store {
             [_, _, ..] => config.endpoint_urls.iter().map(|url| Some(url.as_str())).collect(),
             _ => vec![shared.endpoint_url()],
         };
+        let several = urls.len() > 1;
         let mut routes = Vec::new();
         for url in urls {
             let mut params = aws_sdk_s3::config::endpoint::Params::builder()
@@ -243,14 +241,7 @@ impl S3Store {
             if let Some(url) = url {
                 params = params.endpoint(url);
             }
-            let params = params.build().ok()?;
-            let resolved = DefaultResolver::new().resolve_endpoint(&params).await.ok()?;
-            let signing_region = plain_sigv4_region(&resolved, &region)?;
-            routes.push(ranged_get::Route {
-                endpoint: url.filter(|_| config.endpoint_urls.len() > 1).map(str::to_owned),
-                base: resolved.url().to_owned(),
-                signing_region,
-            });
+            routes.push(ranged_get::route(params.build().ok()?, several).await?);
         }
         for route in &routes {
             tracing::debug!(base = %route.base, region = %route.signing_region, "reads' GETs sent without the SDK");
@@ -420,34 +411,8 @@ fn refused_long_name(key: &str, status: u16, no_code: bool, from_minio: bool) ->
         }
 }
 
-/// The region a resolved endpoint is signed for, if it is signed with plain SigV4 as `s3`
-/// (an endpoint naming no auth scheme is: the client's region then).
-fn plain_sigv4_region(endpoint: &aws_smithy_types::endpoint::Endpoint, region: &str) -> Option<String> {
-    use aws_smithy_types::Document;
-    let Some(schemes) = endpoint.properties().get("authSchemes") else { return Some(region.to_owned()) };
-    let Document::Array(schemes) = schemes else { return None };
-    let Some(Document::Object(first)) = schemes.first() else { return Some(region.to_owned()) };
-    let text = |name: &str| match first.get(name) {
-        Some(Document::String(text)) => Some(text.as_str()),
-        _ => None,
-    };
-    if text("name") != Some("sigv4") || text("signingName").is_some_and(|name| name != "s3") {
-        return None;
-    }
-    Some(text("signingRegion").unwrap_or(region).to_owned())
-}
-
 /// The most of an error answer's body read for its code and message.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
-
-/// The text of the first `<name>` element of an S3 error answer (flat XML, no entities in
-/// the fields read), if any.
-fn xml_element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
-    let open = format!("<{name}>");
-    let start = xml.find(&open)? + open.len();
-    let len = xml[start..].find(&format!("</{name}>"))?;
-    Some(&xml[start..start + len]).filter(|text| !text.is_empty())
-}
 
 /// The error codes of answers asking the client to slow down, whatever their HTTP status
 /// (AWS services' throttling codes, and MinIO's `TooManyRequests`).
@@ -816,23 +781,22 @@ impl S3Store {
         if matches!(answer.status, 200 | 206) {
             return Ok((answer.etag, answer.body));
         }
-        let (status, request_id, from_minio) = (answer.status, answer.request_id.clone(), answer.from_minio);
+        let status = answer.status;
         let mut stream = answer.body;
-        let mut text = Vec::new();
-        while text.len() < ERROR_BODY_LIMIT {
+        let mut body = Vec::new();
+        while body.len() < ERROR_BODY_LIMIT {
             match self.next_chunk(&mut stream, key).await {
-                Ok(Some(chunk)) => text.extend_from_slice(&chunk),
+                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
                 _ => break,
             }
         }
-        let text = String::from_utf8_lossy(&text);
-        let code = xml_element(&text, "Code");
-        if refused_long_name(key, status, code.is_none(), from_minio) {
+        let error = ranged_get::ErrorBody::parse(&body);
+        if refused_long_name(key, status, error.code.is_none(), answer.from_minio) {
             return Err(StoreError::KeyTooLong);
         }
-        let request_id = xml_element(&text, "RequestId").map(str::to_owned).or(request_id);
-        Err(self
-            .answer_error(code, Some(status), xml_element(&text, "Message"), request_id, || format!("HTTP {status}")))
+        let request_id = error.request_id.or(answer.request_id);
+        let describe = || format!("HTTP {status}");
+        Err(self.answer_error(error.code.as_deref(), Some(status), error.message.as_deref(), request_id, describe))
     }
 
     async fn put_once(

@@ -438,8 +438,8 @@ impl ReadHandle {
     fn evict(&self, state: &mut State, wanted: &Range<u64>) {
         // Bytes behind the reader serve short seeks back (the page cache serves the rest);
         // they are worth keeping only while memory is free, and then only a window's
-        // first size: a part behind each reader made memory grow with the readers until the
-        // budget was spent (256 readers of 16 MiB files: 2.4 GiB, mostly behind them).
+        // first size: a part behind each of many readers is a part each that read-ahead
+        // cannot use (100 readers kept ~8 MiB each behind them).
         // A backward strided scan's next runs are behind it too (see `prefetch_strides`).
         let strides_behind = match state.stride {
             Stride { step, repeats: 1.., .. } if step < 0 => step.unsigned_abs() * (STRIDES_AHEAD + 1),
@@ -678,6 +678,40 @@ mod tests {
             rt.block_on(waiting.read(i * 128 * KIB, 128 * KIB)).expect("read");
         }
         assert!(waiting.state.lock().window >= 4 * config().initial_window, "a waiting reader's window grows");
+    }
+
+    /// What makes a window grow, segment by segment: bytes never asked for, or asked for
+    /// and being sent; not bytes already here, nor bytes whose GET has no answer yet (queued
+    /// behind the request window: more read-ahead would only queue more).
+    #[test]
+    fn a_window_grows_for_bytes_on_their_way_not_for_queued_ones() {
+        let rt = runtime();
+        let segment = |range: Range<u64>, answered: bool, received: u64| {
+            let body = RangeBody::new(range.end - range.start, None);
+            if answered {
+                body.pin_etag(Some("\"e\""));
+            }
+            body.append(&vec![0; received as usize]);
+            let memory = Arc::new(MemoryLimiter::new(u64::MAX).reserve(0));
+            let abort = rt.spawn(async {}).abort_handle();
+            (
+                range.start,
+                Segment { range, generation: 0, body: Arc::new(body), abort, read_from: false, _memory: memory },
+            )
+        };
+        let segments: BTreeMap<u64, Segment> = [
+            segment(0..MIB, true, MIB),          // here
+            segment(MIB..2 * MIB, true, 0),      // answered, on its way
+            segment(2 * MIB..3 * MIB, false, 0), // queued: no answer yet
+        ]
+        .into_iter()
+        .collect();
+        let outran = |wanted: Range<u64>| ReadHandle::outran_the_window(&segments, &wanted);
+        assert!(!outran(0..128 * KIB), "bytes here");
+        assert!(outran(MIB..MIB + 128 * KIB), "bytes being sent");
+        assert!(outran(MIB - 64 * KIB..MIB + 64 * KIB), "partly here, partly being sent");
+        assert!(!outran(2 * MIB..2 * MIB + 128 * KIB), "bytes queued");
+        assert!(outran(3 * MIB..3 * MIB + 128 * KIB), "bytes never asked for");
     }
 
     /// A small first read at offset 0 (a header probe, a time-to-first-byte probe) fetches
