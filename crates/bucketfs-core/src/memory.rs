@@ -13,11 +13,20 @@
 //! held by buffers that only the programs' own writes or closes can free (one program
 //! filling many files in turn), so waiting could last forever: the writer spills its
 //! buffer to disk instead (`write::part_buffer`), or overdraws where it cannot.
+//!
+//! Read-ahead windows share a pool ([`READ_AHEAD_POOL`], at most a quarter of the budget)
+//! among the files being read sequentially at the time ([`MemoryLimiter::read_ahead_share`]):
+//! one reader may read far ahead, 256 readers each a little. More read-ahead than that
+//! buys no speed (the readers together already keep the store and the CPUs busy) and
+//! only holds memory.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::Notify;
+
+/// The read-ahead all sequential readers share (see the module doc).
+pub const READ_AHEAD_POOL: u64 = 256 << 20;
 
 #[derive(Debug)]
 pub struct MemoryLimiter {
@@ -27,6 +36,20 @@ pub struct MemoryLimiter {
     in_flight: AtomicU64,
     /// Woken whenever memory is given back.
     released: Notify,
+    /// Files being read sequentially now ([`SequentialReader`]s alive).
+    sequential_readers: AtomicU64,
+}
+
+/// One file read sequentially, counted in [`MemoryLimiter::read_ahead_share`] while alive.
+#[derive(Debug)]
+pub struct SequentialReader {
+    limiter: Arc<MemoryLimiter>,
+}
+
+impl Drop for SequentialReader {
+    fn drop(&mut self) {
+        self.limiter.sequential_readers.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Bytes reserved from the budget, given back on drop.
@@ -38,7 +61,25 @@ pub struct Reservation {
 
 impl MemoryLimiter {
     pub fn new(limit: u64) -> Arc<Self> {
-        Arc::new(Self { limit, used: AtomicU64::new(0), in_flight: AtomicU64::new(0), released: Notify::new() })
+        Arc::new(Self {
+            limit,
+            used: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            released: Notify::new(),
+            sequential_readers: AtomicU64::new(0),
+        })
+    }
+
+    /// Counts a file read sequentially until the returned guard is dropped.
+    pub fn reading_sequentially(self: &Arc<Self>) -> SequentialReader {
+        self.sequential_readers.fetch_add(1, Ordering::AcqRel);
+        SequentialReader { limiter: self.clone() }
+    }
+
+    /// How far each file read sequentially may read ahead now: its share of the pool.
+    pub fn read_ahead_share(&self) -> u64 {
+        let pool = READ_AHEAD_POOL.min(self.limit / 4);
+        pool / self.sequential_readers.load(Ordering::Acquire).max(1)
     }
 
     pub fn used(&self) -> u64 {
@@ -158,6 +199,17 @@ impl Drop for InFlight {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sequential_readers_share_the_read_ahead_pool() {
+        let limiter = MemoryLimiter::new(4 << 30);
+        assert_eq!(limiter.read_ahead_share(), READ_AHEAD_POOL);
+        let readers: Vec<_> = (0..64).map(|_| limiter.reading_sequentially()).collect();
+        assert_eq!(limiter.read_ahead_share(), READ_AHEAD_POOL / 64);
+        drop(readers);
+        assert_eq!(limiter.read_ahead_share(), READ_AHEAD_POOL, "a closed reader's share comes back");
+        assert_eq!(MemoryLimiter::new(64 << 20).read_ahead_share(), 16 << 20, "a quarter of a small budget");
+    }
 
     #[test]
     fn try_reserve_refuses_past_the_limit_and_drop_gives_back() {

@@ -295,6 +295,10 @@ impl ObjectStore for MemoryStore {
         // In pieces, as a network delivers a body, so readers of a part see it first.
         let (pause, chunk_pause) = (*self.body_pause.lock(), *self.chunk_pause.lock());
         for (piece, at) in (range.start..range.end).step_by(BODY_CHUNK).enumerate() {
+            body.room().await; // a paced body: as its reader allows
+            if !body.has_room() {
+                return Ok(()); // abandoned
+            }
             if !body.append(&stored.data[at as usize..(at + BODY_CHUNK as u64).min(range.end) as usize]) {
                 return Err(StoreError::Other {
                     message: format!("reading {key}: the body took no more"),

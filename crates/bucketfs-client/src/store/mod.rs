@@ -351,7 +351,8 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// from the version `body.etag()` (`Changed` if the object is no longer that version;
     /// with no ETag, the first answer's version is pinned). The caller calls
     /// [`RangeBody::finish`] once the body is whole. A sink that stops taking bytes
-    /// ([`BodySink::append`] returns `false`) ends the GET with an error.
+    /// ([`BodySink::append`] returns `false`) ends the GET with an error. A paced body
+    /// is filled as its reader allows; an abandoned one may be left short, with `Ok`.
     async fn get_range_into(&self, key: &str, origin: u64, body: &dyn BodySink, until: u64) -> Result<(), StoreError>;
 
     /// `PutObject`, where `condition` holds at the moment of the write. Returns the new

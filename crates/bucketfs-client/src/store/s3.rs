@@ -91,6 +91,9 @@ impl std::fmt::Debug for StaticCredentials {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a response body may receive nothing (the SDK's default grace period).
 const BODY_STALL: Duration = Duration::from_secs(5);
+/// How long a paced GET's answer is kept unread for its reader to want more, before its
+/// connection is closed (a store's own idle timeouts on a stalled send are longer).
+const PAUSE_KEEPS_ANSWER: Duration = Duration::from_secs(5);
 /// Retries are ours, not the SDK's (whose standard mode gives up after 3 attempts, about
 /// 2 s against a refused connection, and draws on a shared retry quota): a transient
 /// failure is retried with exponential backoff and jitter, from `FIRST_BACKOFF` doubling
@@ -678,11 +681,19 @@ impl S3Store {
     /// One attempt at the rest of `body`: from what earlier attempts received on, so
     /// that a link which drops connections after some megabytes still brings the range
     /// closer with every attempt. Later attempts ask for the version the first answer
-    /// came from (`If-Match`), so a range is never spliced from two versions.
-    async fn get_range_once(&self, key: &str, origin: u64, body: &dyn BodySink, until: u64) -> Result<(), StoreError> {
+    /// came from (`If-Match`), so a range is never spliced from two versions. A paced
+    /// body that has what its reader allowed pauses the GET: its answer is handed back
+    /// unread (see [`Self::take_body`]).
+    async fn get_range_once(
+        &self,
+        key: &str,
+        origin: u64,
+        body: &dyn BodySink,
+        until: u64,
+    ) -> Result<Option<ByteStream>, StoreError> {
         let received = body.received();
         if received >= until {
-            return Ok(());
+            return Ok(None);
         }
         let if_match = body.etag();
         if if_match.is_none() && received > 0 {
@@ -695,7 +706,7 @@ impl S3Store {
         }
         let (start, end) = (origin + received, origin + until);
         tracing::debug!(bucket = %self.bucket, key, start, len = end - start, "s3 GET");
-        let (etag, mut stream) = match &self.ranged_get {
+        let (etag, stream) = match &self.ranged_get {
             Some(ranged) => {
                 self.send_ranged_get(ranged, key, start..end, if_match.as_deref(), body.version_id()).await?
             }
@@ -715,7 +726,25 @@ impl S3Store {
             }
         };
         body.pin_etag(etag.as_deref());
-        while let Some(chunk) = self.next_chunk(&mut stream, key).await? {
+        self.take_body(stream, key, origin, body, until).await
+    }
+
+    /// Takes a GET's answer into `body` up to `until`: `None` once all of it is there,
+    /// or the answer unread past what the paced body allowed so far.
+    async fn take_body(
+        &self,
+        mut stream: ByteStream,
+        key: &str,
+        origin: u64,
+        body: &dyn BodySink,
+        until: u64,
+    ) -> Result<Option<ByteStream>, StoreError> {
+        let (start, end) = (origin + body.received(), origin + until);
+        loop {
+            if body.received() < until && !body.has_room() {
+                return Ok(Some(stream));
+            }
+            let Some(chunk) = self.next_chunk(&mut stream, key).await? else { break };
             let room = (until - body.received()) as usize;
             if chunk.len() > room {
                 body.append(&chunk[..room]);
@@ -736,10 +765,10 @@ impl S3Store {
         if got != until {
             return Err(StoreError::Interrupted(format!(
                 "short read of {key} bytes {start}..{end}: got {} bytes",
-                got - received
+                got - (start - origin)
             )));
         }
-        Ok(())
+        Ok(None)
     }
 
     /// The next bytes of a body; a body that receives nothing for `body_stall` is cut
@@ -1295,8 +1324,40 @@ impl ObjectStore for S3Store {
         self.retrying("GET", key, || self.head_with_body_once(key, limit)).await
     }
 
+    /// A paced body's GET pauses when the body has what its reader allowed: its
+    /// connection stays open (TCP holds the store back) while the reader catches up
+    /// within [`PAUSE_KEEPS_ANSWER`], out of the request window (a paused GET sends
+    /// nothing), then is let go, and the next bytes come from a new GET when the reader
+    /// wants them. A continued answer that breaks is resumed by a new GET. An abandoned
+    /// body ends the GET where it is, short of `until`.
     async fn get_range_into(&self, key: &str, origin: u64, body: &dyn BodySink, until: u64) -> Result<(), StoreError> {
-        self.retrying("GET", key, || self.get_range_once(key, origin, body, until)).await
+        loop {
+            body.room().await;
+            if !body.has_room() {
+                return Ok(()); // abandoned: the caller finds the rest missing
+            }
+            let mut paused = self.retrying("GET", key, || self.get_range_once(key, origin, body, until)).await?;
+            while let Some(stream) = paused.take() {
+                if tokio::time::timeout(PAUSE_KEEPS_ANSWER, body.room()).await.is_err() {
+                    tracing::debug!(bucket = %self.bucket, key, "paced GET let go: its reader went quiet");
+                    break; // the connection is closed
+                }
+                if !body.has_room() {
+                    return Ok(()); // abandoned
+                }
+                match self.take_body(stream, key, origin, body, until).await {
+                    Ok(still_paused) => paused = still_paused,
+                    Err(error) if error.is_transient() => {
+                        tracing::debug!(bucket = %self.bucket, key, "paced GET resumed by a new one: {error}");
+                        break;
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
+            if body.received() >= until {
+                return Ok(());
+            }
+        }
     }
 
     async fn put(

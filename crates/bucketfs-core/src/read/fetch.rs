@@ -71,15 +71,21 @@ impl CacheLink {
 /// there is one and it has them, else from the store (one GET per run of missing
 /// blocks). The blocks fetched are then stored in the cache, and those from the store in
 /// the shared cache, after the body is finished, so no reader waits on either.
-pub async fn fill(
+///
+/// `memory` is the fill's share of the body's reservation: given back before the readers
+/// get their last bytes when nothing is left to do, else once the blocks are stored.
+pub async fn fill<M>(
     store: Arc<dyn ObjectStore>,
     key: &str,
     origin: u64,
     body: &RangeBody,
     cache: Option<&Arc<CacheLink>>,
+    memory: M,
 ) {
     let Some(link) = cache else {
-        body.finish(store.get_range_into(key, origin, body, body.len()).await);
+        let result = store.get_range_into(key, origin, body, body.len()).await;
+        drop(memory);
+        body.finish(result);
         return;
     };
     let mut fetched = Fetched::default();
@@ -94,6 +100,7 @@ pub async fn fill(
         fetched.from_store.extend(fetched.from_shared);
         store_fetched_blocks(link, origin, body, &fetched.from_store, to_share, storing).await;
     }
+    drop(memory);
 }
 
 /// The ranges (object offsets) a fill did not find in the local cache, by where they
@@ -144,6 +151,9 @@ async fn fill_from_caches_and_store(
             continue;
         }
         store.get_range_into(key, origin, body, until - origin).await?;
+        if origin + body.received() < until {
+            return Err(StoreError::Interrupted("the reader abandoned the read-ahead".into()));
+        }
         fetched.from_store.push(at..until);
     }
     Ok(())
