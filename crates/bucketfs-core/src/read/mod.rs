@@ -232,12 +232,16 @@ impl ReadHandle {
             let mut pieces = Vec::with_capacity(parts.len());
             for (range, body_start, generation, body) in parts {
                 let within = offset.max(range.start) - body_start..end.min(range.end) - body_start;
+                let from = within.start;
                 match body.slice(within).await {
                     Ok(bytes) => pieces.push(bytes),
                     Err(error) => {
                         self.forget_failed(range.start);
                         if generation != self.state.lock().generation && attempts < 3 {
                             continue 'attempt; // fetched from where the object was before a rename
+                        }
+                        if body.released() > from && attempts < 3 {
+                            continue 'attempt; // another read, further on, gave those bytes back
                         }
                         if matches!(error, StoreError::Changed) {
                             tracing::warn!(key = %self.object.read().0, "object changed while open; failing the read");
@@ -346,7 +350,7 @@ impl ReadHandle {
         if !near && state.stride.repeats >= 1 {
             self.prefetch_strides(&mut state, wanted.start);
         }
-        self.evict(&mut state, &wanted);
+        self.evict(&mut state, &wanted, near);
 
         state
             .segments
@@ -510,7 +514,7 @@ impl ReadHandle {
     /// Drops what is well behind the reader (anything behind it once the memory budget is
     /// spent), then, while the handle holds more than twice its maximum window, whatever
     /// is farthest from the current read.
-    fn evict(&self, state: &mut State, wanted: &Range<u64>) {
+    fn evict(&self, state: &mut State, wanted: &Range<u64>, near: bool) {
         // Bytes behind the reader serve short seeks back (the page cache serves the rest);
         // they are worth keeping only while memory is free, and then only a window's
         // first size: a part behind each of many readers is a part each that read-ahead
@@ -523,7 +527,9 @@ impl ReadHandle {
         let keep_behind = if self.memory.is_spent() { 0 } else { self.config.initial_window.max(strides_behind) };
         let behind = wanted.start.saturating_sub(keep_behind);
         state.segments.retain(|_, s| s.range.end > behind);
-        self.release_behind(state, behind);
+        if near {
+            self.release_behind(state, behind); // not what another stream of reads is in
+        }
         let budget = 2 * self.config.max_window;
         let mut held: u64 = state.segments.values().map(Segment::held).sum();
         while held > budget {
@@ -803,6 +809,26 @@ mod tests {
 
     fn bodies_held(reader: &ReadHandle) -> u64 {
         reader.state.lock().segments.values().map(|s| s.body.received() - s.body.released()).sum()
+    }
+
+    /// Bytes given back behind the reader are read again, right, by a later read of them
+    /// (a seek back, or a read that planned before another read released them).
+    #[test]
+    fn bytes_given_back_are_fetched_again_when_read() {
+        let rt = runtime();
+        let size = 8 * MIB;
+        let store = store_of(size);
+        let reader = handle(&store, size, config(), 64 * MIB);
+        let bytes = data(size as usize);
+        for offset in (0..4 * MIB + 256 * KIB).step_by(128 * KIB as usize) {
+            rt.block_on(reader.read(offset, 128 * KIB)).expect("read");
+        }
+        reader.state.lock().window = 8 * MIB; // later reads count as the same run
+        rt.block_on(reader.read(5 * MIB + 512 * KIB, 128 * KIB)).expect("read on");
+        let released = reader.state.lock().segments.values().any(|s| s.range.start > s.body_start);
+        assert!(released, "the segment being read gave back what is behind the reader");
+        let again = rt.block_on(reader.read(4 * MIB + 64 * KIB, 128 * KIB)).expect("read back");
+        assert_eq!(&again[..], &bytes[(4 * MIB + 64 * KIB) as usize..(4 * MIB + 192 * KIB) as usize]);
     }
 
     /// A reader slower than the store costs one GET per part, not one per window, and
