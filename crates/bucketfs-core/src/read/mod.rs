@@ -308,12 +308,8 @@ impl ReadHandle {
             // read-ahead reads it page by page) is filled up to the next piece: one GET,
             // not one per page. A read at the frontier is fetched as asked (read-ahead
             // follows it), which keeps a first read fast.
-            let gap = if sequential && gap.start < frontier_before {
-                let next_segment = state.segments.range(gap.end..).next().map_or(self.size, |(&s, _)| s);
-                gap.start..gap.end.div_ceil(piece).saturating_mul(piece).min(next_segment).min(self.size)
-            } else {
-                gap
-            };
+            let gap =
+                if sequential && gap.start < frontier_before { self.to_whole_piece(&state, gap, piece) } else { gap };
             for range in split(gap, piece) {
                 let memory = self.memory.reserve(range.end - range.start);
                 self.start_fetch(&mut state, range, memory, None);
@@ -330,13 +326,7 @@ impl ReadHandle {
             'prefetch: for gap in gaps(&state.segments, ahead.clone()) {
                 // The window slides a little with every read; fetching just that sliver
                 // would mean many tiny GETs, so the trailing gap is fetched in whole pieces.
-                let gap = if gap.end == ahead.end {
-                    let next_segment = state.segments.range(gap.end..).next().map_or(self.size, |(&s, _)| s);
-                    let whole = gap.end.div_ceil(long).saturating_mul(long);
-                    gap.start..whole.min(next_segment).min(self.size)
-                } else {
-                    gap
-                };
+                let gap = if gap.end == ahead.end { self.to_whole_piece(&state, gap, long) } else { gap };
                 for range in split(gap, long) {
                     let allowed = ahead.end.min(range.end) - range.start;
                     let Some(memory) = self.memory.try_reserve(allowed) else {
@@ -365,6 +355,13 @@ impl ReadHandle {
             .into_iter()
             .rev()
             .collect()
+    }
+
+    /// `gap` reaching on to the next multiple of `piece`, as far as the next segment and the
+    /// object's end allow.
+    fn to_whole_piece(&self, state: &State, gap: Range<u64>, piece: u64) -> Range<u64> {
+        let next_segment = state.segments.range(gap.end..).next().map_or(self.size, |(&start, _)| start);
+        gap.start..gap.end.div_ceil(piece).saturating_mul(piece).min(next_segment).min(self.size)
     }
 
     /// Lets the paced GETs of the segments under `wanted` take its bytes, whatever the
@@ -790,10 +787,7 @@ mod tests {
         for i in 0..32 {
             rt.block_on(slow.read(i * 128 * KIB, 128 * KIB)).expect("read");
             // The reader computes on what it read: all asked for is here before it reads on.
-            let bodies: Vec<_> = slow.state.lock().segments.values().map(|s| s.body.clone()).collect();
-            for body in bodies {
-                rt.block_on(body.slice(body.released()..body.allowed())).expect("fetched");
-            }
+            wait_for_what_was_allowed(&rt, &slow);
         }
         assert_eq!(slow.state.lock().window, config().initial_window, "a slow reader's window stays");
         let ahead: u64 = planned(&slow).iter().map(|r| r.end.saturating_sub(r.start.max(4 * MIB))).sum();
@@ -805,6 +799,14 @@ mod tests {
             rt.block_on(waiting.read(i * 128 * KIB, 128 * KIB)).expect("read");
         }
         assert!(waiting.state.lock().window >= 4 * config().initial_window, "a waiting reader's window grows");
+    }
+
+    /// Waits until every segment of `reader` holds all its GET was allowed to take.
+    fn wait_for_what_was_allowed(rt: &tokio::runtime::Runtime, reader: &ReadHandle) {
+        let bodies: Vec<_> = reader.state.lock().segments.values().map(|s| s.body.clone()).collect();
+        for body in bodies {
+            rt.block_on(body.slice(body.released()..body.allowed())).expect("fetched");
+        }
     }
 
     fn bodies_held(reader: &ReadHandle) -> u64 {
@@ -825,6 +827,9 @@ mod tests {
         }
         reader.state.lock().window = 8 * MIB; // later reads count as the same run
         rt.block_on(reader.read(5 * MIB + 512 * KIB, 128 * KIB)).expect("read on");
+        // Only bytes that have arrived are given back: let them, then read on once more.
+        wait_for_what_was_allowed(&rt, &reader);
+        rt.block_on(reader.read(5 * MIB + 640 * KIB, 128 * KIB)).expect("read on");
         let released = reader.state.lock().segments.values().any(|s| s.range.start > s.body_start);
         assert!(released, "the segment being read gave back what is behind the reader");
         let again = rt.block_on(reader.read(4 * MIB + 64 * KIB, 128 * KIB)).expect("read back");
@@ -847,10 +852,7 @@ mod tests {
             let got = rt.block_on(reader.read(offset, 128 * KIB)).expect("read");
             assert_eq!(&got[..], &bytes[offset as usize..(offset + 128 * KIB) as usize]);
             // The reader computes on what it read: what its GETs may take is here first.
-            let bodies: Vec<_> = reader.state.lock().segments.values().map(|s| s.body.clone()).collect();
-            for body in bodies {
-                rt.block_on(body.slice(body.released()..body.allowed())).expect("fetched");
-            }
+            wait_for_what_was_allowed(&rt, &reader);
             // Bytes in memory, not only those reserved: what arrived and was not given back.
             let arrived: u64 = bodies_held(&reader);
             most_held = most_held.max(arrived).max(reader.memory.used());
