@@ -5,18 +5,24 @@
 //! there than handed to a blocking thread and back: that costs two thread wake-ups per
 //! close, more than the sync itself on this kind of machine (`close` of a small file
 //! under `--write-back`: 400 µs against 470). So that a slow disk cannot hold up every
-//! request, at most [`MOST_WAITING`] FUSE threads wait at once; others hand the work
+//! request, at most half the FUSE threads wait at once; others hand the work
 //! off as before. The network is never waited for here: only work that names the disk
 //! asks [`may_wait_here`].
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// FUSE worker threads that may wait for the disk at once: half of the mount's four,
-/// so that the other half keeps answering.
-const MOST_WAITING: usize = 2;
+/// FUSE worker threads that may wait for the disk at once: half of the mount's readers
+/// (see [`set_request_threads`]), so that the other half keeps answering.
+static MOST_WAITING: AtomicUsize = AtomicUsize::new(2);
 
 static WAITING: AtomicUsize = AtomicUsize::new(0);
+
+/// The mount reads requests on `threads` threads: half of them (at least one) may wait
+/// for the disk at once.
+pub fn set_request_threads(threads: usize) {
+    MOST_WAITING.store((threads / 2).max(1), Ordering::Relaxed);
+}
 
 thread_local! {
     static ON_REQUEST_THREAD: Cell<bool> = const { Cell::new(false) };
@@ -42,7 +48,9 @@ pub fn may_wait_here() -> Option<Waiting> {
         return None;
     }
     WAITING
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |waiting| (waiting < MOST_WAITING).then_some(waiting + 1))
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |waiting| {
+            (waiting < MOST_WAITING.load(Ordering::Relaxed)).then_some(waiting + 1)
+        })
         .ok()
         .map(|_| Waiting)
 }

@@ -312,14 +312,31 @@ fn turning_the_switch_off_leaves_a_mounted_ring_serving() {
     assert!(value(&scrape(&metrics), RING_REQUESTS) - before >= 200.0, "still over the ring");
 }
 
-/// Over io_uring, a walk that only wants names (`find -name`) gets its files as names
-/// only from its second directory on, with every name found; a walk that stats what it
-/// lists (`find -printf %s`) is told by its first LOOKUP of such a name and gets whole
+/// Over either transport, a walk that only wants names (`find -name`) gets its files as
+/// names only from its second directory on, with every name found; a walk that stats what
+/// it lists (`find -printf %s`) is told by its first LOOKUP of such a name and gets whole
 /// entries after it, with the right sizes; a name given alone keeps its inode number.
 #[test]
 fn a_walk_that_does_not_stat_gets_names_only_and_one_that_does_gets_whole_entries() {
     let _switch = kernel_switch("Y");
-    let bucket = create_bucket("ring-names-only");
+    names_only_walks("uring");
+}
+
+#[test]
+fn a_walk_that_does_not_stat_gets_names_only_on_dev_fuse_too() {
+    names_only_walks("dev-fuse");
+}
+
+/// Waits until the mount's requests go over the ring, if that is the transport asked for.
+fn wait_for_transport(m: &Mount, transport: &str) {
+    if transport == "uring" {
+        let on_the_ring = || m.log_text().contains("FUSE requests go over io_uring");
+        assert!(wait_until(Duration::from_secs(10), on_the_ring), "{}", m.log_text());
+    }
+}
+
+fn names_only_walks(transport: &str) {
+    let bucket = create_bucket("names-only");
     let (dirs, files) = (20, 10);
     let mut objects = Vec::new();
     for tree in ["names", "sizes", "inodes"] {
@@ -331,9 +348,8 @@ fn a_walk_that_does_not_stat_gets_names_only_and_one_that_does_gets_whole_entrie
     }
     put_many(&bucket, objects, 16);
     let metrics = format!("127.0.0.1:{}", free_port());
-    let m = mount_with(&bucket, "uring", &metrics, &[]);
-    let on_the_ring = || m.log_text().contains("FUSE requests go over io_uring");
-    assert!(wait_until(Duration::from_secs(10), on_the_ring), "{}", m.log_text());
+    let m = mount_with(&bucket, transport, &metrics, &[]);
+    wait_for_transport(&m, transport);
     let find = |args: &[&str]| {
         let out = std::process::Command::new("find").args(args).output().expect("run find");
         assert!(out.status.success(), "find {args:?}: {}", String::from_utf8_lossy(&out.stderr));
@@ -395,7 +411,7 @@ fn a_walk_that_does_not_stat_gets_names_only_and_one_that_does_gets_whole_entrie
     drop(m);
 
     let metrics = format!("127.0.0.1:{}", free_port());
-    let m = mount_with(&bucket, "uring", &metrics, &["--whole-listings"]);
+    let m = mount_with(&bucket, transport, &metrics, &["--whole-listings"]);
     let out = std::process::Command::new("find").arg(m.join("names")).args(["-name", "*.txt"]).output().expect("find");
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), dirs * files);
     assert_eq!(value(&scrape(&metrics), NAMES_ONLY), 0.0, "--whole-listings: every entry whole");
@@ -408,7 +424,16 @@ fn a_walk_that_does_not_stat_gets_names_only_and_one_that_does_gets_whole_entrie
 #[test]
 fn a_stat_walk_after_a_names_walk_of_an_indexed_tree_is_not_left_names_only() {
     let _switch = kernel_switch("Y");
-    let bucket = create_bucket("ring-names-kept");
+    names_walk_then_stat_walk("uring");
+}
+
+#[test]
+fn a_stat_walk_after_a_names_walk_of_an_indexed_tree_is_not_left_names_only_on_dev_fuse() {
+    names_walk_then_stat_walk("dev-fuse");
+}
+
+fn names_walk_then_stat_walk(transport: &str) {
+    let bucket = create_bucket("names-kept");
     let (dirs, files) = (20, 10);
     let objects = (0..dirs)
         .flat_map(|d| (0..files).map(move |f| (format!("tree/d{d:02}/f{f}.txt"), vec![b'x'; d * files + f])))
@@ -417,8 +442,13 @@ fn a_stat_walk_after_a_names_walk_of_an_indexed_tree_is_not_left_names_only() {
     let cache = tempfile::tempdir().expect("cache dir");
     let metrics = format!("127.0.0.1:{}", free_port());
     let cache_arg = cache.path().to_str().expect("utf-8").to_owned();
-    let m =
-        mount_with(&bucket, "uring", &metrics, &["--index", "--index-attributes-rate", "0", "--cache-dir", &cache_arg]);
+    let m = mount_with(
+        &bucket,
+        transport,
+        &metrics,
+        &["--index", "--index-attributes-rate", "0", "--cache-dir", &cache_arg],
+    );
+    wait_for_transport(&m, transport);
     let refreshed = std::process::Command::new(bucketfs_bin()).arg("refresh").arg(m.path()).output().expect("refresh");
     assert!(refreshed.status.success(), "{}", String::from_utf8_lossy(&refreshed.stderr));
     let tree = m.join("tree").display().to_string();

@@ -20,7 +20,7 @@ use sd_notify::NotifyState;
 use super::logging::LogDestination;
 use super::source::{check_layout, SourceSpec};
 use super::status::MountState;
-use crate::fuse::{ring, DevFuse, FuseAdapter};
+use crate::fuse::{dev_fuse, ring, DevFuse, FuseAdapter};
 use crate::mount_args::{store_config, FuseTransportArg, MountArgs};
 use crate::mounts::attributes;
 use crate::mounts::{is_mount_point, mount_device};
@@ -41,7 +41,6 @@ use bucketfs_core::write::write_back::WriteBackLog;
 
 /// Set in the environment of the daemon child: write "ready" to stdout once mounted.
 const READY_ENV: &str = "BUCKETFS_NOTIFY_READY";
-const FUSE_THREADS: usize = 4;
 /// How long an exiting daemon waits for blocks on their way to the data cache.
 const CACHE_WRITES_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -190,13 +189,12 @@ pub fn run(mut args: MountArgs) -> Result<()> {
         config.mount_options.push(MountOption::NoExec);
     }
     config.acl = if args.allow_other { SessionACL::All } else { SessionACL::Owner };
-    config.n_threads = Some(FUSE_THREADS);
-    config.clone_fd = true;
     let adapter = Arc::new(adapter);
+    // Mounts and answers INIT; requests after it are read by `dev_fuse::serve` below.
     let mut session = fuser::Session::new(DevFuse(adapter.clone()), &mountpoint, &config)
         .with_context(|| format!("cannot mount on {}", mountpoint.display()))?;
-    let device = session.as_fd().try_clone_to_owned().context("cannot share /dev/fuse")?;
-    adapter.session_started(session.notifier(), device);
+    let device = Arc::new(session.as_fd().try_clone_to_owned().context("cannot share /dev/fuse")?);
+    adapter.session_started(session.notifier(), device.clone());
     raise_read_ahead(&mountpoint);
     start_ring(&adapter);
 
@@ -215,7 +213,8 @@ pub fn run(mut args: MountArgs) -> Result<()> {
     notify_service_manager(&[NotifyState::Ready, NotifyState::Status(&serving)]);
     tracing::info!(mountpoint = %mountpoint.display(), "mounted");
     // Whatever ended the session, what was closed is stored before the daemon exits.
-    let served = session.run();
+    let served = dev_fuse::serve(adapter.clone(), &device);
+    drop(session); // as fuser's own loop does when it ends: unmounts if still mounted
     match &served {
         Ok(()) => tracing::info!("unmounted"),
         Err(error) if ended_by_unmount(error) => tracing::info!("unmounted ({error})"),

@@ -1,18 +1,22 @@
 //! The thin adapter from kernel requests to [`Fs`](bucketfs_core::fs::Fs), over two transports.
 //!
 //! `operations.rs` runs each request (decoded arguments in, an `answer` out);
-//! `dev_fuse.rs` feeds it what fuser's session reads from `/dev/fuse`, and `ring/`
-//! what the kernel carries over io_uring, one queue per CPU. `io_modes.rs` and
-//! `kept_listings.rs` hold the only state kept here, the kernel's; `names_only.rs` which
-//! callers' listings go without inodes for their files.
+//! `dispatch.rs` decodes a request (`wire.rs`: the kernel's byte layouts) and hands it
+//! over, with a `wire_answer` for its transport: `dev_fuse.rs` reads requests from
+//! `/dev/fuse`, `ring/` takes what the kernel carries over io_uring, one queue per CPU.
+//! `io_modes.rs` and `kept_listings.rs` hold the only state kept here, the kernel's;
+//! `names_only.rs` which callers' listings go without inodes for their files.
 
 mod answer;
-mod dev_fuse;
+pub mod dev_fuse;
+mod dispatch;
 mod io_modes;
 mod kept_listings;
 mod names_only;
 mod operations;
 pub mod ring;
+pub mod wire;
+mod wire_answer;
 
 pub use dev_fuse::DevFuse;
 pub use operations::FuseAdapter;

@@ -109,10 +109,8 @@ impl FuseAdapter {
 
     /// Whether walks that only want names may get their files as names only (see
     /// [`names_only`](super::names_only); off until this says so): on unless
-    /// `--whole-listings`, and only where
-    /// requests may come over io_uring (fuser's answers cannot send names only).
+    /// `--whole-listings`.
     pub fn with_names_only(mut self, on: bool) -> Self {
-        let on = on && self.ring_wanted;
         self.names_only = Arc::new(if on { NamesOnly::default() } else { NamesOnly::never() });
         self
     }
@@ -130,9 +128,9 @@ impl FuseAdapter {
     }
 
     /// Once the session exists: its notifier, and its `/dev/fuse` (for passthrough files).
-    pub fn session_started(&self, notifier: fuser::Notifier, device: OwnedFd) {
+    pub fn session_started(&self, notifier: fuser::Notifier, device: Arc<OwnedFd>) {
         let _ = self.notifier.set(notifier);
-        let _ = self.device.set(Arc::new(device));
+        let _ = self.device.set(device);
     }
 
     /// The kernel was asked at init to carry requests over io_uring (and holds them until
@@ -486,16 +484,12 @@ impl FuseAdapter {
                 let name = OsStr::new(entry.name);
                 let dot = entry.name == "." || entry.name == "..";
                 if allowance > 0 && !dot && entry.attr.kind != fuser::FileType::Directory {
-                    match reply.add_name_only(entry.offset, name, &entry.attr) {
-                        // No reference handed over: nothing to count.
-                        Some(full) => {
-                            if !full {
-                                (allowance, given) = (allowance - 1, given + 1);
-                            }
-                            return full;
-                        }
-                        None => allowance = 0, // this transport cannot
+                    // No reference handed over: nothing to count.
+                    let full = reply.add_name_only(entry.offset, name, &entry.attr);
+                    if !full {
+                        (allowance, given) = (allowance - 1, given + 1);
                     }
+                    return full;
                 }
                 // An entry whose stored attributes are not known yet is not cached: the
                 // kernel looks it up (and we fetch them) when it is used.

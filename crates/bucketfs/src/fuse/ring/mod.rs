@@ -1,22 +1,22 @@
 //! FUSE over io_uring (Linux 6.14 and later, with the `fuse` module's `enable_uring` on):
 //! the kernel carries requests and answers through one io_uring queue per possible CPU
 //! instead of `read`/`write` on `/dev/fuse`, and each request is served on the CPU that
-//! made it. INIT, FORGET and INTERRUPT still come on `/dev/fuse` (fuser's session keeps
-//! reading it), as do notifications we send.
+//! made it. INIT, FORGET and INTERRUPT still come on `/dev/fuse` (see `dev_fuse`), as do
+//! notifications we send.
 //!
-//! `queue.rs` owns each queue's ring, entries and thread; `wire.rs` the byte layouts;
-//! `dispatch.rs` hands decoded requests to the shared operations; `answer.rs` answers.
+//! `queue.rs` owns each queue's ring, entries and thread; requests are decoded and
+//! answered as `/dev/fuse`'s are (`fuse::dispatch`), each answer into its entry
+//! ([`EntrySink`]).
 
-mod answer;
-mod dispatch;
 mod queue;
-pub mod wire;
 
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
+use super::dispatch::dispatch;
 use super::operations::FuseAdapter;
+use super::wire_answer::Sink;
 use queue::QueueShared;
 
 /// The `fuse` module's switch: servers may use io_uring only while it is `Y`.
@@ -63,7 +63,11 @@ fn start_queues(adapter: Arc<FuseAdapter>, device: &Arc<OwnedFd>, max_write: u32
         let (ready, outcome) = std::sync::mpsc::channel();
         let (adapter, device) = (adapter.clone(), device.clone());
         std::thread::Builder::new().name(format!("fuse-ring-{qid}")).spawn(move || {
-            queue::run(device, queue, qid, ready, |queue, delivered| dispatch::dispatch(&adapter, queue, delivered))
+            queue::run(device, queue, qid, ready, |queue, delivered| {
+                bucketfs_client::metrics::fuse_ring_request();
+                let sink = EntrySink { queue: queue.clone(), entry: delivered.entry };
+                dispatch(&adapter, delivered.bytes, sink, delivered.commit_id)
+            })
         })?;
         outcomes.push(outcome);
     }
@@ -75,6 +79,27 @@ fn start_queues(adapter: Arc<FuseAdapter>, device: &Arc<OwnedFd>, max_write: u32
         }
     }
     Ok(queues)
+}
+
+/// Answers go into the request's own entry, which goes back to the kernel with them.
+struct EntrySink {
+    queue: Arc<QueueShared>,
+    entry: u16,
+}
+
+impl Sink for EntrySink {
+    fn send(&self, unique: u64, error: i32, parts: &[&[u8]]) {
+        self.queue.answer(self.entry, unique, error, parts);
+    }
+
+    fn capacity(&self) -> usize {
+        self.queue.payload_capacity()
+    }
+
+    /// The kernel never sends these over the ring; an entry must be given back all the same.
+    fn unanswered(&self, unique: u64) {
+        self.queue.answer(self.entry, unique, -libc::ENOSYS, &[]);
+    }
 }
 
 /// Whether this process can make the kind of io_uring a queue needs (a container may

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use parking_lot::Mutex;
 
-use super::wire;
+use crate::fuse::wire;
 
 /// `struct fuse_uring_req_header`: the in/out header (128), the op's first argument (128),
 /// and `struct fuse_uring_ent_in_out` (32).

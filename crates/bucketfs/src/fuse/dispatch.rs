@@ -1,32 +1,30 @@
-//! Runs a request carried over the ring: decoded by `wire`, handed to the same
-//! operations as a `/dev/fuse` request, answered through a [`RingAnswer`].
-
-use std::sync::Arc;
+//! Hands a decoded request to the shared operations, whichever transport carried it
+//! (`dev_fuse` or `ring`): decoded by `wire`, answered through a [`WireAnswer`] on the
+//! transport's [`Sink`].
 
 use fuser::Errno;
 
-use super::answer::RingAnswer;
-use super::queue::{Delivered, QueueShared};
+use super::answer::{Answer as _, Requester};
+use super::operations::{FuseAdapter, SetAttrRequest};
 use super::wire::{self, Request};
-use crate::fuse::answer::{Answer as _, Requester};
-use crate::fuse::operations::{FuseAdapter, SetAttrRequest};
+use super::wire_answer::{Sink, WireAnswer};
 
 const FUSE_LINK: u32 = 13;
 
-/// Who may send requests is the kernel's business: without `allow_other` it refuses every
-/// caller but the mount's owner before a request is made (fuser checks again on /dev/fuse,
-/// for its `allow_root` mode, which bucketfs does not use).
-pub(super) fn dispatch(adapter: &FuseAdapter, queue: &Arc<QueueShared>, delivered: Delivered<'_>) {
-    let (header, request) = match wire::parse(delivered.bytes) {
+/// Serves the request in `bytes` (laid out as `read(2)` of `/dev/fuse` gives it). One
+/// that does not decode is answered EIO (as request `fallback_unique` if even its header
+/// does not). Who may send requests is the kernel's business: without `allow_other` it
+/// refuses every caller but the mount's owner before a request is made.
+pub(super) fn dispatch<S: Sink>(adapter: &FuseAdapter, bytes: &[u8], sink: S, fallback_unique: u64) {
+    let (header, request) = match wire::parse(bytes) {
         Ok(parsed) => parsed,
         Err(error) => {
-            tracing::warn!(qid = queue.qid, "FUSE ring: a request that does not parse: {error}");
-            let unique = wire::parse_header(delivered.bytes).map_or(delivered.commit_id, |h| h.unique);
-            return RingAnswer::new(queue.clone(), delivered.entry, unique).error(Errno::EIO);
+            tracing::warn!("FUSE: a request that does not parse: {error}");
+            let unique = wire::parse_header(bytes).map_or(fallback_unique, |h| h.unique);
+            return WireAnswer::new(sink, unique).error(Errno::EIO);
         }
     };
-    bucketfs_client::metrics::fuse_ring_request();
-    let reply = RingAnswer::new(queue.clone(), delivered.entry, header.unique);
+    let reply = WireAnswer::new(sink, header.unique);
     let req = Requester { uid: header.uid, gid: header.gid, pid: header.pid };
     let ino = header.nodeid;
     match request {
@@ -75,17 +73,16 @@ pub(super) fn dispatch(adapter: &FuseAdapter, queue: &Arc<QueueShared>, delivere
         Request::CopyFileRange { fh_in, offset_in, fh_out, offset_out, len, .. } => {
             adapter.copy_file_range(&req, ino, fh_in, offset_in, fh_out, offset_out, len, reply)
         }
-        // The kernel sends these on /dev/fuse, never over the ring; a forget needs no
-        // answer there, but a ring entry must be given back.
+        // The kernel sends these on /dev/fuse, never over the ring, and wants no answer.
         Request::Forget { nlookup } => {
             adapter.forget(ino, nlookup);
-            reply.error(Errno::ENOSYS)
+            reply.none()
         }
         Request::BatchForget(forgets) => {
             for (ino, nlookup) in forgets {
                 adapter.forget(ino, nlookup);
             }
-            reply.error(Errno::ENOSYS)
+            reply.none()
         }
         // As fuser's session answers it: hard links cannot be made (two keys cannot share
         // one object).

@@ -1,8 +1,8 @@
-//! The kernel's byte layouts (`include/uapi/linux/fuse.h`, protocol 7.45) of the requests
-//! and answers carried over the ring: fuser decodes and encodes them for `/dev/fuse`, but
-//! privately. A request is decoded from the layout `read(2)` of `/dev/fuse` gives (the
-//! queue lays ring requests out that way); an answer's out-arguments are encoded without
-//! the out-header, which the queue writes itself.
+//! The kernel's byte layouts (`include/uapi/linux/fuse.h`, protocol 7.45) of requests and
+//! answers, for both transports (fuser has its own, but private). A request is decoded
+//! from the layout `read(2)` of `/dev/fuse` gives (the ring's queue lays its requests out
+//! that way); an answer's out-arguments are encoded without the out-header, which each
+//! transport writes itself.
 //!
 //! Never panics on what the kernel sends: a request too short for its opcode is an error.
 

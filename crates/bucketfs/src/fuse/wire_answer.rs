@@ -1,89 +1,105 @@
-//! Answers to requests carried over the ring: each holds its entry until it is sent (an
-//! answer dropped unsent sends EIO, so the entry goes back to the kernel whatever happens).
+//! Answers in the kernel's byte layout (`wire`), whichever transport carried the request:
+//! a [`Sink`] takes each finished answer (a ring entry, or a `writev` on the `/dev/fuse`
+//! descriptor that read the request). An answer dropped unsent sends EIO, so no request
+//! waits for ever and no ring entry is lost.
 
 use std::ffi::OsStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use fuser::{Errno, FileAttr, FileType, FopenFlags};
 
-use super::queue::QueueShared;
-use super::wire;
-use crate::fuse::answer::{
+use super::answer::{
     Answer, AttrAnswer, CreateAnswer, DataAnswer, DirAnswer, DirPlusAnswer, EmptyAnswer, EntryAnswer, OpenAnswer,
     StatfsAnswer, WriteAnswer, XattrAnswer,
 };
-use crate::fuse::io_modes::KernelBacking;
+use super::io_modes::KernelBacking;
+use super::wire;
 
-pub(super) struct RingAnswer {
-    queue: Arc<QueueShared>,
-    entry: u16,
+/// Where a transport's answers go.
+pub trait Sink: Send + 'static {
+    /// Sends the answer to request `unique`: `error` (0 or a negative errno) and `parts`
+    /// as its out-arguments, one after the other.
+    fn send(&self, unique: u64, error: i32, parts: &[&[u8]]);
+    /// The largest out-arguments it carries.
+    fn capacity(&self) -> usize;
+    /// A request the kernel wants no answer to (FORGET) was served.
+    fn unanswered(&self, unique: u64);
+}
+
+pub struct WireAnswer<S: Sink> {
+    sink: S,
     unique: u64,
     sent: bool,
 }
 
-impl RingAnswer {
-    pub(super) fn new(queue: Arc<QueueShared>, entry: u16, unique: u64) -> Self {
-        Self { queue, entry, unique, sent: false }
+impl<S: Sink> WireAnswer<S> {
+    pub fn new(sink: S, unique: u64) -> Self {
+        Self { sink, unique, sent: false }
     }
 
     fn send(mut self, error: i32, parts: &[&[u8]]) {
         self.sent = true;
-        self.queue.answer(self.entry, self.unique, error, parts);
+        self.sink.send(self.unique, error, parts);
+    }
+
+    /// The request wants no answer (FORGET).
+    pub fn none(mut self) {
+        self.sent = true;
+        self.sink.unanswered(self.unique);
     }
 
     /// A listing of at most `size` bytes to fill.
-    pub(super) fn listing(self, size: u32) -> RingListing {
-        let max = (size as usize).min(self.queue.payload_capacity());
-        RingListing { answer: self, entries: wire::DirBuffer::new(max) }
+    pub fn listing(self, size: u32) -> WireListing<S> {
+        let max = (size as usize).min(self.sink.capacity());
+        WireListing { answer: self, entries: wire::DirBuffer::new(max) }
     }
 }
 
-impl Drop for RingAnswer {
+impl<S: Sink> Drop for WireAnswer<S> {
     fn drop(&mut self) {
         if !self.sent {
-            self.queue.answer(self.entry, self.unique, -libc::EIO, &[]);
+            self.sink.send(self.unique, -libc::EIO, &[]);
         }
     }
 }
 
-impl Answer for RingAnswer {
+impl<S: Sink> Answer for WireAnswer<S> {
     fn error(self, errno: Errno) {
         self.send(-errno.code(), &[])
     }
 }
 
-impl EntryAnswer for RingAnswer {
+impl<S: Sink> EntryAnswer for WireAnswer<S> {
     fn entry(self, ttl: &Duration, attr: &FileAttr) {
         self.send(0, &[&wire::entry_out(attr, *ttl, *ttl)])
     }
 }
 
-impl AttrAnswer for RingAnswer {
+impl<S: Sink> AttrAnswer for WireAnswer<S> {
     fn attr(self, ttl: &Duration, attr: &FileAttr) {
         self.send(0, &[&wire::attr_out(attr, *ttl)])
     }
 }
 
-impl EmptyAnswer for RingAnswer {
+impl<S: Sink> EmptyAnswer for WireAnswer<S> {
     fn ok(self) {
         self.send(0, &[])
     }
 }
 
-impl DataAnswer for RingAnswer {
+impl<S: Sink> DataAnswer for WireAnswer<S> {
     fn data(self, data: &[u8]) {
         self.send(0, &[data])
     }
 }
 
-impl WriteAnswer for RingAnswer {
+impl<S: Sink> WriteAnswer for WireAnswer<S> {
     fn written(self, size: u32) {
         self.send(0, &[&wire::write_out(size)])
     }
 }
 
-impl OpenAnswer for RingAnswer {
+impl<S: Sink> OpenAnswer for WireAnswer<S> {
     fn opened(self, fh: u64, flags: FopenFlags) {
         self.send(0, &[&wire::open_out(fh, flags.bits(), 0)])
     }
@@ -94,13 +110,13 @@ impl OpenAnswer for RingAnswer {
     }
 }
 
-impl CreateAnswer for RingAnswer {
+impl<S: Sink> CreateAnswer for WireAnswer<S> {
     fn created(self, ttl: &Duration, attr: &FileAttr, fh: u64, flags: FopenFlags) {
         self.send(0, &[&wire::create_out(attr, *ttl, fh, flags.bits())])
     }
 }
 
-impl XattrAnswer for RingAnswer {
+impl<S: Sink> XattrAnswer for WireAnswer<S> {
     fn size(self, size: u32) {
         self.send(0, &[&wire::xattr_size_out(size)])
     }
@@ -110,7 +126,7 @@ impl XattrAnswer for RingAnswer {
     }
 }
 
-impl StatfsAnswer for RingAnswer {
+impl<S: Sink> StatfsAnswer for WireAnswer<S> {
     fn statfs(
         self,
         blocks: u64,
@@ -127,18 +143,18 @@ impl StatfsAnswer for RingAnswer {
 }
 
 /// A READDIR or READDIRPLUS answer being filled.
-pub(super) struct RingListing {
-    answer: RingAnswer,
+pub struct WireListing<S: Sink> {
+    answer: WireAnswer<S>,
     entries: wire::DirBuffer,
 }
 
-impl Answer for RingListing {
+impl<S: Sink> Answer for WireListing<S> {
     fn error(self, errno: Errno) {
         self.answer.error(errno)
     }
 }
 
-impl DirAnswer for RingListing {
+impl<S: Sink> DirAnswer for WireListing<S> {
     fn add(&mut self, ino: u64, offset: u64, kind: FileType, name: &OsStr) -> bool {
         self.entries.add(ino, offset, kind, name)
     }
@@ -148,13 +164,13 @@ impl DirAnswer for RingListing {
     }
 }
 
-impl DirPlusAnswer for RingListing {
+impl<S: Sink> DirPlusAnswer for WireListing<S> {
     fn add(&mut self, offset: u64, name: &OsStr, ttl: &Duration, attr: &FileAttr) -> bool {
         self.entries.add_plus(offset, name, *ttl, attr)
     }
 
-    fn add_name_only(&mut self, offset: u64, name: &OsStr, attr: &FileAttr) -> Option<bool> {
-        Some(self.entries.add_plus_name_only(offset, name, attr))
+    fn add_name_only(&mut self, offset: u64, name: &OsStr, attr: &FileAttr) -> bool {
+        self.entries.add_plus_name_only(offset, name, attr)
     }
 
     fn ok(self) {
