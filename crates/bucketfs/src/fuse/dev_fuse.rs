@@ -49,8 +49,8 @@ nix::ioctl_read!(fuse_dev_ioc_clone, 229, 0, u32);
 /// served on its own CPU, as the ring's are. Readers blocked in `read` are woken one at a
 /// time, the one waiting longest, which the scheduler places on an idle CPU: on a virtual
 /// machine each request then waits for that CPU to wake, and for the program's to wake
-/// for the answer (a cold indexed `find` of 71,000 files took 0.77-1.01 s that way,
-/// 0.59-0.62 s this way: bench/results/issue52-dev-fuse).
+/// for the answer (a cold indexed `find` of 71,000 files: 1.27-1.55 s that way, 0.47-0.63 s
+/// this way, local `find` 0.58-0.70 s; bench/results/issue52-dev-fuse).
 pub fn serve(adapter: Arc<FuseAdapter>, device: &OwnedFd) -> io::Result<()> {
     let cpus = usable_cpus();
     let readers = cpus.len().clamp(MIN_READERS, MAX_READERS);
@@ -94,12 +94,9 @@ fn usable_cpus() -> Vec<usize> {
 }
 
 fn pin_to(cpu: usize) {
-    let mut set = nix::sched::CpuSet::new();
-    if set.set(cpu).is_ok() {
-        if let Err(error) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set) {
-            // Still correct: requests are served from wherever the thread runs.
-            tracing::debug!(cpu, "/dev/fuse reader not pinned: {error}");
-        }
+    if let Err(error) = super::pin_this_thread(cpu) {
+        // Still correct: requests are served from wherever the thread runs.
+        tracing::debug!(cpu, "/dev/fuse reader not pinned: {error}");
     }
 }
 

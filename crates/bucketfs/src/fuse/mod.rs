@@ -25,6 +25,13 @@ pub use operations::FuseAdapter;
 /// `raise_read_ahead`, without which the kernel sends at most 128 KiB).
 pub const MAX_REQUEST: u32 = 1024 * 1024;
 
+/// Keeps the calling thread on `cpu` (a ring queue's thread, a `/dev/fuse` reader).
+fn pin_this_thread(cpu: usize) -> nix::Result<()> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu)?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+}
+
 /// On the mount's root: setting this attribute changes the daemon's log level (`bucketfs
 /// log-level`; see `cli::logging`).
 pub const LOG_LEVEL: &str = "bucketfs.log-level";

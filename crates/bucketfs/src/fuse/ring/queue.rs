@@ -377,11 +377,8 @@ fn uring_cmd(
 }
 
 fn pin_to(cpu: usize) {
-    let mut set = nix::sched::CpuSet::new();
-    if set.set(cpu).is_ok() {
-        if let Err(error) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set) {
-            // Still correct: requests of this CPU are served from wherever the thread runs.
-            tracing::debug!(cpu, "FUSE ring queue not pinned: {error}");
-        }
+    if let Err(error) = crate::fuse::pin_this_thread(cpu) {
+        // Still correct: requests of this CPU are served from wherever the thread runs.
+        tracing::debug!(cpu, "FUSE ring queue not pinned: {error}");
     }
 }
