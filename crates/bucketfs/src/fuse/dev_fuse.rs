@@ -138,33 +138,24 @@ fn wait_for_request(descriptor: &OwnedFd) -> io::Result<()> {
 struct DescriptorSink(Arc<OwnedFd>);
 
 impl Sink for DescriptorSink {
-    fn send(&self, unique: u64, error: i32, parts: &[&[u8]]) {
-        let len = wire::OUT_HEADER_SIZE + parts.iter().map(|part| part.len()).sum::<usize>();
-        let header = wire::out_header(len as u32, error, unique);
-        // Answers have one part (or none); more are joined rather than refused.
-        let joined;
-        let payload: &[u8] = match parts {
-            [] => &[],
-            [one] => one,
-            many => {
-                joined = many.concat();
-                &joined
-            }
-        };
+    fn send(&self, unique: u64, error: i32, payload: &[u8]) {
+        let header = wire::out_header((wire::OUT_HEADER_SIZE + payload.len()) as u32, error, unique);
         let slices = [io::IoSlice::new(&header), io::IoSlice::new(payload)];
         // SAFETY: `IoSlice` is ABI-compatible with `iovec`; both slices outlive the call.
         let written = unsafe { libc::writev(self.0.as_raw_fd(), slices.as_ptr().cast(), slices.len() as i32) };
         if written < 0 {
-            match io::Error::last_os_error().raw_os_error() {
+            let error = io::Error::last_os_error();
+            match error.raw_os_error() {
                 // The request was interrupted, or the connection ended (unmount): no one waits.
                 Some(libc::ENOENT | libc::ENODEV) => {}
-                _ => tracing::error!("FUSE: cannot answer request {unique}: {}", io::Error::last_os_error()),
+                _ => tracing::error!("FUSE: cannot answer request {unique}: {error}"),
             }
         }
     }
 
+    /// No bound of its own: an answer is at most what its request asked for.
     fn capacity(&self) -> usize {
-        READ_BUFFER
+        usize::MAX
     }
 
     fn unanswered(&self, _unique: u64) {}

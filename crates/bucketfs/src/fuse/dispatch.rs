@@ -5,7 +5,7 @@
 use fuser::Errno;
 
 use super::answer::{Answer as _, Requester};
-use super::operations::{FuseAdapter, SetAttrRequest};
+use super::operations::FuseAdapter;
 use super::wire::{self, Request};
 use super::wire_answer::{Sink, WireAnswer};
 
@@ -30,18 +30,7 @@ pub(super) fn dispatch<S: Sink>(adapter: &FuseAdapter, bytes: &[u8], sink: S, fa
     match request {
         Request::Lookup { name } => adapter.lookup(&req, ino, name, reply),
         Request::GetAttr { .. } => adapter.getattr(&req, ino, reply),
-        Request::SetAttr(set) => {
-            let set = SetAttrRequest {
-                mode: set.mode,
-                uid: set.uid,
-                gid: set.gid,
-                size: set.size,
-                atime: set.atime,
-                mtime: set.mtime,
-                fh: set.fh,
-            };
-            adapter.setattr(&req, ino, set, reply)
-        }
+        Request::SetAttr(set) => adapter.setattr(&req, ino, set, reply),
         Request::ReadLink => adapter.readlink(&req, ino, reply),
         Request::Symlink { name, target } => adapter.symlink(&req, ino, name, target, reply),
         Request::MkNod { name, mode, rdev, .. } => adapter.mknod(&req, ino, name, mode, rdev, reply),

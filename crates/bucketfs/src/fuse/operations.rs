@@ -27,6 +27,7 @@ use super::answer::{
 use super::io_modes::{IoModes, KernelBacking, Mode};
 use super::kept_listings::KeptListings;
 use super::names_only::NamesOnly;
+use super::wire::SetAttr;
 use super::{SetLogLevel, Status, LOG_LEVEL, MAX_REQUEST, STATUS, UNDELETE};
 use bucketfs_client::store::StoreError;
 use bucketfs_core::fs::error::FsError;
@@ -62,17 +63,6 @@ pub struct FuseAdapter {
     kept_listings: Option<Arc<KeptListings>>,
     /// Which callers' READDIRPLUS answers carry their files as names only.
     names_only: Arc<NamesOnly>,
-}
-
-/// A SETATTR's arguments.
-pub struct SetAttrRequest {
-    pub mode: Option<u32>,
-    pub uid: Option<u32>,
-    pub gid: Option<u32>,
-    pub size: Option<u64>,
-    pub atime: Option<TimeOrNow>,
-    pub mtime: Option<TimeOrNow>,
-    pub fh: Option<u64>,
 }
 
 impl FuseAdapter {
@@ -774,11 +764,12 @@ impl FuseAdapter {
         });
     }
 
-    pub fn setattr(&self, req: &Requester, ino: u64, set: SetAttrRequest, reply: impl AttrAnswer) {
+    pub fn setattr(&self, req: &Requester, ino: u64, set: SetAttr, reply: impl AttrAnswer) {
         let span = request_span("setattr", ino, req);
-        // What the kernel asks with FATTR_KILL_SUIDGID (which fuser does not pass on): set
-        // for every chown of a non-directory (the daemon skips directories), and for a
-        // truncate by a caller without CAP_FSETID.
+        // Whether to drop set-ID bits, by the rule the kernel documents for
+        // FATTR_KILL_SUIDGID: every chown of a non-directory (the daemon skips
+        // directories), and a truncate by a caller without CAP_FSETID. Worked out here
+        // because fuser's decoding dropped the flag; `set.kill_suidgid` now carries it.
         let drop_set_id = self.set_id_bits_are_ours.load(Ordering::Relaxed)
             && (set.uid.is_some() || set.gid.is_some() || (set.size.is_some() && !may_keep_set_id(req)));
         let change = AttrChange {

@@ -17,9 +17,9 @@ use super::wire;
 
 /// Where a transport's answers go.
 pub trait Sink: Send + 'static {
-    /// Sends the answer to request `unique`: `error` (0 or a negative errno) and `parts`
-    /// as its out-arguments, one after the other.
-    fn send(&self, unique: u64, error: i32, parts: &[&[u8]]);
+    /// Sends the answer to request `unique`: `error` (0 or a negative errno) and
+    /// `payload`, its out-arguments.
+    fn send(&self, unique: u64, error: i32, payload: &[u8]);
     /// The largest out-arguments it carries.
     fn capacity(&self) -> usize;
     /// A request the kernel wants no answer to (FORGET) was served.
@@ -37,9 +37,9 @@ impl<S: Sink> WireAnswer<S> {
         Self { sink, unique, sent: false }
     }
 
-    fn send(mut self, error: i32, parts: &[&[u8]]) {
+    fn send(mut self, error: i32, payload: &[u8]) {
         self.sent = true;
-        self.sink.send(self.unique, error, parts);
+        self.sink.send(self.unique, error, payload);
     }
 
     /// The request wants no answer (FORGET).
@@ -71,13 +71,13 @@ impl<S: Sink> Answer for WireAnswer<S> {
 
 impl<S: Sink> EntryAnswer for WireAnswer<S> {
     fn entry(self, ttl: &Duration, attr: &FileAttr) {
-        self.send(0, &[&wire::entry_out(attr, *ttl, *ttl)])
+        self.send(0, &wire::entry_out(attr, *ttl, *ttl))
     }
 }
 
 impl<S: Sink> AttrAnswer for WireAnswer<S> {
     fn attr(self, ttl: &Duration, attr: &FileAttr) {
-        self.send(0, &[&wire::attr_out(attr, *ttl)])
+        self.send(0, &wire::attr_out(attr, *ttl))
     }
 }
 
@@ -89,40 +89,40 @@ impl<S: Sink> EmptyAnswer for WireAnswer<S> {
 
 impl<S: Sink> DataAnswer for WireAnswer<S> {
     fn data(self, data: &[u8]) {
-        self.send(0, &[data])
+        self.send(0, data)
     }
 }
 
 impl<S: Sink> WriteAnswer for WireAnswer<S> {
     fn written(self, size: u32) {
-        self.send(0, &[&wire::write_out(size)])
+        self.send(0, &wire::write_out(size))
     }
 }
 
 impl<S: Sink> OpenAnswer for WireAnswer<S> {
     fn opened(self, fh: u64, flags: FopenFlags) {
-        self.send(0, &[&wire::open_out(fh, flags.bits(), 0)])
+        self.send(0, &wire::open_out(fh, flags.bits(), 0))
     }
 
     fn opened_passthrough(self, fh: u64, flags: FopenFlags, backing: &KernelBacking) {
         let flags = flags | FopenFlags::FOPEN_PASSTHROUGH;
-        self.send(0, &[&wire::open_out(fh, flags.bits(), backing.id() as i32)])
+        self.send(0, &wire::open_out(fh, flags.bits(), backing.id() as i32))
     }
 }
 
 impl<S: Sink> CreateAnswer for WireAnswer<S> {
     fn created(self, ttl: &Duration, attr: &FileAttr, fh: u64, flags: FopenFlags) {
-        self.send(0, &[&wire::create_out(attr, *ttl, fh, flags.bits())])
+        self.send(0, &wire::create_out(attr, *ttl, fh, flags.bits()))
     }
 }
 
 impl<S: Sink> XattrAnswer for WireAnswer<S> {
     fn size(self, size: u32) {
-        self.send(0, &[&wire::xattr_size_out(size)])
+        self.send(0, &wire::xattr_size_out(size))
     }
 
     fn data(self, data: &[u8]) {
-        self.send(0, &[data])
+        self.send(0, data)
     }
 }
 
@@ -138,7 +138,7 @@ impl<S: Sink> StatfsAnswer for WireAnswer<S> {
         namelen: u32,
         frsize: u32,
     ) {
-        self.send(0, &[&wire::statfs_out(blocks, bfree, bavail, files, ffree, bsize, namelen, frsize)])
+        self.send(0, &wire::statfs_out(blocks, bfree, bavail, files, ffree, bsize, namelen, frsize))
     }
 }
 
@@ -160,7 +160,7 @@ impl<S: Sink> DirAnswer for WireListing<S> {
     }
 
     fn ok(self) {
-        self.answer.send(0, &[self.entries.bytes()])
+        self.answer.send(0, self.entries.bytes())
     }
 }
 
@@ -174,6 +174,6 @@ impl<S: Sink> DirPlusAnswer for WireListing<S> {
     }
 
     fn ok(self) {
-        self.answer.send(0, &[self.entries.bytes()])
+        self.answer.send(0, self.entries.bytes())
     }
 }

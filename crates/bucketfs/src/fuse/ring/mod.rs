@@ -88,8 +88,8 @@ struct EntrySink {
 }
 
 impl Sink for EntrySink {
-    fn send(&self, unique: u64, error: i32, parts: &[&[u8]]) {
-        self.queue.answer(self.entry, unique, error, parts);
+    fn send(&self, unique: u64, error: i32, payload: &[u8]) {
+        self.queue.answer(self.entry, unique, error, payload);
     }
 
     fn capacity(&self) -> usize {

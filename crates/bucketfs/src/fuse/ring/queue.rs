@@ -125,20 +125,19 @@ impl QueueShared {
         self.entries.first().map_or(0, |entry| entry.payload_capacity)
     }
 
-    /// Answers the request in `entry`: `error` (0 or a negative errno) and `parts` as its
-    /// out-arguments, one after the other. Commits it now if this is the queue's thread
-    /// (after its dispatch), or wakes that thread.
-    pub(super) fn answer(&self, entry: u16, unique: u64, error: i32, parts: &[&[u8]]) {
+    /// Answers the request in `entry`: `error` (0 or a negative errno) and `payload`, its
+    /// out-arguments. Commits it now if this is the queue's thread (after its dispatch),
+    /// or wakes that thread.
+    pub(super) fn answer(&self, entry: u16, unique: u64, error: i32, payload: &[u8]) {
         let Some(slot) = self.entries.get(usize::from(entry)) else { return };
-        let len: usize = parts.iter().map(|part| part.len()).sum();
-        let (error, parts, len) =
-            if len > slot.payload_capacity { (-libc::EIO, &[][..], 0) } else { (error, parts, len) };
-        let later = if len > 0 && slot.payload_in_use.load(Ordering::Acquire) {
-            Some(parts.concat())
+        let (error, payload) =
+            if payload.len() > slot.payload_capacity { (-libc::EIO, &[][..]) } else { (error, payload) };
+        let later = if !payload.is_empty() && slot.payload_in_use.load(Ordering::Acquire) {
+            Some(payload.to_vec())
         } else {
             // SAFETY: the entry is this answer's (see the module doc); the request being
             // dispatched, if any, uses no payload bytes.
-            unsafe { write_answer(slot, unique, error, parts, len) };
+            unsafe { write_answer(slot, unique, error, payload) };
             None
         };
         self.answered.lock().push(Answered { entry, later, error, unique });
@@ -150,20 +149,17 @@ impl QueueShared {
     }
 }
 
-/// Writes the out-header and `parts` (`len` bytes in all) into `slot`.
+/// Writes the out-header and `payload` into `slot`.
 ///
 /// SAFETY: the caller holds the entry (see the module doc), and nothing reads its payload
-/// buffer's first `len` bytes meanwhile.
-unsafe fn write_answer(slot: &Entry, unique: u64, error: i32, parts: &[&[u8]], len: usize) {
+/// buffer's first `payload.len()` bytes meanwhile.
+unsafe fn write_answer(slot: &Entry, unique: u64, error: i32, payload: &[u8]) {
+    let len = payload.len();
     let header = std::slice::from_raw_parts_mut(slot.header, HEADER_SIZE);
     let out = wire::out_header((wire::OUT_HEADER_SIZE + len) as u32, error, unique);
     header[IN_OUT..IN_OUT + out.len()].copy_from_slice(&out);
     header[ENT_PAYLOAD_SIZE..ENT_PAYLOAD_SIZE + 4].copy_from_slice(&(len as u32).to_ne_bytes());
-    let mut at = slot.buffer.add(HEADROOM);
-    for part in parts {
-        std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
-        at = at.add(part.len());
-    }
+    std::ptr::copy_nonoverlapping(payload.as_ptr(), slot.buffer.add(HEADROOM), len);
 }
 
 /// A request as the queue's thread hands it to the dispatcher.
@@ -293,7 +289,7 @@ fn commit_answered(ring: &mut IoUring<squeue::Entry128, cqueue::Entry>, queue: &
         let Some(slot) = queue.entries.get(usize::from(answer.entry)) else { continue };
         if let Some(payload) = &answer.later {
             // SAFETY: the dispatch that held the payload is over; the entry is the answer's.
-            unsafe { write_answer(slot, answer.unique, answer.error, &[payload], payload.len()) };
+            unsafe { write_answer(slot, answer.unique, answer.error, payload) };
         }
         let commit = uring_cmd(fd, CMD_COMMIT_AND_FETCH, queue.qid, answer.unique, None, u64::from(answer.entry));
         // SAFETY: a command without buffers.
