@@ -207,3 +207,53 @@ def test_peers_without_binary_are_rows_marked_missing(tmp_path):
             assert rows[peer]["status"] == "missing" and "not found" in rows[peer]["error"]
     versions = data["meta"]["versions"]
     assert versions["geesefs"].startswith("missing") and versions["mountpoint-s3"].startswith("missing")
+
+
+def _requests_named(url: str, names: tuple[str, ...]) -> float:
+    """How many requests of these names a bench MinIO has answered (its public metrics)."""
+    import urllib.request
+    text = urllib.request.urlopen(url + "/minio/metrics/v3/api/requests", timeout=5).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("minio_api_requests_total{")
+               and any(f'name="{name}"' in line for name in names))
+
+
+def test_waiting_for_uploads_lists_once_they_stop_and_times_the_last_one(tmp_path):
+    # Listing the bucket again and again while a tool uploads takes the store's CPU from the
+    # uploads being timed; the wait watches MinIO's count of writes instead, lists once they
+    # stop, and ends the timed span at the last write it saw.
+    import threading
+    import time
+    from bfsbench.minio import MinIO
+    from bfsbench.s3 import S3Direct
+
+    s3direct = os.environ.get("BENCH_S3DIRECT_BIN") or str(BENCH.parent / "target/release/examples/s3direct")
+    server = MinIO(find_minio(None), tmp_path / "data", tmp_path / "minio.log")
+    server.start()
+    try:
+        s3 = S3Direct(s3direct, server.url, str(tmp_path))
+        s3.mb("settle")
+        (tmp_path / "f").write_bytes(b"x" * 10)
+        ended: list[float] = []
+
+        def upload() -> None:
+            for i in range(8):
+                time.sleep(0.1)   # gaps shorter than S3Direct.QUIET: one run of uploads
+                s3.call("put-file", str(tmp_path / "f"), "settle", f"p/k{i}")
+                ended.append(time.monotonic())
+
+        lists_before = _requests_named(server.url, ("ListObjectsV2", "ListObjects"))
+        uploader = threading.Thread(target=upload)
+        uploader.start()
+        settled = s3.wait_for("settle", "p/", objects=8, nbytes=80, deadline=time.monotonic() + 60)
+        uploader.join()
+        lists = _requests_named(server.url, ("ListObjectsV2", "ListObjects")) - lists_before
+    finally:
+        server.stop()
+    assert settled.error is None
+    assert settled.last_write is not None
+    # Seen by a poll every S3Direct.POLL, after the store answered and before s3direct exited.
+    assert ended[-1] - 0.2 <= settled.last_write <= ended[-1] + S3Direct.POLL + 0.2, \
+        (settled.last_write, ended)
+    # Listing every 50 ms through the second of uploads would have sent a dozen or more.
+    assert lists <= 3, lists

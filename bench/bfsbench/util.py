@@ -134,6 +134,15 @@ def pid_alive(pid: int) -> bool:
 
 
 @dataclasses.dataclass
+class Settled:
+    """What a `settle` function of `run_timed` found: an error text, or None once the bucket
+    holds what was written; and, when the store told, the `time.monotonic()` of its last
+    write, which ends the timed span (waiting to be sure of it is not the tool's time)."""
+    error: Optional[str] = None
+    last_write: Optional[float] = None
+
+
+@dataclasses.dataclass
 class CmdResult:
     ok: bool
     seconds: Optional[float]
@@ -149,11 +158,12 @@ class CmdResult:
 
 def run_timed(cmd: str, *, env: dict, timeout: float, cwd: Optional[str] = None,
               daemon_pid: Optional[int] = None,
-              settle: Optional[Callable[[float], Optional[str]]] = None) -> CmdResult:
+              settle: Optional[Callable[[float], Settled]] = None) -> CmdResult:
     """Runs `cmd` with bash in its own process group and times it.
 
     The wall time spans process start to exit, plus `settle(deadline)` if given (used to wait
-    until written objects are visible in the bucket; it returns an error string or None).
+    until written objects are visible in the bucket): until the store's last write where the
+    settle function knows it, else until it returned.
     `daemon_pid`'s peak RSS is reset before and read after the command.
     """
     if daemon_pid:
@@ -189,9 +199,15 @@ def run_timed(cmd: str, *, env: dict, timeout: float, cwd: Optional[str] = None,
         proc.returncode = os.waitstatus_to_exitcode(status)
         error = None
         returned = time.perf_counter() - t0 if settle is not None else None
+        t1 = None
         if proc.returncode == 0 and settle is not None and not timed_out.is_set():
-            error = settle(deadline)
-        t1 = time.perf_counter()
+            settled = settle(deadline)
+            error = settled.error
+            if settled.last_write is not None:
+                ago = max(0.0, time.monotonic() - settled.last_write)
+                t1 = max(t0 + returned, time.perf_counter() - ago)
+        if t1 is None:
+            t1 = time.perf_counter()
         # Make sure nothing of the group survives (e.g. background jobs after a failure).
         try:
             os.killpg(proc.pid, signal.SIGKILL)

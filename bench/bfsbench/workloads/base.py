@@ -6,6 +6,7 @@ from typing import Optional
 
 from ..context import Case, Context
 from ..tools import Tool
+from ..util import Settled
 
 
 class Workload:
@@ -69,7 +70,7 @@ class Workload:
         return self.ctx.measure(self.name, self.case(cid), tool, rep, cmd, **kw)
 
     def settle_exact(self, bucket: str, prefix: str, objects: int, nbytes: Optional[int]):
-        def settle(deadline: float) -> Optional[str]:
+        def settle(deadline: float) -> Settled:
             return self.ctx.s3.wait_for(bucket, prefix, objects=objects, nbytes=nbytes,
                                         deadline=deadline)
         return settle

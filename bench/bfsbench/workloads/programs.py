@@ -250,11 +250,13 @@ class Programs(Workload):
             log(f"  programs/untar {tool.name} run {rep}: failed: {tar['error']}")
         if mount is not None and mount.alive():
             # Untimed: until the bucket holds every file (a clean unmount after write-back).
-            missing = self.ctx.s3.wait_for(mount.bucket, f"{ROOT_NAME}/", objects=files,
+            settled = self.ctx.s3.wait_for(mount.bucket, f"{ROOT_NAME}/", objects=files,
                                            nbytes=self.tree_bytes,
                                            deadline=time.monotonic() + self.p.timeout)
+            missing = settled.error
+            complete = max(settled.last_write or time.monotonic(), tar_returned)
             tar["extra"]["bucket_complete_after_tar_seconds"] = (
-                None if missing else round(time.monotonic() - tar_returned, 3))
+                None if missing else round(complete - tar_returned, 3))
             if missing:
                 tar["extra"]["bucket_incomplete"] = missing
 

@@ -62,7 +62,7 @@ from ..context import Case, q
 from ..datagen import write_large_file
 from ..minio import MinIO
 from ..s3 import S3Direct
-from ..util import fmt_size, log, run_timed
+from ..util import Settled, fmt_size, log, run_timed
 from .base import Workload
 
 BUCKET = "bench-throttled"
@@ -248,11 +248,11 @@ class Throttled(Workload):
                 return [k for k in keys if f"PUT {k}:" not in failed]
             return [k for j, k in enumerate(keys) if _read(res / f"w{j:02d}.rc") == "0"]
 
-        def settle(deadline: float) -> Optional[str]:
+        def settle(deadline: float) -> Settled:
             # Until every successfully written file is listed with its size; the outcome is
             # counted below (a write never stored is a failed write, not a lost time).
             stored.update(self._wait_listed(prefix, written_ok(), deadline))
-            return None
+            return Settled()
 
         # Its own limit: rclone, whose pacer slows all its requests down after 429s, takes minutes.
         timeout = max(p.timeout, p.throttle_timeout)
