@@ -766,12 +766,10 @@ impl FuseAdapter {
 
     pub fn setattr(&self, req: &Requester, ino: u64, set: SetAttr, reply: impl AttrAnswer) {
         let span = request_span("setattr", ino, req);
-        // Whether to drop set-ID bits, by the rule the kernel documents for
-        // FATTR_KILL_SUIDGID: every chown of a non-directory (the daemon skips
-        // directories), and a truncate by a caller without CAP_FSETID. Worked out here
-        // because fuser's decoding dropped the flag; `set.kill_suidgid` now carries it.
-        let drop_set_id = self.set_id_bits_are_ours.load(Ordering::Relaxed)
-            && (set.uid.is_some() || set.gid.is_some() || (set.size.is_some() && !may_keep_set_id(req)));
+        // The kernel asks for set-ID bits to go (FATTR_KILL_SUIDGID) on a chown of a
+        // non-directory and on a truncate by a caller without CAP_FSETID, which only it
+        // can tell; the daemon still keeps a directory's (the kernel does not flag them).
+        let drop_set_id = self.set_id_bits_are_ours.load(Ordering::Relaxed) && set.kill_suidgid;
         let change = AttrChange {
             mode: set.mode.map(|m| (m & 0o7777) as u16),
             uid: set.uid,
