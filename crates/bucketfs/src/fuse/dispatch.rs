@@ -40,7 +40,7 @@ pub(super) fn dispatch<S: Sink>(adapter: &FuseAdapter, bytes: &[u8], sink: S, fa
         Request::Rename { newdir, name, newname, flags } => {
             adapter.rename(&req, ino, name, newdir, newname, flags, reply)
         }
-        Request::Open { flags } => adapter.open(&req, ino, flags, reply),
+        Request::Open { flags, kill_suidgid } => adapter.open(&req, ino, flags, kill_suidgid, reply),
         Request::Read { fh, offset, size, .. } => adapter.read(&req, ino, fh, offset, size, reply),
         Request::Write { fh, offset, data, write_flags, .. } => {
             let drop_set_id = write_flags & fuser::WriteFlags::FUSE_WRITE_KILL_SUIDGID.bits() != 0;

@@ -224,13 +224,6 @@ fn reply_result(reply: impl EmptyAnswer, result: Result<(), Errno>) {
     }
 }
 
-/// Whether the caller may keep set-ID bits through a write or truncate (the kernel's
-/// CAP_FSETID, which the request does not carry): taken to be root's uid, so a root
-/// process that dropped that capability keeps them, as it would not on a local disk.
-fn may_keep_set_id(req: &Requester) -> bool {
-    req.uid == 0
-}
-
 fn caller(req: &Requester) -> Caller {
     Caller { thread: req.pid, uid: req.uid, gid: req.gid }
 }
@@ -353,12 +346,13 @@ impl FuseAdapter {
         });
     }
 
-    pub fn open(&self, req: &Requester, ino: u64, flags: i32, reply: impl OpenAnswer) {
+    /// `kill_suidgid`: the kernel asks for the set-ID bits to go (an `open(O_TRUNC)` by a
+    /// caller without CAP_FSETID).
+    pub fn open(&self, req: &Requester, ino: u64, flags: i32, kill_suidgid: bool, reply: impl OpenAnswer) {
         let span = request_span("open", ino, req);
         let caller = caller(req);
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
-        let drop_set_id =
-            self.set_id_bits_are_ours.load(Ordering::Relaxed) && flags & libc::O_TRUNC != 0 && !may_keep_set_id(req);
+        let drop_set_id = self.set_id_bits_are_ours.load(Ordering::Relaxed) && kill_suidgid;
         let io_modes = self.io_modes.clone();
         let device = self.device.get().cloned();
         self.spawn(span, move |fs| async move {

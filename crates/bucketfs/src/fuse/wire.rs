@@ -75,6 +75,10 @@ mod fattr {
     pub const KILL_SUIDGID: u32 = 1 << 11;
 }
 
+/// `FUSE_OPEN_KILL_SUIDGID` in an OPEN's `open_flags`: an `open(O_TRUNC)` by a caller
+/// without CAP_FSETID, whose set-ID bits are to go.
+const OPEN_KILL_SUIDGID: u32 = 1;
+
 const GETATTR_FH: u32 = 1;
 const READ_LOCKOWNER: u32 = 2;
 const WRITE_LOCKOWNER: u32 = 2;
@@ -142,6 +146,7 @@ pub enum Request<'a> {
     },
     Open {
         flags: i32,
+        kill_suidgid: bool,
     },
     Read {
         fh: u64,
@@ -351,7 +356,10 @@ pub fn parse(bytes: &[u8]) -> Result<(InHeader, Request<'_>), WireError> {
             args.skip(4)?;
             Request::Rename { newdir, name: args.name()?, newname: args.name()?, flags }
         }
-        opcode::OPEN => Request::Open { flags: args.i32()? },
+        opcode::OPEN => {
+            let (flags, open_flags) = (args.i32()?, args.u32()?);
+            Request::Open { flags, kill_suidgid: open_flags & OPEN_KILL_SUIDGID != 0 }
+        }
         opcode::OPENDIR => Request::OpenDir { flags: args.i32()? },
         opcode::READ | opcode::READDIR | opcode::READDIRPLUS => {
             let (fh, offset, size, read_flags) = (args.u64()?, args.u64()?, args.u32()?, args.u32()?);
@@ -811,6 +819,14 @@ mod tests {
         let set = setattr(fattr::ATIME | fattr::ATIME_NOW | fattr::MTIME);
         assert_eq!(set.atime, Some(TimeOrNow::Now));
         assert_eq!(set.mtime, Some(TimeOrNow::SpecificTime(UNIX_EPOCH + Duration::new(1_600_000_000, 6))));
+    }
+
+    #[test]
+    fn an_open_says_whether_set_id_bits_go() {
+        for (open_flags, kill_suidgid) in [(1, true), (0, false)] {
+            let bytes = request(opcode::OPEN, &[&words(&[512, open_flags], &[4, 4])]);
+            assert_eq!(parse(&bytes).expect("parses").1, Request::Open { flags: 512, kill_suidgid });
+        }
     }
 
     #[test]

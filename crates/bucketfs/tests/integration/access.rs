@@ -55,7 +55,7 @@ fn sh_as_nobody(script: &str) {
 /// write by root keeps them. Write-only descriptors write straight through (the kernel
 /// leaves the bits to the daemon there), so both a new file and one opened again are
 /// checked; so are `chown`, `truncate` and `open(O_TRUNC)`, which the kernel leaves to
-/// the daemon too, and a truncate by root without CAP_FSETID.
+/// the daemon too, and a truncate or `open(O_TRUNC)` by root without CAP_FSETID.
 #[test]
 fn a_write_by_another_user_drops_set_id_bits() {
     use std::os::unix::fs::PermissionsExt;
@@ -103,11 +103,16 @@ fn a_write_by_another_user_drops_set_id_bits() {
         assert_eq!(stored.get("mode"), Some(&(libc::S_IFREG | 0o777).to_string()), "{name}: stored {stored:?}");
     }
 
-    // Root's truncate keeps them; a root process without CAP_FSETID loses them, as on a
-    // local disk: only the kernel knows the capability, and says so (FATTR_KILL_SUIDGID).
-    for (name, how, after) in
-        [("by-root", "truncate -s 1", 0o6777), ("capless", "setpriv --bounding-set -fsetid truncate -s 1", 0o777)]
-    {
+    // Root's truncate and open(O_TRUNC) keep them; a root process without CAP_FSETID loses
+    // them, as on a local disk: only the kernel knows the capability, and says so
+    // (FATTR_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID).
+    let capless = "setpriv --bounding-set -fsetid";
+    for (name, how, after) in [
+        ("by-root", "truncate -s 1".to_owned(), 0o6777),
+        ("capless", format!("{capless} truncate -s 1"), 0o777),
+        ("by-root-emptied", ": >".to_owned(), 0o6777),
+        ("capless-emptied", format!("{capless} sh -c ': > \"$0\"'"), 0o777),
+    ] {
         std::fs::write(m.join(name), b"by root").expect("write");
         set_mode(name, 0o6777);
         let out = Command::new("sh").arg("-c").arg(format!("{how} '{}'", m.join(name).display())).output().expect("sh");
