@@ -15,6 +15,24 @@ from .util import Settled, debug, run_quiet
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+def minio_request_counts(endpoint: str) -> dict[str, float]:
+    """How many requests of each S3 API (`PutObject`, `ListObjectsV2`, ...) a MinIO has
+    answered, from its metrics (`/minio/metrics/v3/api/requests`, public on the bench's own
+    server); empty if it does not say."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(endpoint.rstrip("/") + "/minio/metrics/v3/api/requests", timeout=5) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return {}
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        found = re.match(r'minio_api_requests_total\{.*name="([^"]+)".*\} (\S+)$', line)
+        if found:
+            counts[found[1]] = counts.get(found[1], 0.0) + float(found[2])
+    return counts
+
+
 class S3Direct:
     """`global_args`: options before the subcommand, e.g. `--adaptive --max-attempts 50` for a
     client of the throttled store."""
@@ -72,7 +90,7 @@ class S3Direct:
     # moved for QUIET seconds.
     QUIET = 0.3
     POLL = 0.05
-    READ_REQUESTS = re.compile(r'name="(Get|Head|List)')
+    READ_REQUESTS = re.compile(r"Get|Head|List")
 
     def wait_for(self, bucket: str, prefix: str, *, objects: int, nbytes: Optional[int] = None,
                  deadline: float) -> Settled:
@@ -112,20 +130,11 @@ class S3Direct:
         """A function that returns how many writes (requests other than GET, HEAD and LIST)
         the store has answered, or None if the store does not say (not MinIO, or its metrics
         are not public)."""
-        url = self.endpoint.rstrip("/") + "/minio/metrics/v3/api/requests"
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
         def count() -> Optional[float]:
-            try:
-                with opener.open(url, timeout=5) as answer:
-                    text = answer.read().decode()
-            except OSError:
-                return None
-            counted = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                       if line.startswith("minio_api_requests_total{")
-                       and not self.READ_REQUESTS.search(line)]
+            counts = minio_request_counts(self.endpoint)
+            writes = [n for name, n in counts.items() if not self.READ_REQUESTS.match(name)]
             # A store that answered no write yet lists none; a bench run has made buckets.
-            return sum(counted) if counted else None
+            return sum(writes) if writes else None
 
         return count if count() is not None else None
 
