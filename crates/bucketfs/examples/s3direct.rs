@@ -146,6 +146,10 @@ enum Cmd {
         prefix: String,
         #[arg(long, default_value_t = 16)]
         concurrency: usize,
+        /// Also store an empty `DIR/` marker per subdirectory, as the mounts do: the same
+        /// requests as a mount's untar.
+        #[arg(long)]
+        dir_markers: bool,
     },
     /// Create COUNT objects PREFIX000000.. of SIZE deterministic bytes, in parallel
     Populate {
@@ -484,7 +488,8 @@ async fn run_mixed(client: &Client, bucket: &str, ops: Vec<MixedOp>) -> (u64, Ve
     (bytes, errors)
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+/// The files under `dir` into `out`, and its subdirectories into `dirs`, in name order.
+fn walk(dir: &Path, out: &mut Vec<PathBuf>, dirs: &mut Vec<PathBuf>) -> Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .with_context(|| format!("read_dir {}", dir.display()))?
         .collect::<std::io::Result<_>>()?;
@@ -492,7 +497,8 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     for e in entries {
         let ft = e.file_type()?;
         if ft.is_dir() {
-            walk(&e.path(), out)?;
+            dirs.push(e.path());
+            walk(&e.path(), out, dirs)?;
         } else if ft.is_file() {
             out.push(e.path());
         }
@@ -623,17 +629,28 @@ async fn main() -> Result<()> {
             upload_object(&client, bucket, key, *size, *part_size, *concurrency, src).await?;
             println!("{{\"objects\":1,\"bytes\":{size},\"seconds\":{}}}", secs(t0.elapsed()));
         }
-        Cmd::PutDir { dir, bucket, prefix, concurrency } => {
-            let mut files = Vec::new();
-            walk(dir, &mut files)?;
+        Cmd::PutDir { dir, bucket, prefix, concurrency, dir_markers } => {
+            let (mut files, mut dirs) = (Vec::new(), Vec::new());
+            walk(dir, &mut files, &mut dirs)?;
             let n = files.len();
             let part_size: u64 = 16 << 20;
-            let bytes = stream::iter(files)
-                .map(|path| {
+            // Each directory's marker goes before the files in it, as a mount's mkdir does.
+            let markers = if *dir_markers { dirs } else { Vec::new() };
+            let uploads =
+                markers.into_iter().map(|path| (path, true)).chain(files.into_iter().map(|path| (path, false)));
+            let bytes = stream::iter(uploads)
+                .map(|(path, is_dir)| {
                     let client = client.clone();
                     let rel = path.strip_prefix(dir).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
                     let key = join_key(prefix, &rel);
                     async move {
+                        if is_dir {
+                            let marker = format!("{key}/");
+                            let request =
+                                client.put_object().bucket(bucket).key(&marker).body(ByteStream::from_static(b""));
+                            request.send().await.with_context(|| format!("PutObject {bucket}/{marker}"))?;
+                            return Ok::<u64, anyhow::Error>(0);
+                        }
                         let (size, src) = file_source(&path)?;
                         upload_object(&client, bucket, &key, size, part_size, 4, src).await?;
                         Ok::<u64, anyhow::Error>(size)

@@ -10,12 +10,12 @@
 
 mod body;
 pub mod buffer_pool;
+mod direct;
 pub mod endpoints;
 mod etag;
 mod listing_metadata;
 #[cfg(any(test, feature = "memory-store"))]
 pub mod memory;
-mod ranged_get;
 pub mod request_options;
 pub mod request_window;
 pub mod s3;

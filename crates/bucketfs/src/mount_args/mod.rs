@@ -95,10 +95,11 @@ pub struct MountArgs {
     /// bodies with checksum trailers (bodies are then signed instead).
     #[arg(long, value_enum, default_value = "crc32")]
     pub upload_checksums: UploadChecksumsArg,
-    /// Send the reads' ranged GETs through the AWS SDK, as every other request, instead of
-    /// signing them and sending them straight on its connections (a store given by URL).
-    #[arg(long)]
-    pub sdk_reads: bool,
+    /// Send the reads' ranged GETs and the small PUTs through the AWS SDK, as every other
+    /// request, instead of signing them and sending them straight on its connections (a
+    /// store given by URL).
+    #[arg(long, alias = "sdk-reads")]
+    pub sdk_requests: bool,
 
     /// Stay in the foreground instead of returning once the mount is ready.
     #[arg(short, long)]
@@ -324,7 +325,7 @@ pub fn store_config(args: &MountArgs) -> Result<StoreConfig> {
             UploadChecksumsArg::Off => UploadChecksums::Off,
         },
         no_sign_request: args.no_sign_request,
-        sdk_reads: args.sdk_reads,
+        sdk_requests: args.sdk_requests,
         ca_bundle,
         credentials: args.credentials.clone(),
     })

@@ -136,7 +136,7 @@ fn a_lost_answer_to_the_store_of_a_new_file_is_not_an_error() {
     assert_eq!(relay.faults.answers_lost.load(Ordering::Relaxed), 1, "the complete's answer was lost");
     assert!(get(&b, "big") == big, "stored whole");
     assert_eq!(open_uploads_of(&b, "big"), 0);
-    relay.faults.lose_answers("small?x-id=PutObject", 1);
+    relay.faults.lose_answers(&format!("PUT /{b}/small"), 1);
     write_and_close("small", b"small file");
     assert_eq!(relay.faults.answers_lost.load(Ordering::Relaxed), 2, "the PUT's answer was lost");
     assert_eq!(get(&b, "small"), b"small file");

@@ -1,18 +1,19 @@
-//! The read path's ranged GET, sent without the SDK's request pipeline.
+//! The requests of the hot paths, sent without the SDK's request pipeline: the reads'
+//! ranged GETs and the small PUTs (most of an untar).
 //!
-//! A read that misses every cache waits for one GET. Through `aws-sdk-s3` a GET costs far
-//! more CPU and latency than the HTTP exchange itself: endpoint rules, a config bag,
-//! interceptors and deserializers run for every request (a 1-byte GET to a local MinIO
-//! took about twice curl's time). The time to first byte of a mount is that GET, so this
-//! module sends it directly: to the base URL the SDK's endpoint rules give the bucket,
-//! resolved once at start ([`route`]), signed with `aws-sigv4`, on the SDK's own connector
-//! (its connection pool, TLS with the mount's trust store, connect and read timeouts).
+//! Through `aws-sdk-s3` a request costs far more CPU and latency than the HTTP exchange
+//! itself: endpoint rules, a config bag, interceptors, serializers and deserializers run
+//! for every one (a 1-byte GET to a local MinIO took about twice curl's time, and the
+//! SDK's PutObject was a quarter of the daemon's CPU in an untar). So this module sends
+//! them directly: to the base URL the SDK's endpoint rules give the bucket, resolved once
+//! at start ([`route`]), signed with `aws-sigv4`, on the SDK's own connector (its
+//! connection pool, TLS with the mount's trust store, connect and read timeouts).
 //! Everything around one attempt stays where it was: retries, throttling and the endpoint
 //! pool are `S3Store::retrying`'s, and an answer's status and code become a `StoreError`
 //! in `S3Store::answer_error`, the one mapping.
 //!
 //! Endpoints the rules sign otherwise than with plain SigV4 for `s3` (S3 Express sessions,
-//! SigV4a access points) have no route, and their GETs keep the SDK.
+//! SigV4a access points) have no route, and their requests keep the SDK.
 
 use std::time::{Duration, SystemTime};
 
@@ -29,6 +30,7 @@ use aws_smithy_runtime_api::client::result::ConnectorError;
 use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::endpoint::Endpoint;
 use aws_smithy_types::Document;
+use bytes::Bytes;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 /// What a key keeps unencoded in a URL path: S3's unreserved characters and `/`.
@@ -37,18 +39,20 @@ const PATH_KEEP: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(
 /// Credentials are fetched again this long before they expire.
 const REFRESH_BEFORE_EXPIRY: Duration = Duration::from_secs(300);
 
-/// How one store's ranged GETs are addressed, signed and sent.
-pub struct RangedGet {
+/// How one store's direct GETs and PUTs are addressed, signed and sent.
+pub struct Direct {
     connector: Connector,
     attempt_timeout: Duration,
     routes: Vec<Route>,
     /// `None`: unsigned requests (a public bucket).
     credentials: Option<CredentialCache>,
     /// The store's request options for a GetObject (SSE-C key, requester pays, owner).
-    option_headers: Vec<(&'static str, String)>,
+    get_headers: Vec<(&'static str, String)>,
+    /// The same for a PutObject (encryption, storage class, ...).
+    put_headers: Vec<(&'static str, String)>,
 }
 
-/// Where the GETs sent to one of the store's URLs go, as the SDK's endpoint rules resolve
+/// Where the requests sent to one of the store's URLs go, as the SDK's endpoint rules resolve
 /// a GetObject of the bucket there: its base URL (`http://host:9000/bucket` in path style,
 /// `https://bucket.host` otherwise) and the region it is signed for.
 pub struct Route {
@@ -61,7 +65,7 @@ pub struct Route {
 /// How the SDK's endpoint rules address a GetObject of `bucket` at `endpoint` (AWS's own
 /// endpoint for `region` if `None`): the route, or `None` where they sign it otherwise than
 /// with plain SigV4 for `s3`. `endpoint_is_one_of_several`: the route answers for that URL
-/// only (see [`RangedGet::send`]).
+/// only (see [`Direct::get`]).
 pub async fn route(params: aws_sdk_s3::config::endpoint::Params, endpoint_is_one_of_several: bool) -> Option<Route> {
     use aws_sdk_s3::config::endpoint::{DefaultResolver, ResolveEndpoint};
     let resolved = DefaultResolver::new().resolve_endpoint(&params).await.ok()?;
@@ -136,7 +140,7 @@ impl ErrorBody {
     }
 }
 
-/// Where a store's GETs go and what they carry.
+/// Where a store's direct requests go and what they carry.
 pub struct Target {
     /// Connect and read timeouts, as the SDK's client has them.
     pub settings: HttpConnectorSettings,
@@ -149,10 +153,12 @@ pub struct Target {
     pub routes: Vec<Route>,
     /// The credential chain's provider; `None` sends unsigned requests.
     pub credentials: Option<SharedCredentialsProvider>,
-    pub option_headers: Vec<(&'static str, String)>,
+    /// The store's request options for a GetObject and for a PutObject.
+    pub get_headers: Vec<(&'static str, String)>,
+    pub put_headers: Vec<(&'static str, String)>,
 }
 
-/// What went wrong with one GET before a status came back, or the answer itself.
+/// What went wrong with one request before a status came back, or the answer itself.
 pub enum Failure {
     /// No connection, or none in time.
     Connector(ConnectorError),
@@ -161,7 +167,7 @@ pub enum Failure {
     Request(String),
 }
 
-/// An answer to a GET: its status, headers and body, read as it arrives.
+/// An answer: its status, headers and body, read as it arrives.
 pub struct Answer {
     pub status: u16,
     pub etag: Option<String>,
@@ -191,7 +197,7 @@ impl CredentialCache {
     }
 }
 
-impl RangedGet {
+impl Direct {
     pub fn new(target: Target) -> Self {
         let mut builder = Connector::builder()
             .connector_settings(target.settings)
@@ -209,14 +215,15 @@ impl RangedGet {
             credentials: target
                 .credentials
                 .map(|provider| CredentialCache { provider, current: parking_lot::Mutex::new(None) }),
-            option_headers: target.option_headers,
+            get_headers: target.get_headers,
+            put_headers: target.put_headers,
         }
     }
 
     /// Sends `GET key` for bytes `range` to `endpoint` (the store's own URL if `None`; a
     /// store with several URLs names the one this attempt goes to), pinned to `if_match`
     /// and `version_id` when given. Returns once the status and headers are in.
-    pub async fn send(
+    pub async fn get(
         &self,
         endpoint: Option<&str>,
         key: &str,
@@ -224,29 +231,69 @@ impl RangedGet {
         if_match: Option<&str>,
         version_id: Option<&str>,
     ) -> Result<Answer, Failure> {
-        let route = endpoint
+        let route = self.route(endpoint)?;
+        let url = route_url(route, key, version_id);
+        let mut headers = vec![("range".to_owned(), format!("bytes={}-{}", range.start, range.end - 1))];
+        if let Some(etag) = if_match {
+            headers.push(("if-match".to_owned(), etag.to_owned()));
+        }
+        headers.extend(self.get_headers.iter().map(|(name, value)| ((*name).to_owned(), value.clone())));
+        self.send("GET", route, &url, headers, Bytes::new()).await
+    }
+
+    /// Sends `PUT key` with `body` and `headers` (metadata, content type, conditions) to
+    /// `endpoint`, as [`Direct::get`] does. The body is signed (its SHA-256 in the
+    /// signature): meant for small bodies, whose hashing costs microseconds.
+    pub async fn put(
+        &self,
+        endpoint: Option<&str>,
+        key: &str,
+        body: Bytes,
+        mut headers: Vec<(String, String)>,
+    ) -> Result<Answer, Failure> {
+        let route = self.route(endpoint)?;
+        let url = route_url(route, key, None);
+        headers.push(("content-length".to_owned(), body.len().to_string()));
+        headers.extend(self.put_headers.iter().map(|(name, value)| ((*name).to_owned(), value.clone())));
+        self.send("PUT", route, &url, headers, body).await
+    }
+
+    /// The route to `endpoint`, or the only one.
+    fn route(&self, endpoint: Option<&str>) -> Result<&Route, Failure> {
+        endpoint
             .and_then(|url| self.routes.iter().find(|route| route.endpoint.as_deref() == Some(url)))
             .or(self.routes.first())
-            .ok_or_else(|| Failure::Request("no route for a GET".to_owned()))?;
-        let url = route_url(route, key, version_id);
-        let mut headers: Vec<(&str, String)> = vec![
-            ("range", format!("bytes={}-{}", range.start, range.end - 1)),
-            // The hash of the empty body, as the SDK sends it on a GET.
-            ("x-amz-content-sha256", EMPTY_SHA256.to_owned()),
-        ];
-        if let Some(etag) = if_match {
-            headers.push(("if-match", etag.to_owned()));
+            .ok_or_else(|| Failure::Request("no route for a request".to_owned()))
+    }
+
+    /// Signs and sends one request; returns once the answer's status and headers are in.
+    async fn send(
+        &self,
+        method: &str,
+        route: &Route,
+        url: &str,
+        mut headers: Vec<(String, String)>,
+        body: Bytes,
+    ) -> Result<Answer, Failure> {
+        match &self.credentials {
+            Some(cache) => {
+                let credentials = cache.get().await.map_err(Failure::Credentials)?;
+                let signed = sign_request(method, url, &headers, &body, credentials, &route.signing_region)
+                    .map_err(Failure::Request)?;
+                headers.extend(signed.into_iter().map(|(name, value)| (name.to_owned(), value)));
+            }
+            // As the SDK sends an unsigned request.
+            None if body.is_empty() => headers.push(("x-amz-content-sha256".to_owned(), EMPTY_SHA256.to_owned())),
+            None => headers.push(("x-amz-content-sha256".to_owned(), "UNSIGNED-PAYLOAD".to_owned())),
         }
-        headers.extend(self.option_headers.iter().map(|(name, value)| (*name, value.clone())));
-        if let Some(cache) = &self.credentials {
-            let credentials = cache.get().await.map_err(Failure::Credentials)?;
-            let signed = sign_get(&url, &headers, credentials, &route.signing_region).map_err(Failure::Request)?;
-            headers.extend(signed);
-        }
-        let mut request = HttpRequest::new(SdkBody::empty());
-        request.set_uri(url.as_str()).map_err(|e| Failure::Request(format!("URL {url}: {e}")))?;
+        let mut request = HttpRequest::new(SdkBody::from(body));
+        request.set_method(method).map_err(|e| Failure::Request(format!("{method} {url}: {e}")))?;
+        request.set_uri(url).map_err(|e| Failure::Request(format!("URL {url}: {e}")))?;
         for (name, value) in headers {
-            request.headers_mut().insert(name, value);
+            request
+                .headers_mut()
+                .try_insert(name.clone(), value)
+                .map_err(|e| Failure::Request(format!("{method} {url}: header {name}: {e}")))?;
         }
         let response = tokio::time::timeout(self.attempt_timeout, self.connector.call(request))
             .await
@@ -271,18 +318,22 @@ fn route_url(route: &Route, key: &str, version_id: Option<&str>) -> String {
     url
 }
 
-/// The SigV4 headers (`authorization`, `x-amz-date`, the session token) for a GET of `url`
-/// with `headers`, as S3 wants them: the path neither normalized nor encoded twice.
-fn sign_get(
+/// The SigV4 headers (`authorization`, `x-amz-date`, `x-amz-content-sha256`, the session
+/// token) for a `method` request of `url` with `headers` and `body`, as S3 wants them: the
+/// path neither normalized nor encoded twice.
+fn sign_request(
+    method: &str,
     url: &str,
-    headers: &[(&str, String)],
+    headers: &[(String, String)],
+    body: &[u8],
     credentials: Credentials,
     region: &str,
 ) -> Result<Vec<(&'static str, String)>, String> {
-    use aws_sigv4::http_request::{PercentEncodingMode, UriPathNormalizationMode};
+    use aws_sigv4::http_request::{PayloadChecksumKind, PercentEncodingMode, UriPathNormalizationMode};
     let mut settings = SigningSettings::default();
     settings.percent_encoding_mode = PercentEncodingMode::Single;
     settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+    settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
     let identity = Identity::from(credentials);
     let params = v4::SigningParams::builder()
         .identity(&identity)
@@ -294,14 +345,14 @@ fn sign_get(
         .map_err(|e| e.to_string())?
         .into();
     let signable = SignableRequest::new(
-        "GET",
+        method,
         url,
-        headers.iter().map(|(name, value)| (*name, value.as_str())),
-        SignableBody::Bytes(&[]),
+        headers.iter().map(|(name, value)| (name.as_str(), value.as_str())),
+        SignableBody::Bytes(body),
     )
-    .map_err(|e| format!("signing GET {url}: {e}"))?;
+    .map_err(|e| format!("signing {method} {url}: {e}"))?;
     let (instructions, _signature) =
-        sign(signable, &params).map_err(|e| format!("signing GET {url}: {e}"))?.into_parts();
+        sign(signable, &params).map_err(|e| format!("signing {method} {url}: {e}"))?.into_parts();
     let (signed, _query) = instructions.into_parts();
     Ok(signed.into_iter().map(|header| (header.name(), header.value().to_owned())).collect())
 }
