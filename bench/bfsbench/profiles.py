@@ -30,6 +30,8 @@ class Profile:
     timeout: float                  # per command, seconds
     tree_writes: bool = True        # W2: also untar into and rm -rf from the mount (at full
                                     # scale the peers take hours; `--set tree_writes=no`)
+    tree_write_scale: float = 0.0   # W2: the tree untarred and removed, if not the one read
+                                    # (0: the same), e.g. find over 71k keys, untar of 7,100
     fio_size: int = 2 * GiB         # W7: each of the 4 objects fio reads (mountpoint-s3: 2 GiB)
     fio_reads: int = 400            # W7: random reads per random case
     cached_size: int = GiB          # W8: the object read again from each tool's disk cache

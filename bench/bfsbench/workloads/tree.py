@@ -37,7 +37,8 @@ class Tree(Workload):
             "Outputs are checked (the `*.h` count, the `ls -lR` line count). References: the "
             "direct client (one ListObjectsV2 of the tree for each read case; for the untar, the "
             "article's alternative: untar to local disk, then upload with a parallel client, "
-            "s3direct put-dir with 16 uploads in flight), and for the read cases also the same "
+            "s3direct put-dir with 16 uploads in flight, storing a marker per directory as the "
+            "mounts do, so both send the same requests), and for the read cases also the same "
             "commands on a copy of the tree on the local disk (page cache dropped for the cold "
             "cases): **× local** says what the mount costs over a local file system.")
 
@@ -46,7 +47,7 @@ class Tree(Workload):
         local = dict(ref2="local", ref2_title="the same command on the tree on local disk")
         return [
             Case("untar", "untar into the mount", kind="write", ref="direct",
-                 ref_title="untar locally + put-dir --concurrency 16"),
+                 ref_title="untar locally + put-dir --concurrency 16 --dir-markers"),
             Case("find_cold", "find -name '*.h', cold", ref="direct", ref_title=listing, **local),
             Case("find_warm", "find -name '*.h', warm", ref="direct", ref_title=f"{listing} again",
                  **local),
@@ -73,14 +74,28 @@ class Tree(Workload):
         # The generated tree stays on the local disk: the local file system's reference row.
         self.local_tree = src_root
         st = self.stats
-        self.case("untar").nbytes = st["bytes"]
         self.facts = {"files": st["files"], "dirs": st["dirs"], "bytes": st["bytes"],
                       "avg_file_bytes": st["avg_file_bytes"], "h_files": st["h_files"],
                       "scale": self.p.tree_scale, "tar_bytes": self.tarball.stat().st_size}
+        # The untar and rm cases may use a smaller tree than the read cases.
+        self.untar_tarball, self.untar_stats = self.tarball, st
+        write_scale = self.p.tree_write_scale
+        if write_scale and write_scale != self.p.tree_scale:
+            write_plan = plan_tree(write_scale)
+            self.untar_stats = write_plan.stats()
+            write_root = ctx.work / "tree-write-src"
+            write_tree(write_root, write_plan)
+            self.untar_tarball = ctx.ramdisk / "tree-write.tar"
+            ctx.sh(f"tar -cf {q(self.untar_tarball)} --sort=name --owner=0 --group=0 --numeric-owner "
+                   f"--mtime=@1624000000 -C {q(write_root)} {ROOT_NAME}", timeout=3600)
+            ctx.sh(f"rm -rf {q(write_root)}", timeout=3600)
+            self.facts.update(untar_scale=write_scale, untar_files=self.untar_stats["files"],
+                              untar_dirs=self.untar_stats["dirs"], untar_bytes=self.untar_stats["bytes"])
+        self.case("untar").nbytes = self.untar_stats["bytes"]
 
     def run(self, tool, rep: int) -> None:
         ctx, s3, st = self.ctx, self.ctx.s3, self.stats
-        nfiles, nbytes = st["files"], st["bytes"]
+        nfiles, nbytes = self.untar_stats["files"], self.untar_stats["bytes"]
         find_check = count_check(st["h_files"], "*.h")
         ls_check = count_check(self.ls_lr_lines, "ls -lR line")
 
@@ -105,9 +120,9 @@ class Tree(Workload):
             prefix = f"t/direct/r{rep}/"
             if self.p.tree_writes:
                 untar = (f"rm -rf {q(self.local_untar)} && mkdir -p {q(self.local_untar)} && "
-                         f"tar --no-same-owner -xf {q(self.tarball)} -C {q(self.local_untar)} && "
+                         f"tar --no-same-owner -xf {q(self.untar_tarball)} -C {q(self.local_untar)} && "
                          + s3.cmd("put-dir", str(self.local_untar), WRITE_BUCKET, prefix,
-                                  "--concurrency", "16"))
+                                  "--concurrency", "16", "--dir-markers"))
                 self.measure("untar", tool, rep, untar,
                              settle=self.settle_exact(WRITE_BUCKET, prefix, nfiles, nbytes))
                 ctx.sh(f"rm -rf {q(self.local_untar)}", timeout=3600)
@@ -143,7 +158,7 @@ class Tree(Workload):
         target = wm.path / prefix
         ctx.sh(f"mkdir -p {q(target)}")
         rec = self.measure("untar", tool, rep,
-                           f"tar --no-same-owner -xf {q(self.tarball)} -C {q(target)}", mount=wm,
+                           f"tar --no-same-owner -xf {q(self.untar_tarball)} -C {q(target)}", mount=wm,
                            settle=self.settle_exact(WRITE_BUCKET, prefix, nfiles, nbytes))
         if rec["status"] == "ok":
             wm = ctx.mounts.fresh(tool, WRITE_BUCKET)
