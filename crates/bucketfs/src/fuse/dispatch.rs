@@ -42,9 +42,8 @@ pub(super) fn dispatch<S: Sink>(adapter: &FuseAdapter, bytes: &[u8], sink: S, fa
         }
         Request::Open { flags, kill_suidgid } => adapter.open(&req, ino, flags, kill_suidgid, reply),
         Request::Read { fh, offset, size, .. } => adapter.read(&req, ino, fh, offset, size, reply),
-        Request::Write { fh, offset, data, write_flags, .. } => {
-            let drop_set_id = write_flags & fuser::WriteFlags::FUSE_WRITE_KILL_SUIDGID.bits() != 0;
-            adapter.write(&req, ino, fh, offset, data, drop_set_id, reply)
+        Request::Write { fh, offset, data, kill_suidgid, .. } => {
+            adapter.write(&req, ino, fh, offset, data, kill_suidgid, reply)
         }
         Request::StatFs => adapter.statfs(reply),
         Request::Release { fh, .. } => adapter.release(&req, ino, fh, reply),

@@ -79,6 +79,10 @@ mod fattr {
 /// without CAP_FSETID, whose set-ID bits are to go.
 const OPEN_KILL_SUIDGID: u32 = 1;
 
+/// `FUSE_WRITE_KILL_SUIDGID` in a WRITE's `write_flags`: a write by a caller without
+/// CAP_FSETID, whose set-ID bits are to go.
+const WRITE_KILL_SUIDGID: u32 = 1 << 2;
+
 const GETATTR_FH: u32 = 1;
 const READ_LOCKOWNER: u32 = 2;
 const WRITE_LOCKOWNER: u32 = 2;
@@ -159,7 +163,8 @@ pub enum Request<'a> {
         fh: u64,
         offset: u64,
         data: &'a [u8],
-        write_flags: u32,
+        /// The set-ID bits are to go (`FUSE_WRITE_KILL_SUIDGID`).
+        kill_suidgid: bool,
         flags: i32,
         lock_owner: Option<u64>,
     },
@@ -382,7 +387,8 @@ pub fn parse(bytes: &[u8]) -> Result<(InHeader, Request<'_>), WireError> {
             args.skip(4)?;
             let data = args.take(size as usize)?;
             let lock_owner = (write_flags & WRITE_LOCKOWNER != 0).then_some(lock_owner);
-            Request::Write { fh, offset, data, write_flags, flags, lock_owner }
+            let kill_suidgid = write_flags & WRITE_KILL_SUIDGID != 0;
+            Request::Write { fh, offset, data, kill_suidgid, flags, lock_owner }
         }
         opcode::STATFS => Request::StatFs,
         opcode::RELEASE | opcode::RELEASEDIR => {
@@ -774,18 +780,15 @@ mod tests {
             parsed(&request(opcode::READDIRPLUS, &[&read])),
             Request::ReadDirPlus { fh: 3, offset: 4096, size: 65536 }
         );
-        let write = words(&[3, 10, 5, 4, 0, libc::O_WRONLY as u64, 0], &[8, 8, 4, 4, 8, 4, 4]);
-        assert_eq!(
-            parsed(&request(opcode::WRITE, &[&write, b"hello"])),
-            Request::Write {
-                fh: 3,
-                offset: 10,
-                data: b"hello",
-                write_flags: 4,
-                flags: libc::O_WRONLY,
-                lock_owner: None
-            }
-        );
+        // FUSE_WRITE_KILL_SUIDGID (4), then FUSE_WRITE_LOCKOWNER (2) with its owner.
+        for (write_flags, lock_owner, kill_suidgid) in [(4, None, true), (2, Some(9), false)] {
+            let owner = lock_owner.unwrap_or(0);
+            let write = words(&[3, 10, 5, write_flags, owner, libc::O_WRONLY as u64, 0], &[8, 8, 4, 4, 8, 4, 4]);
+            assert_eq!(
+                parsed(&request(opcode::WRITE, &[&write, b"hello"])),
+                Request::Write { fh: 3, offset: 10, data: b"hello", kill_suidgid, flags: libc::O_WRONLY, lock_owner }
+            );
+        }
         let release = words(&[3, libc::O_RDWR as u64, 1, 7], &[8, 4, 4, 8]);
         assert_eq!(
             parsed(&request(opcode::RELEASE, &[&release])),
