@@ -223,9 +223,10 @@ impl S3Store {
         }))
     }
 
-    /// A [`Direct`] client for the reads and small PUTs, with a route for each of the store's URLs, if the
-    /// SDK's endpoint rules resolve every one to a plain SigV4 `s3` endpoint (not S3 Express
-    /// sessions, access point ARNs signed with SigV4a, ...): those keep the SDK.
+    /// A [`Direct`] client for the reads and small PUTs, with a route for each of the
+    /// store's URLs, if the SDK's endpoint rules resolve every one to a plain SigV4 `s3`
+    /// endpoint (not S3 Express sessions, access point ARNs signed with SigV4a, ...): those
+    /// keep the SDK.
     async fn direct(
         config: &StoreConfig,
         shared: &aws_config::SdkConfig,
