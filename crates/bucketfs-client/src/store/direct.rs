@@ -163,7 +163,8 @@ pub enum Failure {
     /// No connection, or none in time.
     Connector(ConnectorError),
     Credentials(CredentialsError),
-    /// The request could not be built (a URL the key makes invalid); not retried.
+    /// The request could not be built (a URL the key makes invalid, a metadata value no
+    /// header can hold); not retried.
     Request(String),
 }
 

@@ -1,8 +1,8 @@
 //! Store options s3fs, goofys and rclone users rely on, against MinIO: server-side
 //! encryption (SSE-S3 and SSE-KMS with the test MinIO's static KMS key), the storage class,
 //! requester pays and the expected bucket owner (MinIO ignores those two: a recording
-//! relay shows they go on every request), upload checksums, and unsigned requests to a
-//! public bucket.
+//! relay shows they go on every request), upload checksums, the requests sent without the
+//! SDK (and `--sdk-requests`), and unsigned requests to a public bucket.
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -114,6 +114,38 @@ fn upload_checksums_are_chosen_or_left_out() {
                 }
             }
         }
+    }
+}
+
+/// A small PUT and the reads' GETs are signed and sent without the SDK's pipeline (no
+/// `x-id=` query, no SDK invocation id), the PUT with its body's SHA-256 in the signature;
+/// `--sdk-requests` sends both through the SDK again.
+#[test]
+fn small_puts_and_reads_skip_the_sdk_unless_asked() {
+    let data = b"a small file".to_vec();
+    for sdk in [false, true] {
+        let bucket = create_bucket("direct");
+        let relay = Relay::recording(minio().port);
+        let args: &[&str] = if sdk { &["--sdk-requests"] } else { &[] };
+        let mount = MountBuilder::new().bucket(&bucket).endpoint(&relay.endpoint).args(args.iter().copied()).mount();
+        std::fs::write(mount.join("small.txt"), &data).expect("write");
+        drop(mount);
+        let mount = MountBuilder::new().bucket(&bucket).endpoint(&relay.endpoint).args(args.iter().copied()).mount();
+        assert_eq!(std::fs::read(mount.join("small.txt")).expect("read"), data);
+        drop(mount);
+        let heads = relay.request_heads();
+        let of = |method: &str| -> Vec<&String> {
+            heads.iter().filter(|h| h.starts_with(&format!("{method} /{bucket}/small.txt"))).collect()
+        };
+        let (puts, gets) = (of("put"), of("get"));
+        assert_eq!(puts.len(), 1, "one PUT (--sdk-requests: {sdk}): {heads:#?}");
+        assert!(!gets.is_empty(), "a GET (--sdk-requests: {sdk}): {heads:#?}");
+        for head in puts.iter().chain(&gets) {
+            let through_sdk = head.contains("x-id=") && head.contains("\r\namz-sdk-invocation-id:");
+            assert_eq!(through_sdk, sdk, "--sdk-requests: {sdk}: {head}");
+        }
+        let body_hash = format!("\r\nx-amz-content-sha256: {}", sha256_hex(&data));
+        assert!(puts[0].contains(&body_hash), "the PUT's body is signed: {}", puts[0]);
     }
 }
 
